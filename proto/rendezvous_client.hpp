@@ -1,0 +1,35 @@
+// RendezvousClient: the agent's side of the rendezvous (join, await ranks, heartbeat, report, leave),
+// over one StoreClient connection. Blocking; every call has a deadline.
+#pragma once
+
+#include <string>
+
+#include "proto/rendezvous_messages.hpp"
+#include "proto/store_client.hpp"
+
+namespace meshrun::proto {
+
+class RendezvousClient {
+ public:
+  explicit RendezvousClient(StoreClient client) : client_(std::move(client)) {}
+
+  Hello hello();
+  /// Registers this node for the run's next round; returns the daemon-assigned node id.
+  std::string join(const JoinRequest& request);
+  /// Blocks up to `timeout` for the round to close. "waiting" replies carry progress for the user.
+  AwaitReply await(const std::string& run_id, const std::string& node_id, Duration timeout);
+  HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id);
+  /// Reports a local worker failure: the daemon opens a new round for every node of the run.
+  void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason);
+  /// Leaves the run (ok=true: this node finished successfully).
+  void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
+  /// Status of one run, or of all runs when `run_id` is empty.
+  StatusReply status(const std::string& run_id = "");
+
+  StoreClient& store() { return client_; }
+
+ private:
+  StoreClient client_;
+};
+
+}  // namespace meshrun::proto

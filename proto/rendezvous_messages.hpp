@@ -1,0 +1,134 @@
+// The rendezvous vocabulary carried in MESHRUN (0x40) requests. Each request is a JSON object with an
+// "op" member; each response is a JSON object, or {"error": "..."} when the daemon refuses the request.
+//
+//   hello      {}                                  -> Hello
+//   join       JoinRequest                         -> {"node_id", "round"}     (returns at once)
+//   await      {run_id, node_id, timeout_s}        -> AwaitReply: waiting | assigned | failed
+//   heartbeat  {run_id, node_id}                   -> HeartbeatReply
+//   fail       {run_id, node_id, reason}           -> {}  (a worker failed: every node re-rendezvouses)
+//   leave      {run_id, node_id, reason, ok}       -> {}
+//   status     {run_id?}                           -> StatusReply
+//
+// Round life cycle, per run:  OPEN --(max joined, or min joined + last call)--> CLOSED (ranks assigned)
+//   CLOSED --(node dead / failure reported / late joiner waiting and room left)--> OPEN with round+1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace meshrun::proto {
+
+inline constexpr const char* kServerName = "meshrun-rendezvous";
+
+struct Hello {
+  std::string server;        // kServerName
+  std::string version;       // meshrun version
+  int64_t unix_time_ms = 0;  // daemon's wall clock, for skew checks
+  std::string peer;          // how the daemon sees the caller ("ip:port")
+};
+
+struct JoinRequest {
+  std::string run_id;
+  std::string host;                  // host name, for messages
+  std::string addr;                  // address other nodes can reach this node at
+  int local_world_size = 1;          // workers on this node
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int requested_rank = -1;           // --node-rank, or -1
+  double last_call_timeout_s = 30;   // wait for stragglers after min_nodes joined
+  double join_timeout_s = 600;       // give up joining after this
+  double keep_alive_timeout_s = 3;   // declared dead after this long without a heartbeat
+  int64_t pid = 0;
+};
+
+struct NodeInfo {
+  std::string node_id;
+  std::string host;
+  std::string addr;
+  int local_world_size = 0;
+  int group_rank = -1;        // -1 until assigned
+  int requested_rank = -1;
+  double since_heartbeat_s = 0;
+  bool alive = true;
+  int64_t pid = 0;
+};
+
+/// What an agent learns when its round closes.
+struct Assignment {
+  int64_t round = 0;
+  int group_rank = 0;
+  int group_world_size = 0;
+  int world_size = 0;       // sum of local_world_size over the round
+  int rank_offset = 0;      // global rank of this node's local rank 0
+  std::string master_addr;  // workers' TCPStore host: the daemon's host as the agent reaches it
+  int master_port = 0;      // a store port private to this run (isolated key space)
+  std::vector<NodeInfo> nodes;
+};
+
+struct AwaitReply {
+  std::string status;  // "waiting", "assigned" or "failed"
+  // waiting:
+  std::vector<NodeInfo> joined;
+  int min_nodes = 0;
+  int max_nodes = 0;
+  std::vector<int> missing_ranks;  // requested ranks < min_nodes not yet seen
+  double waited_s = 0;
+  double join_timeout_s = 0;
+  // assigned:
+  Assignment assignment;
+  // failed:
+  std::string error;
+};
+
+struct HeartbeatReply {
+  int64_t round = 0;
+  std::string action;   // "continue" or "restart"
+  std::string reason;   // why a restart is needed
+  int waiting_nodes = 0;
+};
+
+struct RunStatus {
+  std::string run_id;
+  int64_t round = 0;
+  std::string state;  // "open", "closed", "finished", "failed"
+  int min_nodes = 0;
+  int max_nodes = 0;
+  std::vector<NodeInfo> nodes;
+  std::vector<NodeInfo> waiting;
+  std::vector<int> missing_ranks;
+  std::vector<std::string> duplicate_ranks;  // "rank 1: host-a, host-b"
+  std::string last_event;
+  int master_port = 0;
+  int64_t keys = 0;
+};
+
+struct StatusReply {
+  std::string server;
+  std::string version;
+  double uptime_s = 0;
+  int64_t keys = 0;  // keys in the shared (main port) store
+  int connections = 0;
+  std::vector<RunStatus> runs;
+};
+
+void to_json(nlohmann::json& j, const Hello& v);
+void from_json(const nlohmann::json& j, Hello& v);
+void to_json(nlohmann::json& j, const JoinRequest& v);
+void from_json(const nlohmann::json& j, JoinRequest& v);
+void to_json(nlohmann::json& j, const NodeInfo& v);
+void from_json(const nlohmann::json& j, NodeInfo& v);
+void to_json(nlohmann::json& j, const Assignment& v);
+void from_json(const nlohmann::json& j, Assignment& v);
+void to_json(nlohmann::json& j, const AwaitReply& v);
+void from_json(const nlohmann::json& j, AwaitReply& v);
+void to_json(nlohmann::json& j, const HeartbeatReply& v);
+void from_json(const nlohmann::json& j, HeartbeatReply& v);
+void to_json(nlohmann::json& j, const RunStatus& v);
+void from_json(const nlohmann::json& j, RunStatus& v);
+void to_json(nlohmann::json& j, const StatusReply& v);
+void from_json(const nlohmann::json& j, StatusReply& v);
+
+}  // namespace meshrun::proto

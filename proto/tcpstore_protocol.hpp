@@ -1,0 +1,56 @@
+// The TCPStore wire vocabulary, as PyTorch's c10d TCPStore client speaks it, plus meshrun's one extension.
+//
+// Framing (all integers in host byte order, which is little-endian on every platform we build for):
+//   request  := u8 query_type, then the fields of that query
+//   string   := u64 length, then that many bytes         (keys, values, payloads)
+//   vector   := u64 count, then `count` strings           (MULTI_GET / MULTI_SET / CHECK / WAIT keys)
+//   int64    := 8 bytes, two's complement                 (ADD deltas and results, counts)
+// A connection starts with VALIDATE carrying kValidationMagic; the server sends no reply to it.
+// Every other query's reply is listed next to it below. MESHRUN (0x40) carries a JSON document for the
+// rendezvous and answers with one; a real TCPStore server would just drop a client that sends it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace meshrun::proto {
+
+inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+
+enum class QueryType : uint8_t {
+  kValidate = 0,     // u32 magic                          -> (nothing)
+  kSet = 1,          // key, value                         -> (nothing)
+  kCompareSet = 2,   // key, expected, desired             -> value now stored (or `expected` if key absent and expected non-empty)
+  kGet = 3,          // key                                -> value (client WAITs first, so the key exists)
+  kAdd = 4,          // key, int64 delta                   -> int64 new value
+  kCheck = 5,        // vector keys                        -> u8 CheckResponse
+  kWait = 6,         // vector keys                        -> u8 WaitResponse::kStopWaiting when all exist
+  kGetNumKeys = 7,   //                                    -> int64
+  kDeleteKey = 8,    // key                                -> int64 number of keys deleted
+  kAppend = 9,       // key, value                         -> (nothing)
+  kMultiGet = 10,    // vector keys                        -> one string per key
+  kMultiSet = 11,    // u64 n, then n (key, value) pairs   -> (nothing)
+  kCancelWait = 12,  //                                    -> u8 WaitResponse::kWaitCanceled
+  kPing = 13,        // u32 nonce                          -> u32 nonce
+  kQueuePush = 14,   // key, value                         -> (nothing)
+  kQueuePop = 15,    // key, u8 block                      -> value (or a u64 0 length... see daemon)
+  kQueueLen = 16,    // key                                -> int64
+  kListKeys = 17,    //                                    -> vector of keys
+  kBarrier = 18,     // see the daemon's handler
+  kMeshrun = 0x40,   // string JSON request                -> string JSON response
+};
+
+enum class CheckResponse : uint8_t { kReady = 0, kNotReady = 1 };
+enum class WaitResponse : uint8_t { kStopWaiting = 0, kWaitCanceled = 1 };
+
+/// Size limits the daemon enforces before allocating; a request over them closes that connection.
+struct Limits {
+  size_t max_key_bytes = 64 * 1024;            // one key
+  size_t max_value_bytes = 64 * 1024 * 1024;   // one value; --max-message-bytes overrides
+  size_t max_key_count = 64 * 1024;            // keys in one CHECK/WAIT/MULTI_* request
+};
+
+/// Returns the lowercase name of a query type ("set", "compare_set"...), or nullptr when unknown.
+const char* query_name(uint8_t type);
+
+}  // namespace meshrun::proto

@@ -1,0 +1,23 @@
+// ServerOptions: everything meshrun-rendezvous can be told on its command line (and what an agent
+// that hosts the daemon in-process sets).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/tcpstore_protocol.hpp"
+
+namespace meshrun::rendezvous {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";           // address to bind ("0.0.0.0", "::", "127.0.0.1", a name)
+  uint16_t port = 29400;                  // 0 picks a free port
+  std::vector<std::string> allow;         // CIDRs allowed to connect; empty = everyone
+  proto::Limits limits;                   // per-message caps
+  std::chrono::milliseconds idle_timeout{0};  // close silent connections after this (0 = never)
+  int threads = 1;                        // io_context threads (1 keeps the store lock-free)
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a Debian 12 machine: system packages, the .venv with the pinned torch wheel
+# (LibTorch for the trainer, Python torch for tests and benchmarks), then configure + build into build/.
+#
+#   scripts/setup.sh               install what is missing and build (Release, build/)
+#   scripts/setup.sh --asan        also build the ASan+UBSan tree (build-asan/, no trainer)
+#   scripts/setup.sh --no-build    install only
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TORCH_VERSION="2.15.0"
+NUMPY_SPEC="numpy<3"
+BUILD_DIR="$ROOT/build"
+JOBS="${MESHRUN_JOBS:-$(nproc)}"
+DO_BUILD=1
+DO_ASAN=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-build) DO_BUILD=0 ;;
+    --asan) DO_ASAN=1 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (use --asan, --no-build or --help)" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- system packages (only the missing ones; apt-get update once when needed) ---
+PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
+          libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
+          clang libclang-rt-14-dev python3 python3-venv python3-dev
+          iproute2 iptables nftables procps psmisc netcat-openbsd
+          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- Python venv with the pinned torch (pip's cache keeps re-runs fast) ---
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  log "installing torch==$TORCH_VERSION into .venv (first time: a few minutes)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" "$NUMPY_SPEC"
+fi
+TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+
+# --- configure + build ---
+configure() {  # dir, extra cmake args...
+  local dir="$1"; shift
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+        -DPython3_EXECUTABLE="$VENV/bin/python" "$@" >/dev/null
+}
+if ((DO_BUILD)); then
+  log "building into $BUILD_DIR ($JOBS jobs)"
+  configure "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+  if ((DO_ASAN)); then
+    log "building the ASan+UBSan tree into $ROOT/build-asan"
+    configure "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DMESHRUN_SANITIZE=ON -DMESHRUN_BUILD_TRAINER=OFF
+    cmake --build "$ROOT/build-asan" -j "$JOBS"
+  fi
+fi
+log "done"
