@@ -114,21 +114,20 @@ struct StatusReply {
   std::vector<RunStatus> runs;
 };
 
-void to_json(nlohmann::json& j, const Hello& v);
-void from_json(const nlohmann::json& j, Hello& v);
-void to_json(nlohmann::json& j, const JoinRequest& v);
-void from_json(const nlohmann::json& j, JoinRequest& v);
-void to_json(nlohmann::json& j, const NodeInfo& v);
-void from_json(const nlohmann::json& j, NodeInfo& v);
-void to_json(nlohmann::json& j, const Assignment& v);
-void from_json(const nlohmann::json& j, Assignment& v);
-void to_json(nlohmann::json& j, const AwaitReply& v);
-void from_json(const nlohmann::json& j, AwaitReply& v);
-void to_json(nlohmann::json& j, const HeartbeatReply& v);
-void from_json(const nlohmann::json& j, HeartbeatReply& v);
-void to_json(nlohmann::json& j, const RunStatus& v);
-void from_json(const nlohmann::json& j, RunStatus& v);
-void to_json(nlohmann::json& j, const StatusReply& v);
-void from_json(const nlohmann::json& j, StatusReply& v);
+// JSON mapping: member names are the JSON keys; missing keys keep their defaults (older peers).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Hello, server, version, unix_time_ms, peer)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr, local_world_size, min_nodes, max_nodes,
+                                                requested_rank, last_call_timeout_s, join_timeout_s,
+                                                keep_alive_timeout_s, pid)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
+                                                requested_rank, since_heartbeat_s, alive, pid)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
+                                                rank_offset, master_addr, master_port, nodes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
+                                                waited_s, join_timeout_s, assignment, error)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, waiting_nodes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
+                                                missing_ranks, duplicate_ranks, last_event, master_port, keys)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

@@ -13,9 +13,27 @@
 
 #include "common/clock.hpp"
 #include "common/endpoint.hpp"
+#include "common/error.hpp"
 #include "common/unique_fd.hpp"
 
 namespace meshrun::proto {
+
+/// Why a connection could not be made; `meshrun ping` and `meshrun check` report each differently.
+enum class ConnectFailure { kResolve, kRefused, kTimeout, kUnreachable, kRejected, kOther };
+
+/// A failed connect(); the message names the endpoint, the cause and what to check.
+class ConnectError : public NetworkError {
+ public:
+  ConnectError(ConnectFailure kind, const std::string& message) : NetworkError(message), kind_(kind) {}
+  ConnectFailure kind() const { return kind_; }
+
+ private:
+  ConnectFailure kind_;
+};
+
+/// Opens a TCP connection to `endpoint` before `deadline` (one attempt per resolved address).
+/// Throws ConnectError. Shared by StoreClient and the diagnostics.
+UniqueFd connect_tcp(const Endpoint& endpoint, TimePoint deadline);
 
 struct ConnectOptions {
   /// Total time to keep trying (refused connections are retried with backoff until then).

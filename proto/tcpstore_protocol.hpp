@@ -21,7 +21,7 @@ enum class QueryType : uint8_t {
   kValidate = 0,     // u32 magic                          -> (nothing)
   kSet = 1,          // key, value                         -> (nothing)
   kCompareSet = 2,   // key, expected, desired             -> value now stored (or `expected` if key absent and expected non-empty)
-  kGet = 3,          // key                                -> value (client WAITs first, so the key exists)
+  kGet = 3,          // key                                -> value ("" when absent; clients WAIT first)
   kAdd = 4,          // key, int64 delta                   -> int64 new value
   kCheck = 5,        // vector keys                        -> u8 CheckResponse
   kWait = 6,         // vector keys                        -> u8 WaitResponse::kStopWaiting when all exist
@@ -30,13 +30,14 @@ enum class QueryType : uint8_t {
   kAppend = 9,       // key, value                         -> (nothing)
   kMultiGet = 10,    // vector keys                        -> one string per key
   kMultiSet = 11,    // u64 n, then n (key, value) pairs   -> (nothing)
+                     // NOTE: PyTorch's C++ client prefixes every user key with "/" (except "init/").
   kCancelWait = 12,  //                                    -> u8 WaitResponse::kWaitCanceled
   kPing = 13,        // u32 nonce                          -> u32 nonce
   kQueuePush = 14,   // key, value                         -> (nothing)
-  kQueuePop = 15,    // key, u8 block                      -> value (or a u64 0 length... see daemon)
+  kQueuePop = 15,    // key                                -> int64 length before pop, then value if it was > 0
   kQueueLen = 16,    // key                                -> int64
   kListKeys = 17,    //                                    -> vector of keys
-  kBarrier = 18,     // see the daemon's handler
+  kBarrier = 18,     // key, int64 world size              -> u8 kStopWaiting once `world size` callers arrived
   kMeshrun = 0x40,   // string JSON request                -> string JSON response
 };
 
@@ -44,6 +45,7 @@ enum class CheckResponse : uint8_t { kReady = 0, kNotReady = 1 };
 enum class WaitResponse : uint8_t { kStopWaiting = 0, kWaitCanceled = 1 };
 
 /// Size limits the daemon enforces before allocating; a request over them closes that connection.
+// PyTorch's libuv server caps keys at 8 KiB, values at 8 MiB and key counts at 128 Ki.
 struct Limits {
   size_t max_key_bytes = 64 * 1024;            // one key
   size_t max_value_bytes = 64 * 1024 * 1024;   // one value; --max-message-bytes overrides

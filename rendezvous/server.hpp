@@ -27,8 +27,9 @@ class Server {
   /// Thread-safe; makes run() return.
   void stop();
 
+  class Impl;  // opaque; public so the connection class in server.cpp can name it
+
  private:
-  class Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -16,8 +16,6 @@ struct ServerOptions {
   uint16_t port = 29400;                  // 0 picks a free port
   std::vector<std::string> allow;         // CIDRs allowed to connect; empty = everyone
   proto::Limits limits;                   // per-message caps
-  std::chrono::milliseconds idle_timeout{0};  // close silent connections after this (0 = never)
-  int threads = 1;                        // io_context threads (1 keeps the store lock-free)
 };
 
 }  // namespace meshrun::rendezvous

@@ -1,0 +1,114 @@
+// LaunchOptions: everything `meshrun` can be told on its command line, with torchrun's meaning, and the
+// pure function that parses argv (plus torchrun's PET_* environment fallbacks) into it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/endpoint.hpp"
+
+namespace meshrun::launcher {
+
+enum class RdzvBackend { kStatic, kC10d };
+
+/// Which standard streams of a worker a flag applies to: the torchrun bitmask 1=stdout, 2=stderr, 3=both.
+struct StreamMask {
+  int all = 0;                 // applies to every local rank ("-r 3")
+  std::map<int, int> by_rank;  // per local rank ("-r 0:1,1:2"); overrides `all`
+  /// The mask for one local rank.
+  int for_rank(int local_rank) const;
+};
+
+/// --rdzv-conf keys (torchrun's names); times in seconds.
+struct RdzvConf {
+  double join_timeout_s = 600;
+  double last_call_timeout_s = 30;
+  double close_timeout_s = 30;
+  double read_timeout_s = 60;
+  double heartbeat_timeout_s = 5;
+  double keep_alive_interval_s = 1;
+  int keep_alive_max_attempt = 3;
+  std::optional<bool> is_host;  // force (or forbid) hosting the daemon under c10d
+};
+
+struct LaunchOptions {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string nproc_spec = "1";  // as given: N, auto, gpu, cpu, xpu
+  int nproc_per_node = 1;        // resolved from nproc_spec
+  RdzvBackend backend = RdzvBackend::kStatic;
+  std::optional<Endpoint> rdzv_endpoint;  // c10d: where the daemon is (or is to be hosted)
+  std::string run_id = "none";
+  RdzvConf rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;  // empty: no per-rank log files unless --redirects/--tee ask for them
+  StreamMask redirects;
+  StreamMask tee;
+  std::optional<std::set<int>> local_ranks_filter;  // unset: every local rank reaches the console
+  int node_rank = 0;
+  bool node_rank_given = false;
+  std::string master_addr = "127.0.0.1";
+  std::optional<uint16_t> master_port;  // static: unset means 29500 (or a free port when nnodes is 1)
+  std::string local_addr;               // the address other nodes reach this one at; empty = host name
+  std::vector<int> signals_to_handle;   // forwarded to workers
+  double shutdown_timeout_s = 30;       // SIGTERM -> SIGKILL grace when stopping workers
+  std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
+  bool virtual_local_rank = false;      // LOCAL_RANK=0 and one CUDA device per worker
+  std::string log_level = "warn";       // the launcher's own log (spdlog)
+  std::string entrypoint;               // script, module or program
+  std::vector<std::string> args;        // passed to the worker untouched
+};
+
+/// What the command line asked for.
+struct ParseResult {
+  LaunchOptions options;
+  /// Set for --help / --version: print this on stdout and exit 0 without launching.
+  std::optional<std::string> print_and_exit;
+  /// Accepted-but-ignored torchrun options and overridden values, for the caller to print.
+  std::vector<std::string> warnings;
+};
+
+/// Looks up an environment variable (injected so parsing stays pure); nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// Host facts that `--nproc-per-node auto|gpu|cpu` resolve against.
+struct HostInfo {
+  int gpu_count = 0;
+  int cpu_count = 1;
+};
+
+/// Parses `args` (without the program name; a leading "run" is the caller's business). Options not on the
+/// command line come from PET_<NAME> variables as in torchrun. Throws UsageError naming the option on
+/// unknown, malformed or contradictory options.
+ParseResult parse_launch_options(const std::vector<std::string>& args, const EnvLookup& env, const HostInfo& host);
+
+/// "N", "MIN:MAX" -> (min, max); throws UsageError.
+std::pair<int, int> parse_nnodes(const std::string& text);
+/// "3" or "0:1,1:2" -> StreamMask; `flag` names the option in errors.
+StreamMask parse_stream_mask(const std::string& text, const std::string& flag);
+/// "k=v,k=v" -> RdzvConf (starting from defaults); throws UsageError naming an unknown key or bad value.
+RdzvConf parse_rdzv_conf(const std::string& text);
+/// "SIGTERM,SIGINT,USR1,15" -> signal numbers.
+std::vector<int> parse_signal_list(const std::string& text);
+/// N | auto | gpu | cpu | xpu -> a worker count.
+int resolve_nproc_per_node(const std::string& spec, const HostInfo& host);
+
+/// GPUs and CPUs of this machine, without CUDA: /proc/driver/nvidia/gpus, CUDA_VISIBLE_DEVICES, sysconf.
+HostInfo detect_host_info();
+
+/// The default signal list: torchrun's (TERM, INT, HUP, QUIT) plus SLURM's preemption signals USR1/USR2.
+std::vector<int> default_forwarded_signals();
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,305 @@
+#include "proto/store_client.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/byte_codec.hpp"
+#include "proto/request.hpp"
+
+namespace meshrun::proto {
+namespace {
+
+using std::chrono::milliseconds;
+
+int remaining_ms(TimePoint deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1'000'000));
+}
+
+std::string seconds_text(Duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", to_seconds(d));
+  return buf;
+}
+
+// One non-blocking connect to one address, bounded by the deadline.
+int try_connect(const addrinfo* ai, TimePoint deadline, int& err) {
+  UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+  if (!fd.valid()) {
+    err = errno;
+    return -1;
+  }
+  if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      err = errno;
+      return -1;
+    }
+    pollfd p{fd.get(), POLLOUT, 0};
+    int rc = 0;
+    do {
+      rc = ::poll(&p, 1, remaining_ms(deadline));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+      err = ETIMEDOUT;
+      return -1;
+    }
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) return -1;
+  }
+  // Back to blocking mode: reads and writes use poll() for their deadlines.
+  const int flags = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &flags, sizeof flags);
+  err = 0;
+  return fd.release();
+}
+
+}  // namespace
+
+UniqueFd connect_tcp(const Endpoint& endpoint, TimePoint deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  const int gai = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
+  if (gai != 0) {
+    throw ConnectError(ConnectFailure::kResolve, "cannot resolve host '" + endpoint.host + "': " + ::gai_strerror(gai) +
+                                                     " (check the name, /etc/hosts or DNS; an IP address avoids DNS)");
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
+  int err = 0;
+  for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    const int fd = try_connect(ai, deadline, err);
+    if (fd >= 0) return UniqueFd(fd);
+    if (err == ETIMEDOUT) break;
+  }
+  const std::string where = endpoint.to_string();
+  switch (err) {
+    case ECONNREFUSED:
+      throw ConnectError(ConnectFailure::kRefused, "connection to " + where +
+                                                       " refused: nothing is listening there (is the rendezvous "
+                                                       "daemon started, and is the port right?)");
+    case ETIMEDOUT:
+      throw ConnectError(ConnectFailure::kTimeout,
+                         "no answer from " + where +
+                             " before the deadline (packets are dropped: firewall, wrong interface or route?)");
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case EINVAL:
+      throw ConnectError(ConnectFailure::kUnreachable, "cannot reach " + where + ": " + std::strerror(err) +
+                                                           " (no route to that address from this host)");
+    default:
+      throw ConnectError(ConnectFailure::kOther, "cannot connect to " + where + ": " + std::strerror(err));
+  }
+}
+
+StoreClient StoreClient::connect(const Endpoint& endpoint, const ConnectOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options.connect_timeout;
+  // Exponential backoff with jitter while the daemon is not up yet (c10d uses the same idea).
+  std::mt19937 rng(std::random_device{}());
+  auto backoff = milliseconds(50);
+  for (;;) {
+    try {
+      UniqueFd fd = connect_tcp(endpoint, deadline);
+      StoreClient client(std::move(fd), endpoint, options);
+      client.connect_seconds_ = to_seconds(std::chrono::steady_clock::now() - start);
+      ByteWriter w;
+      w.put_u8(static_cast<uint8_t>(QueryType::kValidate));
+      w.put_u32(kValidationMagic);
+      client.send_bytes(w.bytes(), deadline);
+      client.ping(static_cast<uint32_t>(::getpid()));
+      return client;
+    } catch (const ConnectError& e) {
+      const bool retry = options.retry_refused && e.kind() == ConnectFailure::kRefused;
+      if (!retry || std::chrono::steady_clock::now() + backoff >= deadline) throw;
+    }
+    std::uniform_int_distribution<int64_t> jitter(0, backoff.count() / 2);
+    std::this_thread::sleep_for(backoff + milliseconds(jitter(rng)));
+    backoff = std::min(backoff * 2, milliseconds(1000));
+  }
+}
+
+TimePoint StoreClient::op_deadline() const { return std::chrono::steady_clock::now() + options_.op_timeout; }
+
+void StoreClient::send_bytes(const std::string& bytes, TimePoint deadline) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    pollfd p{fd_.get(), POLLOUT, 0};
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) throw TimeoutError("timed out sending to " + endpoint_.to_string());
+    const ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw NetworkError("send to " + endpoint_.to_string() + " failed: " + std::strerror(errno));
+    }
+    sent += static_cast<size_t>(n);
+  }
+}
+
+void StoreClient::recv_exact(void* data, size_t size, TimePoint deadline) {
+  auto* out = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < size) {
+    pollfd p{fd_.get(), POLLIN, 0};
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) throw TimeoutError("no reply from " + endpoint_.to_string() + " before the deadline");
+    const ssize_t n = ::recv(fd_.get(), out + got, size - got, 0);
+    if (n == 0) {
+      throw NetworkError("connection to " + endpoint_.to_string() +
+                         " closed by the peer (the daemon stopped, or it rejected this request)");
+    }
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw NetworkError("receive from " + endpoint_.to_string() + " failed: " + std::strerror(errno));
+    }
+    got += static_cast<size_t>(n);
+  }
+}
+
+std::string StoreClient::recv_string(TimePoint deadline) {
+  uint64_t len = 0;
+  recv_exact(&len, sizeof len, deadline);
+  if (len > (uint64_t{1} << 34)) throw ProtocolError("implausible string length from " + endpoint_.to_string());
+  std::string s(static_cast<size_t>(len), '\0');
+  if (len > 0) recv_exact(s.data(), s.size(), deadline);
+  return s;
+}
+
+int64_t StoreClient::recv_int64(TimePoint deadline) {
+  int64_t v = 0;
+  recv_exact(&v, sizeof v, deadline);
+  return v;
+}
+
+uint8_t StoreClient::recv_u8(TimePoint deadline) {
+  uint8_t v = 0;
+  recv_exact(&v, sizeof v, deadline);
+  return v;
+}
+
+void StoreClient::set(const std::string& key, const std::string& value) {
+  send_bytes(encode_request({.type = QueryType::kSet, .keys = {key}, .values = {value}, .number = 0}), op_deadline());
+}
+
+std::string StoreClient::get(const std::string& key) {
+  wait({key});
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kGet, .keys = {key}, .values = {}, .number = 0}), deadline);
+  return recv_string(deadline);
+}
+
+int64_t StoreClient::add(const std::string& key, int64_t delta) {
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kAdd, .keys = {key}, .values = {}, .number = delta}), deadline);
+  return recv_int64(deadline);
+}
+
+std::string StoreClient::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
+  const auto deadline = op_deadline();
+  send_bytes(
+      encode_request({.type = QueryType::kCompareSet, .keys = {key}, .values = {expected, desired}, .number = 0}),
+      deadline);
+  return recv_string(deadline);
+}
+
+bool StoreClient::check(const std::vector<std::string>& keys) {
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kCheck, .keys = keys, .values = {}, .number = 0}), deadline);
+  return recv_u8(deadline) == static_cast<uint8_t>(CheckResponse::kReady);
+}
+
+void StoreClient::wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(options_.op_timeout);
+  send_bytes(encode_request({.type = QueryType::kWait, .keys = keys, .values = {}, .number = 0}), deadline);
+  try {
+    const uint8_t reply = recv_u8(deadline);
+    if (reply != static_cast<uint8_t>(WaitResponse::kStopWaiting)) {
+      throw ProtocolError("unexpected wait reply " + std::to_string(reply) + " from " + endpoint_.to_string());
+    }
+  } catch (const TimeoutError&) {
+    // Withdraw the wait so the connection stays usable; the server answers WAIT_CANCELED (a
+    // STOP_WAITING may already be in flight if the key appeared at the last moment).
+    const auto cancel_deadline = op_deadline();
+    send_bytes(encode_request({.type = QueryType::kCancelWait, .keys = {}, .values = {}, .number = 0}),
+               cancel_deadline);
+    while (recv_u8(cancel_deadline) != static_cast<uint8_t>(WaitResponse::kWaitCanceled)) {
+    }
+    std::string names;
+    for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
+    throw TimeoutError("wait for key(s) " + names + " on " + endpoint_.to_string() + " timed out after " +
+                       seconds_text(timeout.value_or(options_.op_timeout)));
+  }
+}
+
+bool StoreClient::delete_key(const std::string& key) {
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kDeleteKey, .keys = {key}, .values = {}, .number = 0}), deadline);
+  return recv_int64(deadline) > 0;
+}
+
+int64_t StoreClient::num_keys() {
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kGetNumKeys, .keys = {}, .values = {}, .number = 0}), deadline);
+  return recv_int64(deadline);
+}
+
+void StoreClient::append(const std::string& key, const std::string& value) {
+  send_bytes(encode_request({.type = QueryType::kAppend, .keys = {key}, .values = {value}, .number = 0}),
+             op_deadline());
+}
+
+std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& keys) {
+  wait(keys);
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kMultiGet, .keys = keys, .values = {}, .number = 0}), deadline);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) values.push_back(recv_string(deadline));
+  return values;
+}
+
+void StoreClient::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) throw UsageError("multi_set: keys and values differ in length");
+  send_bytes(encode_request({.type = QueryType::kMultiSet, .keys = keys, .values = values, .number = 0}),
+             op_deadline());
+}
+
+void StoreClient::ping(uint32_t nonce) {
+  const auto deadline = op_deadline();
+  send_bytes(encode_request({.type = QueryType::kPing, .keys = {}, .values = {}, .number = nonce}), deadline);
+  uint32_t echo = 0;
+  recv_exact(&echo, sizeof echo, deadline);
+  if (echo != nonce) {
+    throw ProtocolError(endpoint_.to_string() + " answered a ping with the wrong nonce: not a TCPStore server");
+  }
+}
+
+nlohmann::json StoreClient::meshrun(const nlohmann::json& request, std::optional<Duration> timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(options_.op_timeout);
+  send_bytes(encode_request({.type = QueryType::kMeshrun, .keys = {}, .values = {request.dump()}, .number = 0}),
+             deadline);
+  const std::string text = recv_string(deadline);
+  auto reply = nlohmann::json::parse(text, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    throw ProtocolError("malformed reply from " + endpoint_.to_string() + " to '" +
+                        request.value("op", std::string("?")) + "'");
+  }
+  if (reply.contains("error")) throw RemoteError(reply["error"].get<std::string>());
+  return reply;
+}
+
+}  // namespace meshrun::proto

@@ -1,0 +1,84 @@
+// meshrun-rendezvous: the TCPStore-compatible rendezvous daemon, and its `status` client command.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/endpoint.hpp"
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/version.hpp"
+#include "proto/rendezvous_client.hpp"
+#include "rendezvous/server.hpp"
+#include "rendezvous/status_command.hpp"
+
+namespace {
+
+int run_status(const std::string& endpoint_text, bool as_json, double timeout_s) {
+  using namespace meshrun;
+  const auto endpoint = parse_endpoint(endpoint_text, 29400);
+  proto::ConnectOptions options;
+  options.connect_timeout = from_seconds(timeout_s);
+  options.op_timeout = from_seconds(timeout_s);
+  options.retry_refused = false;
+  proto::RendezvousClient client(proto::StoreClient::connect(endpoint, options));
+  const auto status = client.status();
+  if (as_json) {
+    std::cout << nlohmann::json(status).dump(2) << "\n";
+  } else {
+    rendezvous::print_status_table(status, std::cout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace meshrun;
+  CLI::App app{"meshrun-rendezvous: a TCPStore-compatible rendezvous daemon for meshrun and PyTorch"};
+  app.set_version_flag("--version", std::string("meshrun-rendezvous ") + kVersion);
+  rendezvous::ServerOptions options;
+  std::string log_level = "info";
+  size_t max_message_bytes = options.limits.max_value_bytes;
+  app.add_option("--host", options.host, "Address to listen on (0.0.0.0 = all IPv4, :: = all IPv6)")
+      ->capture_default_str();
+  app.add_option("--port", options.port, "Port to listen on; 0 picks a free one (printed on the first line)")
+      ->capture_default_str();
+  app.add_option("--allow", options.allow, "Only accept peers in this CIDR (repeatable), e.g. 10.0.0.0/8");
+  app.add_option("--max-message-bytes", max_message_bytes, "Largest value or payload accepted in one request")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 32));
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+
+  auto* status_cmd = app.add_subcommand("status", "Print the runs, rounds and nodes of a running daemon");
+  std::string endpoint = "127.0.0.1:29400";
+  bool as_json = false;
+  double timeout_s = 5;
+  status_cmd->add_option("--endpoint", endpoint, "Daemon to ask, HOST[:PORT]")->capture_default_str();
+  status_cmd->add_flag("--json", as_json, "Print JSON instead of a table");
+  status_cmd->add_option("--timeout", timeout_s, "Seconds to wait for the daemon")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (status_cmd->parsed()) return run_status(endpoint, as_json, timeout_s);
+    init_logging("rendezvous", log_level);
+    options.limits.max_value_bytes = max_message_bytes;
+    rendezvous::Server server(options);
+    std::cout << "listening on " << Endpoint{options.host, server.port()}.to_string() << std::endl;
+    spdlog::info("meshrun-rendezvous {} listening on {}:{}", kVersion, options.host, server.port());
+    server.run(/*handle_signals=*/true);
+    spdlog::info("stopped");
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "meshrun-rendezvous: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "meshrun-rendezvous: " << e.what() << "\n";
+    return 1;
+  }
+}

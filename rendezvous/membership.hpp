@@ -1,0 +1,103 @@
+// Membership: the rendezvous rounds of every run, as a pure state machine over an injected Clock.
+// The server feeds it requests and calls tick() periodically; tests drive it with a FakeClock.
+//
+// Per run:
+//   OPEN    nodes join. Closes when max_nodes joined, or when min_nodes joined and the last-call
+//           window passed with no new joiner, or when every survivor of the previous round is back.
+//   CLOSED  ranks assigned. Joiners go to the wait list. The round is invalidated (round+1, OPEN
+//           again, survivors must re-join) when: a node misses heartbeats past its keep-alive timeout,
+//           a node reports a worker failure, a node leaves unsuccessfully, or a node is waiting and
+//           the round has room (scale-up). If the survivors of a death are fewer than min_nodes the
+//           run FAILS with a message naming the dead node.
+//   FINISHED every node left successfully; the run is forgotten.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "proto/rendezvous_messages.hpp"
+
+namespace meshrun::rendezvous {
+
+class Membership {
+ public:
+  explicit Membership(const Clock& clock) : clock_(clock) {}
+
+  /// Adds a node to the run's current (or, when closed, next) round. Returns the node id.
+  /// Throws RemoteError for conflicting requests (duplicate node rank, inconsistent sizes).
+  std::string join(const proto::JoinRequest& request);
+  /// The node's status now: assigned, failed, or waiting (with progress).
+  proto::AwaitReply poll(const std::string& run_id, const std::string& node_id) const;
+  /// True when poll() would return something other than "waiting" (cheap).
+  bool settled(const std::string& run_id, const std::string& node_id) const;
+  /// Marks a node as blocked in an await (it is alive while it waits).
+  void set_awaiting(const std::string& run_id, const std::string& node_id, bool awaiting);
+  proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id);
+  void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason);
+  void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
+  /// Applies deadlines (last call, keep-alive expiry, join timeouts). Returns true if anything changed.
+  bool tick();
+
+  /// Status of all runs (or one). Keys counts are filled in by the server.
+  std::vector<proto::RunStatus> status(const std::string& run_id = "") const;
+  /// Runs whose store port the server must keep; the server sets it once per run.
+  void set_master_port(const std::string& run_id, int port);
+  int master_port(const std::string& run_id) const;
+  /// Runs that finished (all nodes left) since the last call; the server frees their store port.
+  std::vector<std::string> take_finished_runs();
+  bool has_run(const std::string& run_id) const { return runs_.count(run_id) != 0; }
+  /// Increments whenever some await may have become settled (round closed or invalidated, errors).
+  uint64_t version() const { return version_; }
+
+ private:
+  struct Node {
+    proto::JoinRequest request;
+    std::string id;
+    TimePoint joined_at;
+    TimePoint last_seen;
+    bool awaiting = false;
+    bool finished = false;  // left successfully: no more heartbeats expected
+    int group_rank = -1;
+    std::string error;  // set when this node's join failed (timeout, conflict)
+  };
+  struct Run {
+    std::string id;
+    int min_nodes = 1;
+    int max_nodes = 1;
+    int64_t round = 0;
+    bool closed = false;
+    std::string fatal_error;                 // non-empty: the run failed for everyone
+    std::vector<std::string> participants;   // node ids of the current round, in join order
+    std::vector<std::string> waiting;        // joined while closed: admitted next round
+    std::map<std::string, Node> nodes;       // participants + waiting
+    std::map<std::string, int> expected_back;  // "host/pid" of survivors of the last round -> count
+    std::optional<TimePoint> last_call_deadline;
+    std::vector<std::string> duplicate_ranks;
+    std::vector<proto::NodeInfo> assigned;   // snapshot at close, group-rank order
+    std::string last_event;
+    int master_port = 0;
+    int finished_nodes = 0;
+    uint64_t next_node = 0;
+  };
+
+  Run& run_for_join(const proto::JoinRequest& request);
+  void maybe_close(Run& run);
+  void close_round(Run& run);
+  void invalidate(Run& run, const std::string& reason, bool death);
+  void remove_node(Run& run, const std::string& node_id);
+  proto::NodeInfo info(const Node& node) const;
+  std::vector<int> missing_ranks(const Run& run) const;
+  const Run* find_run(const std::string& run_id) const;
+  Run* find_run(const std::string& run_id);
+
+  const Clock& clock_;
+  std::map<std::string, Run> runs_;
+  std::vector<std::string> finished_;
+  uint64_t version_ = 0;
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,46 @@
+#include "rendezvous/status_command.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace meshrun::rendezvous {
+namespace {
+
+std::string join_ints(const std::vector<int>& v) {
+  return v.empty() ? "-" : fmt::format("{}", fmt::join(v, ","));
+}
+
+void print_nodes(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
+  out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>10}  {}\n", "rank", "host", "addr", "workers", "pid",
+                     "heartbeat", "state");
+  for (const auto& n : nodes) {
+    out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>9.1f}s  {}\n",
+                       n.group_rank >= 0 ? std::to_string(n.group_rank) : "-", n.host, n.addr, n.local_world_size,
+                       n.pid, n.since_heartbeat_s, n.alive ? "alive" : "DEAD");
+  }
+}
+
+}  // namespace
+
+void print_status_table(const proto::StatusReply& s, std::ostream& out) {
+  out << fmt::format("{} {}: up {:.0f} s, {} connection(s), {} key(s) in the shared store\n", s.server, s.version,
+                     s.uptime_s, s.connections, s.keys);
+  if (s.runs.empty()) {
+    out << "no runs\n";
+    return;
+  }
+  for (const auto& run : s.runs) {
+    out << fmt::format("run '{}': round {}, {}, nodes {}:{}, store port {}, {} key(s)\n", run.run_id, run.round,
+                       run.state, run.min_nodes, run.max_nodes, run.master_port, run.keys);
+    print_nodes(run.nodes, out);
+    if (!run.waiting.empty()) {
+      out << "  waiting for the next round:\n";
+      print_nodes(run.waiting, out);
+    }
+    out << "  missing node ranks: " << join_ints(run.missing_ranks) << "\n";
+    for (const auto& dup : run.duplicate_ranks) out << "  DUPLICATE " << dup << "\n";
+    out << "  last event: " << run.last_event << "\n";
+  }
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,212 @@
+#include "trainer/communicator.hpp"
+
+#include <chrono>
+#include <cstdlib>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "common/error.hpp"
+#include "trainer/nccl_backend.hpp"
+
+namespace meshrun::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<::gloo::transport::Device> make_gloo_device(const DistEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // A loopback master means a single-node job: bind to loopback instead of resolving the hostname.
+  if (env.master_addr.rfind("127.", 0) == 0 || env.master_addr == "localhost") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+std::string store_get(c10d::Store& store, const std::string& key) {
+  const auto bytes = store.get(key);
+  return {bytes.begin(), bytes.end()};
+}
+
+void store_set(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+// Waits for `keys`; on timeout names the ranks whose key never appeared.
+void wait_for_ranks(c10d::Store& store, const std::vector<std::string>& keys, const std::vector<int>& ranks,
+                    std::chrono::milliseconds timeout) {
+  try {
+    store.wait(keys, timeout);
+  } catch (const c10::Error&) {
+    std::string missing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!store.check({keys[i]})) missing += (missing.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    }
+    throw TimeoutError("start-up check: rank(s) " + (missing.empty() ? std::string("?") : missing) +
+                       " did not arrive within system.timeout_s=" + std::to_string(timeout.count() / 1000) +
+                       "s (a worker failed to start, or ranks disagree on WORLD_SIZE)");
+  }
+}
+
+}  // namespace
+
+void check_rank_consistency(c10d::Store& store, const DistEnv& env, const TrainerConfig& config,
+                            std::chrono::milliseconds timeout) {
+  const nlohmann::json mine = {{"world_size", env.world_size}, {"hash", config_hash(config)}, {"config", config.merged}};
+  store_set(store, "check/rank" + std::to_string(env.rank), mine.dump());
+
+  auto compare = [&](const nlohmann::json& theirs, int their_rank) -> std::string {
+    const int theirs_ws = theirs.at("world_size").get<int>();
+    if (theirs_ws != env.world_size) {
+      return "rank " + std::to_string(their_rank) + " has WORLD_SIZE=" + std::to_string(theirs_ws) + " but rank " +
+             std::to_string(env.rank) + " has WORLD_SIZE=" + std::to_string(env.world_size);
+    }
+    if (theirs.at("hash").get<uint64_t>() != config_hash(config)) {
+      return "rank " + std::to_string(their_rank) + "'s config differs from rank " + std::to_string(env.rank) +
+             "'s at: " + config_diff(theirs.at("config"), config.merged);
+    }
+    return "";
+  };
+
+  if (env.rank == 0) {
+    std::vector<std::string> keys;
+    std::vector<int> ranks;
+    for (int r = 1; r < env.world_size; ++r) {
+      keys.push_back("check/rank" + std::to_string(r));
+      ranks.push_back(r);
+    }
+    std::string verdict;
+    try {
+      if (!keys.empty()) wait_for_ranks(store, keys, ranks, timeout);
+      for (size_t i = 0; i < keys.size() && verdict.empty(); ++i) {
+        verdict = compare(nlohmann::json::parse(store_get(store, keys[i])), ranks[i]);
+      }
+    } catch (const TimeoutError& e) {
+      verdict = e.what();
+    }
+    store_set(store, "check/verdict", verdict.empty() ? "ok" : verdict);
+    if (!verdict.empty()) throw Error("ranks disagree, refusing to start: " + verdict);
+    return;
+  }
+  wait_for_ranks(store, {"check/rank0"}, {0}, timeout);
+  const std::string own = compare(nlohmann::json::parse(store_get(store, "check/rank0")), 0);
+  if (!own.empty()) throw Error("ranks disagree, refusing to start: " + own);
+  wait_for_ranks(store, {"check/verdict"}, {0}, timeout);
+  const std::string verdict = store_get(store, "check/verdict");
+  if (verdict != "ok") throw Error("ranks disagree, refusing to start (rank 0's verdict): " + verdict);
+}
+
+std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const TrainerConfig& config,
+                                                   const at::Device& device) {
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->native_reduce_scatter_ = config.fsdp.native_reduce_scatter;
+  if (!env.distributed) return comm;
+  comm->rank_ = env.rank;
+  comm->world_size_ = env.world_size;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.system.timeout_s * 1000));
+
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(env.master_port);
+  options.isServer = false;  // the rendezvous daemon (meshrun-rendezvous) is the server
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  } catch (const c10::Error& e) {
+    throw NetworkError("cannot reach the store at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                       " (is meshrun-rendezvous running?): " + e.what_without_backtrace());
+  }
+  comm->store_ = c10::make_intrusive<c10d::PrefixStore>("meshrun/trainer/" + env.restart_count, tcp);
+  check_rank_consistency(*comm->store_, env, config, timeout);
+
+  const bool cuda = device.is_cuda();
+  const std::string backend = config.system.backend == "auto" ? (cuda ? "nccl" : "gloo") : config.system.backend;
+  if (backend == "nccl") {
+    if (!cuda) throw UsageError("system.backend=nccl needs system.device=cuda");
+    comm->backend_ = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", comm->store_), env.rank,
+                                       env.world_size, env.local_rank, timeout);
+  } else {
+    if (cuda) throw UsageError("system.backend=gloo with system.device=cuda is not supported: use nccl");
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    gloo_options->devices.push_back(make_gloo_device(env));
+    gloo_options->threads = 2;
+    comm->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("gloo", comm->store_), env.rank, env.world_size, gloo_options);
+  }
+  comm->backend_name_ = backend;
+  return comm;
+}
+
+Communicator::~Communicator() = default;
+
+PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) {
+  PendingOp op{nullptr, out, in, {}};
+  if (!backend_) {
+    op.output.copy_(in);
+    return op;
+  }
+  op.work = backend_->_allgather_base(op.output, op.input);
+  return op;
+}
+
+PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& in) {
+  PendingOp op{nullptr, out, in, {}};
+  if (!backend_) {
+    op.output.copy_(in);
+    return op;
+  }
+  if (native_reduce_scatter_) {
+    op.work = backend_->_reduce_scatter_base(op.output, op.input);
+  } else {
+    // Reduce-scatter as all-reduce + keep the local chunk: correct for any backend, 2x the traffic.
+    op.staging = in;
+    std::vector<at::Tensor> tensors{op.staging};
+    op.work = backend_->allreduce(tensors);
+  }
+  return op;
+}
+
+PendingOp Communicator::all_reduce(const at::Tensor& t) {
+  PendingOp op{nullptr, t, {}, {}};
+  if (!backend_) return op;
+  std::vector<at::Tensor> tensors{t};
+  op.work = backend_->allreduce(tensors);
+  return op;
+}
+
+void Communicator::wait(PendingOp& op) {
+  if (op.work) {
+    const auto start = Clock::now();
+    op.work->wait();
+    comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    op.work.reset();
+  }
+  if (op.staging.defined()) {
+    const int64_t n = op.output.numel();
+    op.output.copy_(op.staging.narrow(0, static_cast<int64_t>(rank_) * n, n));
+    op.staging = at::Tensor();
+  }
+}
+
+void Communicator::broadcast(const at::Tensor& t, int root) {
+  if (!backend_) return;
+  std::vector<at::Tensor> tensors{t};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  const auto start = Clock::now();
+  backend_->broadcast(tensors, opts)->wait();
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Communicator::take_comm_seconds() {
+  const double s = comm_seconds_;
+  comm_seconds_ = 0.0;
+  return s;
+}
+
+}  // namespace meshrun::trainer

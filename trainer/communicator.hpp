@@ -1,0 +1,79 @@
+// Communicator: the process group the FSDP layer talks to. It bootstraps from DistEnv through a c10d
+// TCPStore client pointed at the rendezvous daemon (MASTER_ADDR:MASTER_PORT), checks that every rank
+// runs the same config and world size, then builds ProcessGroupGloo (CPU) or ProcessGroupNCCL (CUDA).
+// A single process gets a communicator whose collectives are local copies.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include "trainer/config.hpp"
+#include "trainer/dist_env.hpp"
+
+namespace c10d {
+class Backend;
+class Store;
+class Work;
+}  // namespace c10d
+
+namespace meshrun::trainer {
+
+/// An issued collective. Tensors are kept alive until the work completes.
+struct PendingOp {
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor output;
+  at::Tensor input;
+  at::Tensor staging;  // reduce-scatter fallback: the full all-reduced buffer
+  bool valid() const { return output.defined(); }
+};
+
+class Communicator {
+ public:
+  /// Single process, or store + consistency check + backend. Throws UsageError / TimeoutError /
+  /// meshrun::Error with the culprit named.
+  static std::unique_ptr<Communicator> create(const DistEnv& env, const TrainerConfig& config,
+                                              const at::Device& device);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& backend_name() const { return backend_name_; }
+
+  /// out[world*n] <- concat of every rank's in[n].
+  PendingOp all_gather(const at::Tensor& out, const at::Tensor& in);
+  /// out[n] <- rank's chunk of the sum over ranks of in[world*n].
+  PendingOp reduce_scatter(const at::Tensor& out, const at::Tensor& in);
+  /// t <- sum over ranks of t.
+  PendingOp all_reduce(const at::Tensor& t);
+  /// Blocks until `op` completes; the blocked time counts as exposed communication.
+  void wait(PendingOp& op);
+  void broadcast(const at::Tensor& t, int root);
+
+  /// Seconds spent blocked in wait() since the last call (exposed, i.e. not overlapped, communication).
+  double take_comm_seconds();
+
+ private:
+  Communicator() = default;
+
+  int rank_ = 0;
+  int world_size_ = 1;
+  std::string backend_name_ = "none";
+  bool native_reduce_scatter_ = true;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  double comm_seconds_ = 0.0;
+};
+
+/// Publishes this rank's world size and merged config under the store and compares: rank 0 checks every
+/// rank and publishes a verdict, the others compare with rank 0 and wait for it. Throws meshrun::Error
+/// naming the rank and the differing keys, or TimeoutError naming the ranks that never arrived.
+void check_rank_consistency(c10d::Store& store, const DistEnv& env, const TrainerConfig& config,
+                            std::chrono::milliseconds timeout);
+
+}  // namespace meshrun::trainer

@@ -1,0 +1,117 @@
+// TrainerConfig: the typed view of a trainer JSON config. Every key has a default and a one-line
+// description (config_key_docs); unknown keys are rejected by name, `--set a.b=v` overrides any key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace meshrun::trainer {
+
+enum class ShardingStrategy { FullShard, ShardGradOp, NoShard };
+enum class DType { Float32, BFloat16, Float16 };
+
+struct ModelConfig {
+  std::string name;
+  int64_t vocab_size = 256;
+  int64_t dim = 128;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 0;  // 0: same as n_heads
+  int64_t ffn_hidden = 0;  // 0: the Llama rule (2/3 * 4 * dim rounded up to ffn_multiple_of)
+  int64_t ffn_multiple_of = 32;
+  int64_t max_seq_len = 256;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = true;
+  double init_std = 0.02;
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t head_dim() const { return dim / n_heads; }
+  int64_t ffn_dim() const;
+};
+
+struct DataConfig {
+  std::string format = "text";  // text | bin_u16 | bin_u32
+  std::string path;
+  std::vector<std::string> exclude;  // file-name patterns skipped when path is a directory
+  double val_fraction = 0.05;
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int64_t global_batch_size = 8;  // sequences per micro-batch, summed over ranks
+  int64_t seq_len = 128;
+  int64_t grad_accum_steps = 1;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  uint64_t seed = 1234;
+  int64_t log_interval = 10;
+  int64_t eval_interval = 0;  // 0 disables validation
+  int64_t eval_batches = 4;
+  int64_t sample_tokens = 64;
+  std::string sample_prompt = "The ";
+};
+
+struct FsdpConfig {
+  ShardingStrategy strategy = ShardingStrategy::FullShard;
+  DType param_dtype = DType::Float32;
+  DType reduce_dtype = DType::Float32;
+  bool prefetch = true;
+  bool native_reduce_scatter = true;  // false: all-reduce + local chunk (2x traffic), for comparison
+};
+
+struct SystemConfig {
+  std::string device = "auto";  // auto | cpu | cuda
+  std::string backend = "auto";  // auto | gloo | nccl
+  int64_t threads = 0;            // 0: OMP_NUM_THREADS, else cores / LOCAL_WORLD_SIZE
+  double peak_flops = 1e11;       // per rank, for MFU
+  double timeout_s = 120.0;
+};
+
+struct OutputConfig {
+  std::string dir;  // "" : no files; else metrics.jsonl, rank<R>.json, params.bin
+  bool dump_params = false;
+  bool progress_bar = true;
+};
+
+struct TrainerConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  FsdpConfig fsdp;
+  SystemConfig system;
+  OutputConfig output;
+  /// The fully merged JSON (defaults + file + overrides); its dump is what ranks compare.
+  nlohmann::json merged;
+};
+
+/// Every key with its default value, as nested JSON.
+nlohmann::json config_defaults();
+/// "section.key" -> description, for docs and --help.
+std::vector<std::pair<std::string, std::string>> config_key_docs();
+
+/// Merges `user` over the defaults, applies `overrides` ("a.b=value"; value parsed as JSON, else a
+/// string), validates. `origin` names the source in error messages. Throws UsageError.
+TrainerConfig make_config(const nlohmann::json& user, const std::vector<std::string>& overrides,
+                          const std::string& origin);
+/// Reads and parses a JSON file, then make_config. Throws UsageError naming the file.
+TrainerConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+/// A stable 64-bit hash of the merged config (FNV-1a over its canonical dump).
+uint64_t config_hash(const TrainerConfig& config);
+/// "a.b (x vs y), ..." for every leaf that differs between two merged configs; empty when equal.
+std::string config_diff(const nlohmann::json& a, const nlohmann::json& b);
+
+std::string to_string(ShardingStrategy s);
+std::string to_string(DType d);
+
+}  // namespace meshrun::trainer

@@ -1,0 +1,58 @@
+// TokenDataset: the training corpus as one flat sequence of token ids, with a held-out tail for
+// validation. Sources: flat .bin files of uint16/uint32 ids (nanoGPT layout, memory-mapped) or UTF-8
+// text read as bytes (byte-level tokenizer: token id = byte value, vocab 256).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/config.hpp"
+
+namespace meshrun::trainer {
+
+enum class Split { Train, Val };
+
+class TokenDataset {
+ public:
+  /// Opens data.path; throws UsageError naming the path when it is missing, empty or malformed.
+  explicit TokenDataset(const DataConfig& config);
+  ~TokenDataset();
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+
+  int64_t size() const { return size_; }
+  int64_t split_size(Split split) const { return split == Split::Train ? train_size_ : size_ - train_size_; }
+  uint32_t token(Split split, int64_t i) const;
+  /// Largest token id in the first million tokens (for checking against model.vocab_size).
+  uint32_t max_token_sampled() const;
+  const std::vector<std::string>& files() const { return files_; }
+
+ private:
+  std::vector<std::string> files_;
+  std::vector<uint8_t> bytes_;     // text: the concatenated files
+  const uint8_t* mapped_ = nullptr;  // bin: the mmap'd file
+  size_t mapped_len_ = 0;
+  int width_ = 1;  // bytes per token
+  int64_t size_ = 0;
+  int64_t train_size_ = 0;
+};
+
+/// The windows of one micro-batch: the sequence of global batches depends only on (seed, index), and a
+/// rank takes sequences [rank*B/N, (rank+1)*B/N) of each, so any world size sees the same global batch.
+struct MicroBatch {
+  int64_t batch = 0;           // local sequences
+  int64_t seq_len = 0;
+  std::vector<int64_t> inputs;   // batch * seq_len
+  std::vector<int64_t> targets;  // batch * seq_len (inputs shifted by one)
+};
+
+MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t seed, int64_t global_index,
+                              int64_t global_batch, int64_t seq_len, int rank, int world_size);
+
+/// Byte-level tokenizer for text data.
+std::vector<int64_t> encode_bytes(const std::string& text);
+std::string decode_bytes(const std::vector<int64_t>& tokens);
+
+}  // namespace meshrun::trainer

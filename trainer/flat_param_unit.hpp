@@ -1,0 +1,114 @@
+// FlatParamUnit: one FSDP unit. Its parameters live in one flat buffer padded to a multiple of the world
+// size; this rank owns one contiguous fp32 chunk (the master weights) and its gradient. Flat shards (the
+// FSDP1 layout) make each unit's communication a single all-gather / reduce-scatter call.
+//
+// The unsharded buffer is a c10::Storage whose memory comes and goes: autograd keeps views of it for
+// backward, so the storage object lives on while its bytes are freed after forward (FULL_SHARD) and
+// re-gathered just before the unit's backward. Two autograd nodes place the communication:
+//   GatherParams (between a per-unit anchor leaf and the buffer): its backward receives the gradient of the
+//     whole flat buffer once, and reduce-scatters it (post-backward);
+//   PreBackward (identity on the unit's output): its backward runs before the unit's own backward nodes,
+//     and re-gathers the parameters and prefetches the previous unit (pre-backward).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
+
+#include "trainer/communicator.hpp"
+#include "trainer/config.hpp"
+#include "trainer/model.hpp"
+
+namespace meshrun::trainer {
+
+/// Live and peak bytes of unsharded (gathered) parameters, shared by all units of a model.
+struct GatheredBytes {
+  int64_t live = 0;
+  int64_t peak = 0;
+  void add(int64_t n) {
+    live += n;
+    if (live > peak) peak = live;
+  }
+};
+
+struct UnitOptions {
+  ShardingStrategy strategy = ShardingStrategy::FullShard;
+  at::ScalarType param_dtype = at::kFloat;
+  at::ScalarType reduce_dtype = at::kFloat;
+  bool prefetch = true;
+  bool reshard_after_forward = true;  // false for the root: its backward follows its forward at once
+};
+
+class FlatParamUnit {
+ public:
+  /// `full_init` is the unit's full fp32 parameters (identical on every rank); only the local chunk is kept.
+  FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communicator& comm, UnitOptions options,
+                GatheredBytes& gathered, const at::Device& device);
+  FlatParamUnit(const FlatParamUnit&) = delete;
+  FlatParamUnit& operator=(const FlatParamUnit&) = delete;
+
+  const UnitSpec& spec() const { return spec_; }
+  /// Gathers (or waits for a prefetch) and returns the parameter views in spec order; with grad mode
+  /// on, the views are connected to the post-backward node.
+  std::vector<at::Tensor> pre_forward();
+  /// Frees the unsharded buffer when the strategy says so and attaches the pre-backward node to `out`.
+  at::Tensor post_forward(const at::Tensor& out);
+  /// Issues the all-gather now; pre_forward / pre_backward wait for it.
+  void prefetch();
+  /// Frees the unsharded buffer (no-op when it aliases the shard).
+  void reshard();
+  /// The unit whose parameters to prefetch when this unit's backward starts.
+  void set_backward_prefetch(FlatParamUnit* previous) { backward_prefetch_ = previous; }
+  /// false: keep gradients locally (accumulate, no communication) until a step with sync.
+  void set_requires_grad_sync(bool sync) { sync_ = sync; }
+  /// Waits for this step's gradient reduction and adds it into shard_grad().
+  void finish_grad_sync();
+
+  at::Tensor& shard() { return shard_; }
+  at::Tensor& shard_grad() { return shard_grad_; }
+  /// [begin, end) ranges of the local shard that receive weight decay.
+  const std::vector<std::pair<int64_t, int64_t>>& decay_ranges() const { return decay_ranges_; }
+  /// The full fp32 parameters (collective: every rank must call), without padding.
+  at::Tensor full_fp32();
+
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return padded_numel_; }
+  int64_t unsharded_grad_bytes() const;
+
+  // Called by the autograd nodes.
+  void pre_backward();
+  void post_backward(const at::Tensor& flat_grad);
+
+ private:
+  void materialize();
+  bool sharded() const { return sharded_; }
+
+  UnitSpec spec_;
+  Communicator& comm_;
+  UnitOptions options_;
+  GatheredBytes& gathered_;
+  at::Device device_;
+  bool sharded_ = true;         // false: NO_SHARD or world size 1 (the shard is the full buffer)
+  bool aliased_ = false;        // the unsharded buffer is the fp32 shard itself: never freed or copied
+  int64_t numel_ = 0;
+  int64_t padded_numel_ = 0;
+  int64_t shard_numel_ = 0;
+  int64_t shard_offset_ = 0;
+  std::vector<int64_t> split_sizes_;
+  std::vector<std::pair<int64_t, int64_t>> decay_ranges_;
+
+  at::Tensor shard_;       // fp32 master weights, this rank's chunk
+  at::Tensor shard_grad_;  // fp32
+  at::Tensor anchor_;      // leaf that requires grad, so the post-backward node is part of the graph
+  c10::Storage storage_;   // the unsharded buffer (param dtype); bytes freed / re-gathered
+  bool materialized_ = false;
+  PendingOp pending_gather_;
+  PendingOp pending_reduce_;
+  at::Tensor grad_accum_;  // unsharded gradient kept across micro-batches without sync
+  bool sync_ = true;
+  FlatParamUnit* backward_prefetch_ = nullptr;
+};
+
+}  // namespace meshrun::trainer

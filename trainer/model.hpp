@@ -1,0 +1,59 @@
+// The Llama-style decoder described as FSDP units: token embedding, N blocks (RMSNorm, causal
+// self-attention with rotary positions and optional grouped KV heads, SwiGLU MLP), final RMSNorm and a
+// tied or untied head. Parameters are not owned here: forward functions take views of a unit's flat
+// buffer, so the sharding layer decides where the memory lives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "trainer/config.hpp"
+
+namespace meshrun::trainer {
+
+enum class InitKind { Normal, ScaledNormal, Ones };
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  InitKind init = InitKind::Normal;
+  bool decay = true;  // weight decay applies (matrices yes, norm gains no)
+  int64_t numel() const;
+};
+
+struct UnitSpec {
+  std::string name;  // "root" or "block<i>"
+  std::vector<ParamSpec> params;
+  int64_t numel() const;
+};
+
+/// Unit 0 is the root (embedding, final norm, untied head); units 1..n_layers are the blocks.
+std::vector<UnitSpec> build_unit_specs(const ModelConfig& config);
+
+/// The full fp32 parameters of one unit, flattened in spec order, deterministic in (seed, unit index):
+/// every rank produces the same values whatever the world size.
+at::Tensor init_unit(const UnitSpec& spec, const ModelConfig& config, uint64_t seed, int64_t unit_index);
+
+int64_t count_params(const ModelConfig& config);
+/// Training FLOPs per token: 6 * (matmul params) + 12 * n_layers * dim * seq_len (attention scores).
+double train_flops_per_token(const ModelConfig& config, int64_t seq_len);
+
+/// cos/sin tables [seq_len, head_dim] for rotary embeddings, in `dtype`.
+struct Rope {
+  at::Tensor cos;
+  at::Tensor sin;
+};
+Rope make_rope(const ModelConfig& config, int64_t seq_len, at::ScalarType dtype, const at::Device& device);
+
+/// tokens [B, T] int64 -> hidden [B, T, dim]. `root` are the root unit's parameter views.
+at::Tensor embed_forward(const at::Tensor& tokens, const std::vector<at::Tensor>& root);
+/// One transformer block; `p` are the block unit's parameter views in spec order.
+at::Tensor block_forward(const at::Tensor& x, const std::vector<at::Tensor>& p, const Rope& rope,
+                         const ModelConfig& config);
+/// Final norm + head -> logits [B, T, vocab] in the compute dtype.
+at::Tensor head_forward(const at::Tensor& x, const std::vector<at::Tensor>& root, const ModelConfig& config);
+
+}  // namespace meshrun::trainer
