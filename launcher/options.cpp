@@ -296,7 +296,6 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
 
   CLI::App app{"meshrun: a drop-in torchrun replacement; starts workers in milliseconds and supervises them.",
                "meshrun"};
-  app.usage("meshrun [OPTIONS] ENTRYPOINT [ARGS...]");
   app.footer(help_footer());
   // Stop at the entrypoint: everything from it on belongs to the worker.
   app.prefix_command();

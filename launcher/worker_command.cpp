@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <string_view>
+
 namespace meshrun::launcher {
 namespace {
 
@@ -25,9 +27,12 @@ std::optional<std::string> find_executable(const std::string& name, const std::s
   size_t start = 0;
   while (start <= path_env.size()) {
     const auto colon = path_env.find(':', start);
-    std::string dir = path_env.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
+    const std::string_view entry =
+        std::string_view(path_env).substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string_view dir = entry.empty() ? std::string_view(".") : entry;  // empty entry = current folder
+    std::string candidate;
+    candidate.reserve(dir.size() + 1 + name.size());
+    candidate.append(dir).append(1, '/').append(name);
     if (is_executable_file(candidate)) return candidate;
     if (colon == std::string::npos) break;
     start = colon + 1;

@@ -79,8 +79,8 @@ struct AwaitReply {
   double join_timeout_s = 0;
   // assigned:
   Assignment assignment;
-  // failed:
-  std::string error;
+  // failed: why (named "reason", not "error": an "error" member marks a refused request)
+  std::string reason;
 };
 
 struct HeartbeatReply {
@@ -124,7 +124,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, l
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
                                                 rank_offset, master_addr, master_port, nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
-                                                waited_s, join_timeout_s, assignment, error)
+                                                waited_s, join_timeout_s, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, waiting_nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 missing_ranks, duplicate_ranks, last_event, master_port, keys)

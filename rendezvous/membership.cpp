@@ -149,12 +149,12 @@ void Membership::close_round(Run& run) {
   run.last_event = fmt::format("round {} closed with {} node(s)", run.round, n);
 }
 
-void Membership::invalidate(Run& run, const std::string& reason, bool death) {
+void Membership::invalidate(Run& run, const std::string& reason, std::string lost_node) {
   // Survivors of the closed round must re-join; late joiners carry over into the new round.
   std::map<std::string, int> survivors;
   for (const auto& id : run.participants) {
     const Node& node = run.nodes.at(id);
-    ++survivors[identity(node.request)];
+    if (id != lost_node && !node.finished) ++survivors[identity(node.request)];
     run.nodes.erase(id);
   }
   run.participants = run.waiting;
@@ -168,7 +168,7 @@ void Membership::invalidate(Run& run, const std::string& reason, bool death) {
   run.last_event = reason;
   int alive = static_cast<int>(run.participants.size());
   for (const auto& [who, count] : survivors) alive += count;
-  if (death && alive < run.min_nodes) {
+  if (!lost_node.empty() && alive < run.min_nodes) {
     run.fatal_error = fmt::format("{}; {} node(s) remain, fewer than the minimum of {}", reason, alive, run.min_nodes);
     run.last_event = run.fatal_error;
   }
@@ -237,26 +237,26 @@ proto::AwaitReply Membership::poll(const std::string& run_id, const std::string&
   const Run* run = find_run(run_id);
   if (run == nullptr) {
     reply.status = "failed";
-    reply.error = "run '" + run_id + "' is not known to this daemon (it finished, failed, or the daemon restarted)";
+    reply.reason = "run '" + run_id + "' is not known to this daemon (it finished, failed, or the daemon restarted)";
     return reply;
   }
   reply.min_nodes = run->min_nodes;
   reply.max_nodes = run->max_nodes;
   if (!run->fatal_error.empty()) {
     reply.status = "failed";
-    reply.error = run->fatal_error;
+    reply.reason = run->fatal_error;
     return reply;
   }
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end()) {
     reply.status = "failed";
-    reply.error = "node " + node_id + " is no longer part of run '" + run_id + "': " + run->last_event;
+    reply.reason = "node " + node_id + " is no longer part of run '" + run_id + "': " + run->last_event;
     return reply;
   }
   const Node& self = it->second;
   if (!self.error.empty()) {
     reply.status = "failed";
-    reply.error = self.error;
+    reply.reason = self.error;
     return reply;
   }
   const bool participant =
@@ -320,8 +320,7 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
   if (!run->waiting.empty() && static_cast<int>(run->participants.size()) < run->max_nodes) {
     const Node& newcomer = run->nodes.at(run->waiting.front());
-    invalidate(*run, fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)),
-               false);
+    invalidate(*run, fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
     reply.action = "restart";
     reply.reason = run->last_event;
     reply.round = run->round;
@@ -338,8 +337,7 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
       std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
   if (!participant) return;  // already restarting
   invalidate(*run, fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host,
-                               reason),
-             false);
+                               reason));
 }
 
 void Membership::leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok) {
@@ -363,8 +361,8 @@ void Membership::leave(const std::string& run_id, const std::string& node_id, co
     return;
   }
   if (run->closed && participant) {
-    invalidate(*run, fmt::format("{} left: {}", who, reason), true);
-    if (run->fatal_error.empty()) return;
+    invalidate(*run, fmt::format("{} left: {}", who, reason), node_id);
+    return;
   }
   remove_node(*run, node_id);
   if (run->nodes.empty() && run->participants.empty()) {
@@ -386,9 +384,9 @@ bool Membership::tick() {
         const double silent = to_seconds(now - node.last_seen);
         if (silent > node.request.keep_alive_timeout_s) {
           invalidate(run,
-                     fmt::format("node {} ({}) is dead: no heartbeat for {:.1f} s (keep-alive timeout {:.1f} s)",
+                     fmt::format("node {} on {} is dead: no heartbeat for {:.1f} s (keep-alive timeout {:.1f} s)",
                                  node.group_rank, describe(node.request), silent, node.request.keep_alive_timeout_s),
-                     true);
+                     node_id);
           changed = true;
           break;
         }

@@ -87,7 +87,8 @@ class Membership {
   Run& run_for_join(const proto::JoinRequest& request);
   void maybe_close(Run& run);
   void close_round(Run& run);
-  void invalidate(Run& run, const std::string& reason, bool death);
+  /// Opens round+1. `lost_node` (dead or gone) is not counted among the survivors.
+  void invalidate(Run& run, const std::string& reason, std::string lost_node = "");
   void remove_node(Run& run, const std::string& node_id);
   proto::NodeInfo info(const Node& node) const;
   std::vector<int> missing_ranks(const Run& run) const;

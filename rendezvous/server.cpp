@@ -244,6 +244,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!allowed_) {
       // Rejected peers get a readable answer only if they speak meshrun; anything else is dropped.
       if (r.type == QueryType::kValidate) return;
+      if (r.type == QueryType::kPing) {  // answered, so a diagnosing client can tell "rejected" from "dead"
+        proto::ByteWriter w;
+        w.put_u32(static_cast<uint32_t>(r.number));
+        send(w.take());
+        return;
+      }
       if (r.type == QueryType::kMeshrun) {
         send_string(json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}.dump());
       }
@@ -545,7 +551,7 @@ json Server::Impl::await_reply(const std::shared_ptr<Session>& session, const st
     // The address this agent reached us at is one its workers can reach too.
     reply.assignment.master_addr = session->local_addr();
   }
-  if (reply.status == "failed") spdlog::warn("run '{}': {}", run_id, reply.error);
+  if (reply.status == "failed") spdlog::warn("run '{}': {}", run_id, reply.reason);
   return reply;
 }
 

@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "trainer/config.hpp"
 #include "trainer/dist_env.hpp"
@@ -17,7 +18,6 @@
 namespace c10d {
 class Backend;
 class Store;
-class Work;
 }  // namespace c10d
 
 namespace meshrun::trainer {

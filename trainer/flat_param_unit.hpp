@@ -78,6 +78,7 @@ class FlatParamUnit {
   int64_t unsharded_grad_bytes() const;
 
   // Called by the autograd nodes.
+  at::Tensor unsharded_buffer() const;
   void pre_backward();
   void post_backward(const at::Tensor& flat_grad);
 

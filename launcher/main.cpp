@@ -1,0 +1,82 @@
+// meshrun: parse -> resolve the entrypoint -> block signals -> Agent::run() -> exit code.
+// Exit codes: 0 ok; a failed worker's code (128+N for signal N); 128+N when meshrun got signal N;
+// 1 rendezvous/launcher errors; 2 bad options; 127 entrypoint not found or not executable.
+#include <cstdio>
+#include <cstdlib>
+#include <spdlog/spdlog.h>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "launcher/agent.hpp"
+#include "launcher/options.hpp"
+#include "launcher/signal_set.hpp"
+#include "launcher/worker_command.hpp"
+
+// Defined by launcher/CMakeLists.txt when the meshrun_diagnostics library is built.
+#ifdef MESHRUN_HAVE_DIAGNOSTICS
+#include "launcher/diagnostics/diagnostics.hpp"
+#endif
+
+namespace {
+
+std::optional<std::string> getenv_lookup(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
+int fail(int code, const char* what) {
+  std::fprintf(stderr, "meshrun: error: %s\n", what);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace meshrun;
+  using namespace meshrun::launcher;
+
+  // Subcommands. `meshrun run ...` is the launcher itself; ping and check are the diagnostics.
+  if (argc > 1 && (std::string(argv[1]) == "ping" || std::string(argv[1]) == "check")) {
+#ifdef MESHRUN_HAVE_DIAGNOSTICS
+    return std::string(argv[1]) == "ping" ? diagnostics::run_ping_command(argc - 1, argv + 1)
+                                          : diagnostics::run_check_command(argc - 1, argv + 1);
+#else
+    // DISPATCH POINT: launcher/diagnostics provides run_ping_command / run_check_command.
+    return fail(2, "`meshrun ping` and `meshrun check` are not built into this meshrun");
+#endif
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args.front() == "run") args.erase(args.begin());
+
+  ParseResult parsed;
+  try {
+    parsed = parse_launch_options(args, getenv_lookup, detect_host_info());
+  } catch (const Error& e) {
+    return fail(2, e.what());
+  }
+  if (parsed.print_and_exit) {
+    std::fputs(parsed.print_and_exit->c_str(), stdout);
+    return 0;
+  }
+  const LaunchOptions& options = parsed.options;
+  try {
+    init_logging("meshrun", options.log_level);
+    for (const auto& w : parsed.warnings) std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
+    const char* path = std::getenv("PATH");
+    WorkerCommand command = build_worker_command(options, path ? path : "/usr/bin:/bin", getenv_lookup("PYTHON_EXEC"));
+    // Before any thread starts (the in-process daemon), so every thread keeps these signals blocked.
+    SignalSet signals(options.signals_to_handle);
+    Agent agent(options, std::move(command), signals);
+    return agent.run();
+  } catch (const EntrypointError& e) {
+    return fail(127, e.what());
+  } catch (const UsageError& e) {
+    return fail(2, e.what());
+  } catch (const Error& e) {
+    return fail(1, e.what());
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+}

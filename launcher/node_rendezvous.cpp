@@ -1,0 +1,253 @@
+#include "launcher/node_rendezvous.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "common/error.hpp"
+#include "launcher/signal_set.hpp"
+#include "rendezvous/server.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint16_t kDefaultMasterPort = 29500;
+// One await call; short, so signals are noticed quickly.
+constexpr auto kAwaitSlice = 1s;
+// How often the user hears what the rendezvous waits for.
+constexpr auto kProgressEvery = 5s;
+
+std::string local_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string describe_waiting(const proto::AwaitReply& r) {
+  std::string have;
+  for (const auto& n : r.joined) {
+    if (!have.empty()) have += ", ";
+    const int rank = n.group_rank >= 0 ? n.group_rank : n.requested_rank;
+    have += (rank >= 0 ? "node " + std::to_string(rank) : std::string("a node")) + " on " + n.host;
+  }
+  std::string missing;
+  for (int m : r.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(m);
+  char times[64];
+  std::snprintf(times, sizeof(times), "%.0f s of %.0f s", r.waited_s, r.join_timeout_s);
+  std::string text = "waiting for nodes: " + std::to_string(r.joined.size()) + "/" + std::to_string(r.min_nodes) +
+                     " joined";
+  if (r.max_nodes != r.min_nodes) text += " (max " + std::to_string(r.max_nodes) + ")";
+  if (!have.empty() || !missing.empty()) {
+    text += " (" + (have.empty() ? std::string("none yet") : "have " + have) +
+            (missing.empty() ? "" : "; missing " + missing) + ")";
+  }
+  return text + " \u2014 " + times;
+}
+
+}  // namespace
+
+bool is_local_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  const std::string me = local_hostname();
+  if (host == me || host == me.substr(0, me.find('.')) || me == host.substr(0, host.find('.'))) return true;
+  // Compare against every interface address (the endpoint may be an IP or resolve to one of ours).
+  std::vector<std::string> addrs{host};
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
+    for (auto* p = res; p != nullptr; p = p->ai_next) {
+      char buf[INET6_ADDRSTRLEN] = {};
+      const void* a = p->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
+                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
+      if (::inet_ntop(p->ai_family, a, buf, sizeof(buf)) != nullptr) addrs.emplace_back(buf);
+    }
+    ::freeaddrinfo(res);
+  }
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (auto* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    const int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    const void* a = family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+                                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+    if (::inet_ntop(family, a, buf, sizeof(buf)) == nullptr) continue;
+    for (const auto& candidate : addrs) local = local || candidate == buf;
+  }
+  ::freeifaddrs(ifs);
+  return local;
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(dist(rd)));
+  return buf;
+}
+
+NodeRendezvous::NodeRendezvous(const LaunchOptions& options, SignalSet& signals)
+    : options_(options), signals_(signals), run_id_(options.run_id), hostname_(local_hostname()) {
+  if (options.standalone || (options.backend == RdzvBackend::kC10d && !options.rdzv_endpoint)) {
+    // One node, nothing else to meet: a private daemon on a free loopback port.
+    if (run_id_.empty()) run_id_ = random_run_id();
+    try_host("127.0.0.1", 0);
+  } else if (options.backend == RdzvBackend::kStatic) {
+    const bool single = options.max_nodes == 1 && !options.master_port;
+    endpoint_ = Endpoint{.host = options.master_addr, .port = options.master_port.value_or(kDefaultMasterPort)};
+    if (single) {
+      try_host("127.0.0.1", 0);
+    } else if (options.node_rank == 0) {
+      if (!try_host("0.0.0.0", endpoint_.port)) {
+        throw NetworkError("node rank 0 cannot serve the rendezvous on port " + std::to_string(endpoint_.port) +
+                           ": the port is taken (pick another --master-port)");
+      }
+    }
+  } else {
+    endpoint_ = *options.rdzv_endpoint;
+    const bool host = options.rdzv_conf.is_host.value_or(is_local_host(endpoint_.host));
+    if (host && !try_host("0.0.0.0", endpoint_.port)) {
+      spdlog::info("rendezvous port {} is taken here: joining it as a client", endpoint_.port);
+    }
+  }
+  if (run_id_.empty()) run_id_ = "none";
+  connect();
+}
+
+NodeRendezvous::~NodeRendezvous() {
+  client_.reset();
+  if (server_) server_->stop();
+}
+
+bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
+  rendezvous::ServerOptions so;
+  so.host = bind_host;
+  so.port = port;
+  try {
+    server_ = std::make_unique<rendezvous::Server>(so);
+  } catch (const NetworkError& e) {
+    spdlog::debug("not hosting the rendezvous: {}", e.what());
+    return false;
+  }
+  server_->start_background();
+  const uint16_t bound = server_->port();
+  if (bind_host == "127.0.0.1" || endpoint_.host.empty()) endpoint_ = Endpoint{.host = "127.0.0.1", .port = bound};
+  endpoint_.port = bound;
+  spdlog::info("hosting the rendezvous on {}:{}", bind_host, bound);
+  return true;
+}
+
+bool NodeRendezvous::check_signals() {
+  for (int sig : signals_.drain()) {
+    if (sig != SIGCHLD && is_terminating_signal(sig)) interrupted_by_ = sig;
+  }
+  return interrupted_by_ != 0;
+}
+
+void NodeRendezvous::connect() {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + from_seconds(options_.rdzv_conf.join_timeout_s);
+  auto next_note = start + kProgressEvery;
+  proto::ConnectOptions co;
+  co.connect_timeout = 2s;
+  co.op_timeout = from_seconds(options_.rdzv_conf.read_timeout_s);
+  while (true) {
+    try {
+      client_.emplace(proto::StoreClient::connect(endpoint_, co));
+      return;
+    } catch (const NetworkError& e) {
+      if (check_signals()) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        throw TimeoutError("cannot reach the rendezvous at " + endpoint_.to_string() + " within the join timeout (" +
+                           std::to_string(static_cast<int>(options_.rdzv_conf.join_timeout_s)) +
+                           " s): " + e.what() + " (is the hosting node up? is the endpoint right?)");
+      }
+      if (now >= next_note) {
+        std::fprintf(stderr, "meshrun: waiting for the rendezvous at %s (%s) \u2014 %.0f s of %.0f s\n",
+                     endpoint_.to_string().c_str(), e.what(), to_seconds(now - start),
+                     options_.rdzv_conf.join_timeout_s);
+        next_note = now + kProgressEvery;
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+}
+
+std::optional<proto::Assignment> NodeRendezvous::join() {
+  if (!client_ || check_signals()) return std::nullopt;
+  proto::JoinRequest req;
+  req.run_id = run_id_;
+  req.host = hostname_;
+  req.addr = options_.local_addr.empty() ? hostname_ : options_.local_addr;
+  req.local_world_size = options_.nproc_per_node;
+  req.min_nodes = options_.min_nodes;
+  req.max_nodes = options_.max_nodes;
+  if (options_.backend == RdzvBackend::kStatic || options_.node_rank_given) req.requested_rank = options_.node_rank;
+  req.last_call_timeout_s = options_.rdzv_conf.last_call_timeout_s;
+  req.join_timeout_s = options_.rdzv_conf.join_timeout_s;
+  req.keep_alive_timeout_s = options_.rdzv_conf.keep_alive_interval_s * options_.rdzv_conf.keep_alive_max_attempt;
+  req.pid = ::getpid();
+  node_id_ = client_->join(req);
+
+  auto next_note = std::chrono::steady_clock::now() + kProgressEvery;
+  while (true) {
+    const proto::AwaitReply reply = client_->await(run_id_, node_id_, kAwaitSlice);
+    if (reply.status == "assigned") {
+      proto::Assignment a = reply.assignment;
+      if (a.master_addr.empty()) a.master_addr = endpoint_.host;
+      return a;
+    }
+    if (reply.status == "failed") throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.error);
+    if (check_signals()) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= next_note) {
+      std::fprintf(stderr, "meshrun: %s\n", describe_waiting(reply).c_str());
+      next_note = std::chrono::steady_clock::now() + kProgressEvery;
+    }
+  }
+}
+
+proto::HeartbeatReply NodeRendezvous::heartbeat() { return client_->heartbeat(run_id_, node_id_); }
+
+void NodeRendezvous::report_failure(const std::string& reason) { client_->report_failure(run_id_, node_id_, reason); }
+
+void NodeRendezvous::leave(const std::string& reason, bool ok) {
+  if (!client_ || node_id_.empty()) return;
+  try {
+    client_->leave(run_id_, node_id_, reason, ok);
+  } catch (const Error& e) {
+    spdlog::warn("could not leave the rendezvous cleanly: {}", e.what());
+  }
+}
+
+void NodeRendezvous::wait_for_other_nodes() {
+  if (!server_ || !client_) return;
+  auto next_note = std::chrono::steady_clock::now() + kProgressEvery;
+  while (!check_signals()) {
+    const proto::StatusReply status = client_->status(run_id_);
+    bool running = false;
+    for (const auto& run : status.runs) {
+      if (run.run_id == run_id_ && run.state != "finished" && run.state != "failed") running = true;
+    }
+    if (!running) return;
+    if (std::chrono::steady_clock::now() >= next_note) {
+      std::fprintf(stderr, "meshrun: this node is done; still serving the rendezvous until the other nodes finish\n");
+      next_note = std::chrono::steady_clock::now() + 10 * kProgressEvery;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,192 @@
+// Rendezvous rounds driven by a FakeClock: no sleeps, every deadline is advanced explicitly.
+#include <catch2/catch.hpp>
+
+#include "common/clock.hpp"
+#include "common/error.hpp"
+#include "rendezvous/membership.hpp"
+
+using namespace meshrun;
+using meshrun::rendezvous::Membership;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+proto::JoinRequest node(const std::string& host, int min_nodes, int max_nodes, int workers = 2, int rank = -1) {
+  proto::JoinRequest r;
+  r.run_id = "job";
+  r.host = host;
+  r.addr = host;
+  r.local_world_size = workers;
+  r.min_nodes = min_nodes;
+  r.max_nodes = max_nodes;
+  r.requested_rank = rank;
+  r.last_call_timeout_s = 5;
+  r.join_timeout_s = 60;
+  r.keep_alive_timeout_s = 3;
+  r.pid = 100;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("a fixed-size round closes when every node joined and ranks are consistent", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto b = m.join(node("host-b", 2, 2, 3));
+  CHECK(m.poll("job", b).status == "waiting");
+  CHECK(m.poll("job", b).missing_ranks == std::vector<int>{1});
+  const auto a = m.join(node("host-a", 2, 2, 2));
+  const auto ra = m.poll("job", a);
+  const auto rb = m.poll("job", b);
+  REQUIRE(ra.status == "assigned");
+  REQUIRE(rb.status == "assigned");
+  // Sorted by host: host-a is node 0 with ranks 0-1, host-b node 1 with ranks 2-4.
+  CHECK(ra.assignment.group_rank == 0);
+  CHECK(rb.assignment.group_rank == 1);
+  CHECK(ra.assignment.rank_offset == 0);
+  CHECK(rb.assignment.rank_offset == 2);
+  CHECK(ra.assignment.world_size == 5);
+  CHECK(rb.assignment.group_world_size == 2);
+}
+
+TEST_CASE("requested node ranks are honoured and duplicates name both hosts", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("host-a", 2, 2, 1, 1));
+  CHECK_THROWS_WITH(m.join(node("host-c", 2, 2, 1, 1)),
+                    Catch::Contains("node rank 1") && Catch::Contains("host-a") && Catch::Contains("host-c"));
+  CHECK(m.status("job").at(0).duplicate_ranks.size() == 1);
+  const auto b = m.join(node("host-b", 2, 2, 1, 0));
+  CHECK(m.poll("job", a).assignment.group_rank == 1);
+  CHECK(m.poll("job", b).assignment.group_rank == 0);
+}
+
+TEST_CASE("an elastic round closes after the last call once min nodes joined", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 2, 4));
+  clock.advance(seconds(1));
+  const auto b = m.join(node("b", 2, 4));
+  m.tick();
+  CHECK(m.poll("job", a).status == "waiting");
+  clock.advance(seconds(4));  // last call is 5 s after the second join
+  m.tick();
+  CHECK(m.poll("job", a).status == "waiting");
+  clock.advance(seconds(2));
+  m.tick();
+  CHECK(m.poll("job", b).status == "assigned");
+  CHECK(m.poll("job", b).assignment.group_world_size == 2);
+}
+
+TEST_CASE("a node that joins a closed round waits and is admitted at the next round", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 1, 2));
+  clock.advance(seconds(6));
+  m.tick();
+  REQUIRE(m.poll("job", a).status == "assigned");
+  const auto late = m.join(node("z", 1, 2));
+  CHECK(m.poll("job", late).status == "waiting");
+  auto hb = m.heartbeat("job", a);
+  CHECK(hb.action == "restart");
+  CHECK_THAT(hb.reason, Catch::Contains("z") && Catch::Contains("waiting"));
+  CHECK(hb.round == 1);
+  const auto a2 = m.join(node("a", 1, 2));  // the survivor re-joins
+  CHECK(m.poll("job", a2).status == "assigned");
+  CHECK(m.poll("job", late).status == "assigned");
+  CHECK(m.poll("job", late).assignment.group_world_size == 2);
+}
+
+TEST_CASE("a silent node is declared dead and survivors re-rendezvous", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 1, 2));
+  const auto b = m.join(node("b", 1, 2));
+  REQUIRE(m.poll("job", a).status == "assigned");
+  for (int i = 0; i < 3; ++i) {
+    clock.advance(seconds(1));
+    CHECK(m.heartbeat("job", a).action == "continue");  // only a keeps beating
+    m.tick();
+  }
+  clock.advance(milliseconds(500));
+  m.heartbeat("job", a);
+  m.tick();
+  const auto hb = m.heartbeat("job", a);
+  CHECK(hb.action == "restart");
+  CHECK_THAT(hb.reason, Catch::Contains("node 1") && Catch::Contains("b") && Catch::Contains("dead"));
+  const auto a2 = m.join(node("a", 1, 2));
+  CHECK(m.poll("job", a2).status == "assigned");  // the only survivor is back: close at once
+  CHECK(m.poll("job", a2).assignment.world_size == 2);
+  (void)b;
+}
+
+TEST_CASE("when fewer than min nodes survive a death the run fails naming the dead node", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 2, 2));
+  const auto b = m.join(node("b", 2, 2));
+  REQUIRE(m.poll("job", a).status == "assigned");
+  clock.advance(seconds(2));
+  m.heartbeat("job", a);
+  clock.advance(seconds(2));
+  m.heartbeat("job", a);
+  m.tick();
+  const auto hb = m.heartbeat("job", a);
+  CHECK(hb.action == "fail");
+  CHECK_THAT(hb.reason, Catch::Contains("b (pid 100) is dead") && Catch::Contains("fewer than the minimum of 2"));
+  CHECK(m.poll("job", b).status == "failed");
+}
+
+TEST_CASE("a worker failure reported by one node restarts every node", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 2, 2));
+  const auto b = m.join(node("b", 2, 2));
+  m.report_failure("job", b, "rank 3 exited with code 3");
+  const auto hb = m.heartbeat("job", a);
+  CHECK(hb.action == "restart");
+  CHECK_THAT(hb.reason, Catch::Contains("rank 3 exited with code 3"));
+  const auto a2 = m.join(node("a", 2, 2));
+  const auto b2 = m.join(node("b", 2, 2));
+  CHECK(m.poll("job", a2).assignment.round == 1);
+  CHECK(m.poll("job", b2).status == "assigned");
+}
+
+TEST_CASE("a join that cannot complete times out with who joined and which ranks are missing", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  auto req = node("host-a", 3, 3);
+  req.join_timeout_s = 10;
+  const auto a = m.join(req);
+  m.set_awaiting("job", a, true);
+  clock.advance(seconds(11));
+  m.tick();
+  const auto reply = m.poll("job", a);
+  CHECK(reply.status == "failed");
+  CHECK_THAT(reply.reason, Catch::Contains("1/3") && Catch::Contains("host-a") && Catch::Contains("missing node rank(s): 1, 2"));
+}
+
+TEST_CASE("inconsistent joins are refused with the fix in the message", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  m.join(node("a", 2, 2));
+  CHECK_THROWS_WITH(m.join(node("b", 3, 3)), Catch::Contains("same --nnodes"));
+  CHECK_THROWS_WITH(m.join(node("b", 2, 2, 1, 5)), Catch::Contains("out of range"));
+  auto bad = node("b", 2, 2);
+  bad.run_id = "";
+  CHECK_THROWS_WITH(m.join(bad), Catch::Contains("--rdzv-id"));
+}
+
+TEST_CASE("runs are independent and finish when every node left", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  auto other = node("x", 1, 1);
+  other.run_id = "other";
+  const auto x = m.join(other);
+  const auto a = m.join(node("a", 1, 1));
+  CHECK(m.poll("other", x).assignment.world_size == 2);
+  CHECK(m.poll("job", a).assignment.world_size == 2);
+  m.leave("job", a, "done", true);
+  CHECK(m.take_finished_runs() == std::vector<std::string>{"job"});
+  CHECK_FALSE(m.has_run("job"));
+  CHECK(m.has_run("other"));
+}

@@ -1,0 +1,232 @@
+// The real daemon (in-process, 127.0.0.1, port 0) driven by our client over real sockets.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "common/error.hpp"
+#include "proto/byte_codec.hpp"
+#include "proto/request.hpp"
+#include "tests/support/daemon.hpp"
+
+using namespace meshrun;
+using namespace std::chrono_literals;
+
+namespace {
+// A raw TCP connection for sending bytes no well-behaved client would send.
+struct RawSocket {
+  explicit RawSocket(uint16_t port) {
+    fd.reset(::socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  void send(const std::string& bytes) { ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  /// True when the daemon closed the connection (EOF) within 5 s.
+  bool closed_by_peer() {
+    char buf[64];
+    for (;;) {
+      const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+  UniqueFd fd;
+};
+}  // namespace
+
+TEST_CASE("every store operation works over the wire", "[server]") {
+  test::TestDaemon daemon;
+  auto c = daemon.client();
+  c.set("/a", "1");
+  CHECK(c.get("/a") == "1");
+  CHECK(c.add("/n", 5) == 5);
+  CHECK(c.add("/n", -2) == 3);
+  CHECK(c.compare_set("/a", "1", "2") == "2");
+  CHECK(c.compare_set("/a", "9", "3") == "2");
+  CHECK(c.check({"/a", "/n"}));
+  CHECK_FALSE(c.check({"/a", "/missing"}));
+  c.append("/ap", "x");
+  c.append("/ap", "y");
+  CHECK(c.get("/ap") == "xy");
+  c.multi_set({"/m1", "/m2"}, {"v1", "v2"});
+  CHECK(c.multi_get({"/m1", "/m2"}) == std::vector<std::string>{"v1", "v2"});
+  CHECK(c.num_keys() == 5);
+  CHECK(c.delete_key("/a"));
+  CHECK_FALSE(c.delete_key("/a"));
+  CHECK(c.num_keys() == 4);
+  c.ping(99);
+}
+
+TEST_CASE("a wait blocks until another client sets the key", "[server]") {
+  test::TestDaemon daemon;
+  auto waiter = daemon.client();
+  std::atomic<bool> set_done{false};
+  std::thread setter([&] {
+    auto c = daemon.client();
+    std::this_thread::sleep_for(200ms);
+    set_done = true;
+    c.set("/late", "here");
+  });
+  waiter.wait({"/late"}, 10s);
+  CHECK(set_done.load());
+  CHECK(waiter.get("/late") == "here");
+  setter.join();
+}
+
+TEST_CASE("a wait that times out leaves the connection usable", "[server]") {
+  test::TestDaemon daemon;
+  auto c = daemon.client();
+  CHECK_THROWS_AS(c.wait({"/never"}, 200ms), TimeoutError);
+  c.set("/after", "ok");
+  CHECK(c.get("/after") == "ok");
+}
+
+TEST_CASE("garbage, truncated and oversized input closes only that connection", "[server]") {
+  test::TestDaemon daemon;
+  auto good = daemon.client();
+  good.set("/k", "v");
+  SECTION("unknown query type") {
+    RawSocket raw(daemon.endpoint().port);
+    raw.send("\xff\xfe garbage");
+    CHECK(raw.closed_by_peer());
+  }
+  SECTION("oversized value length") {
+    RawSocket raw(daemon.endpoint().port);
+    proto::ByteWriter w;
+    w.put_u8(static_cast<uint8_t>(proto::QueryType::kSet));
+    w.put_string("/k");
+    w.put_u64(uint64_t{1} << 40);
+    raw.send(w.bytes());
+    CHECK(raw.closed_by_peer());
+  }
+  SECTION("wrong validation magic") {
+    RawSocket raw(daemon.endpoint().port);
+    raw.send(proto::encode_request({proto::QueryType::kValidate, {}, {}, 0x12345678}));
+    CHECK(raw.closed_by_peer());
+  }
+  SECTION("truncated message then hang-up") {
+    RawSocket raw(daemon.endpoint().port);
+    raw.send(std::string("\x01\x10\0\0", 4));
+    raw.fd.reset();
+  }
+  SECTION("meshrun request that is not JSON") {
+    RawSocket raw(daemon.endpoint().port);
+    raw.send(proto::encode_request({proto::QueryType::kMeshrun, {}, {"{not json"}, 0}));
+    CHECK(raw.closed_by_peer());
+  }
+  // The daemon keeps serving everyone else.
+  CHECK(good.get("/k") == "v");
+  CHECK(daemon.client().get("/k") == "v");
+}
+
+TEST_CASE("500 concurrent clients blocked in waits are all served", "[server][scale]") {
+  test::TestDaemon daemon;
+  constexpr int kClients = 500;
+  std::vector<proto::StoreClient> clients;
+  clients.reserve(kClients);
+  for (int i = 0; i < kClients; ++i) clients.push_back(daemon.client());
+  std::atomic<int> released{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      clients[static_cast<size_t>(i)].add("/arrived", 1);
+      clients[static_cast<size_t>(i)].wait({"/go"}, 60s);
+      ++released;
+    });
+  }
+  // While 500 waits are pending another client is served at once.
+  auto other = daemon.client();
+  other.wait({"/arrived"}, 10s);
+  other.set("/unrelated", "x");
+  CHECK(other.get("/unrelated") == "x");
+  while (other.add("/arrived", 0) < kClients) std::this_thread::sleep_for(10ms);
+  other.set("/go", "1");
+  for (auto& t : threads) t.join();
+  CHECK(released.load() == kClients);
+}
+
+TEST_CASE("rendezvous over the wire assigns ranks and a private store per run", "[server][rendezvous]") {
+  test::TestDaemon daemon;
+  auto make_join = [](const std::string& host, const std::string& run) {
+    proto::JoinRequest r;
+    r.run_id = run;
+    r.host = host;
+    r.addr = "127.0.0.1";
+    r.local_world_size = 2;
+    r.min_nodes = 2;
+    r.max_nodes = 2;
+    r.pid = ::getpid();
+    return r;
+  };
+  std::vector<proto::AwaitReply> replies(2);
+  std::vector<std::thread> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.emplace_back([&, i] {
+      auto rdzv = daemon.rendezvous();
+      const auto id = rdzv.join(make_join("host-" + std::to_string(i), "run-a"));
+      for (;;) {
+        replies[static_cast<size_t>(i)] = rdzv.await("run-a", id, 2s);
+        if (replies[static_cast<size_t>(i)].status != "waiting") break;
+      }
+    });
+  }
+  for (auto& t : agents) t.join();
+  REQUIRE(replies[0].status == "assigned");
+  REQUIRE(replies[1].status == "assigned");
+  CHECK(replies[0].assignment.group_rank + replies[1].assignment.group_rank == 1);
+  CHECK(replies[0].assignment.world_size == 4);
+  CHECK(replies[0].assignment.master_addr == "127.0.0.1");
+  const int port = replies[0].assignment.master_port;
+  REQUIRE(port > 0);
+  CHECK(port != daemon.endpoint().port);
+  // The run's store is isolated from the shared one.
+  proto::ConnectOptions o;
+  auto run_store = proto::StoreClient::connect(Endpoint{"127.0.0.1", static_cast<uint16_t>(port)}, o);
+  run_store.set("/worker/key", "x");
+  auto shared = daemon.client();
+  CHECK_FALSE(shared.check({"/worker/key"}));
+  CHECK(run_store.check({"/worker/key"}));
+
+  auto status = daemon.rendezvous().status();
+  REQUIRE(status.runs.size() == 1);
+  CHECK(status.runs[0].run_id == "run-a");
+  CHECK(status.runs[0].state == "closed");
+  CHECK(status.runs[0].keys == 1);
+}
+
+TEST_CASE("a duplicate node rank over the wire is an error naming both hosts", "[server][rendezvous]") {
+  test::TestDaemon daemon;
+  proto::JoinRequest r;
+  r.run_id = "dup";
+  r.min_nodes = r.max_nodes = 2;
+  r.requested_rank = 0;
+  r.host = "alpha";
+  daemon.rendezvous().join(r);
+  r.host = "beta";
+  CHECK_THROWS_WITH(daemon.rendezvous().join(r), Catch::Contains("alpha") && Catch::Contains("beta"));
+}
+
+TEST_CASE("--allow rejects other peers with a readable answer", "[server][allow]") {
+  auto options = test::TestDaemon::default_options();
+  options.allow = {"10.0.0.0/8"};
+  test::TestDaemon daemon(options);
+  proto::RendezvousClient client(daemon.client());  // validate + ping still answered
+  CHECK_THROWS_WITH(client.hello(), Catch::Contains("not allowed"));
+}
+
+TEST_CASE("hello identifies the daemon", "[server]") {
+  test::TestDaemon daemon;
+  const auto hello = daemon.rendezvous().hello();
+  CHECK(hello.server == proto::kServerName);
+  CHECK(hello.unix_time_ms > 0);
+  CHECK_THAT(hello.peer, Catch::StartsWith("127.0.0.1:"));
+}

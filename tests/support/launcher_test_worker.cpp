@@ -1,0 +1,86 @@
+// launcher_test_worker: a tiny worker for the launcher tests. The first argument picks the behaviour:
+//   env DIR                   write the torchrun environment to DIR/env.<RANK> and exit 0
+//   exit CODE                 exit with CODE
+//   fail-rank RANK CODE DIR   rank RANK exits CODE once the others are up; the others wait for a signal
+//   fail-until RESTART RANK CODE  rank RANK exits CODE while TORCHELASTIC_RESTART_COUNT < RESTART; else exit 0
+//   wait DIR                  write DIR/pid.<RANK>, wait for SIGTERM/SIGINT, record it in DIR/got.<RANK>, exit 0
+//   stderr-then-exit CODE     print three lines on stderr, then exit CODE
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+int rank() { return std::atoi(env_or("RANK", "-1").c_str()); }
+
+void write_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) std::exit(90);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  std::rename(tmp.c_str(), path.c_str());  // readers never see half a file
+}
+
+volatile std::sig_atomic_t g_signal = 0;  // set by the handler only
+void on_signal(int sig) { g_signal = sig; }
+
+int wait_for_signal(const std::string& dir) {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGUSR1, on_signal);
+  write_file(dir + "/pid." + std::to_string(rank()), std::to_string(::getpid()) + "\n");
+  for (int i = 0; i < 600 * 100 && g_signal == 0; ++i) ::usleep(10000);
+  write_file(dir + "/got." + std::to_string(rank()), std::to_string(g_signal) + "\n");
+  return g_signal == 0 ? 99 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 64;
+  const std::string mode = argv[1];
+  if (mode == "env" && argc >= 3) {
+    static const char* kKeys[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+                                  "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                                  "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+                                  "OMP_NUM_THREADS", "MESHRUN_RDZV_ENDPOINT"};
+    std::string text;
+    for (const char* k : kKeys) {
+      if (const char* v = std::getenv(k)) text += std::string(k) + "=" + v + "\n";
+    }
+    text += "ARGS=";
+    for (int i = 3; i < argc; ++i) text += std::string(i > 3 ? " " : "") + argv[i];
+    text += "\n";
+    write_file(std::string(argv[2]) + "/env." + env_or("RANK", "x"), text);
+    return 0;
+  }
+  if (mode == "exit" && argc >= 3) return std::atoi(argv[2]);
+  if (mode == "fail-rank" && argc >= 5) {
+    if (rank() == std::atoi(argv[2])) {
+      std::fprintf(stderr, "rank %d is about to fail on purpose\n", rank());
+      return std::atoi(argv[3]);
+    }
+    return wait_for_signal(argv[4]);
+  }
+  if (mode == "fail-until" && argc >= 5) {
+    const int restarts = std::atoi(env_or("TORCHELASTIC_RESTART_COUNT", "0").c_str());
+    if (rank() == std::atoi(argv[3]) && restarts < std::atoi(argv[2])) return std::atoi(argv[4]);
+    return 0;
+  }
+  if (mode == "wait" && argc >= 3) return wait_for_signal(argv[2]);
+  if (mode == "stderr-then-exit" && argc >= 3) {
+    std::fprintf(stderr, "line one\nline two\nboom: something broke\n");
+    return std::atoi(argv[2]);
+  }
+  return 64;
+}

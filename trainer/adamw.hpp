@@ -1,0 +1,39 @@
+// AdamW over the local fp32 shards, global-norm gradient clipping and the warmup + cosine schedule.
+// The optimizer never communicates except for the one all-reduce of the squared gradient norm.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "trainer/communicator.hpp"
+#include "trainer/config.hpp"
+#include "trainer/flat_param_unit.hpp"
+
+namespace meshrun::trainer {
+
+/// Linear warm-up to train.lr over warmup_steps, then cosine decay to min_lr at train.steps. step is 1-based.
+double learning_rate(const TrainConfig& config, int64_t step);
+
+class AdamW {
+ public:
+  AdamW(const TrainConfig& config, std::vector<FlatParamUnit*> units);
+  void zero_grad();
+  /// Global L2 norm of the gradient over all ranks' shards. `replicated`: every rank holds the full
+  /// gradient (NO_SHARD), so no all-reduce is needed.
+  double global_grad_norm(Communicator& comm, bool replicated);
+  /// Scales gradients so their global norm is at most max_norm (no-op when max_norm == 0).
+  void clip(double norm, double max_norm);
+  void step(double lr);
+  int64_t state_bytes() const;
+
+ private:
+  TrainConfig config_;
+  std::vector<FlatParamUnit*> units_;
+  std::vector<at::Tensor> exp_avg_;
+  std::vector<at::Tensor> exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+}  // namespace meshrun::trainer

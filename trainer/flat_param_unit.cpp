@@ -1,0 +1,213 @@
+#include "trainer/flat_param_unit.hpp"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "common/error.hpp"
+
+namespace meshrun::trainer {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+FlatParamUnit* unit_of(AutogradContext* ctx) {
+  return reinterpret_cast<FlatParamUnit*>(ctx->saved_data["unit"].toInt());
+}
+
+// A tensor over the whole storage that is not a view of anything autograd knows about.
+at::Tensor over_storage(const c10::Storage& storage, int64_t numel, at::ScalarType dtype, const at::Device& device) {
+  c10::NoGradGuard no_grad;
+  return at::empty({0}, at::TensorOptions().dtype(dtype).device(device)).set_(storage, 0, {numel}, {1});
+}
+
+// anchor -> full flat buffer. Backward gets d(loss)/d(buffer) summed over every parameter view.
+struct GatherParams : public torch::autograd::Function<GatherParams> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& /*anchor*/, int64_t unit) {
+    ctx->saved_data["unit"] = unit;
+    // A fresh tensor over the storage (not a view of an input): autograd metadata goes on it alone.
+    return unit_of(ctx)->unsharded_buffer();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    unit_of(ctx)->post_backward(grads[0]);
+    return {at::Tensor(), at::Tensor()};
+  }
+};
+
+// Identity on a unit's output; its backward runs right before the unit's own backward.
+struct PreBackward : public torch::autograd::Function<PreBackward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t unit) {
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    unit_of(ctx)->pre_backward();
+    return {grads[0], at::Tensor()};
+  }
+};
+
+}  // namespace
+
+FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communicator& comm, UnitOptions options,
+                             GatheredBytes& gathered, const at::Device& device)
+    : spec_(std::move(spec)), comm_(comm), options_(options), gathered_(gathered), device_(device) {
+  const int64_t world = comm_.world_size();
+  numel_ = spec_.numel();
+  sharded_ = options_.strategy != ShardingStrategy::NoShard && world > 1;
+  padded_numel_ = sharded_ ? (numel_ + world - 1) / world * world : numel_;
+  shard_numel_ = sharded_ ? padded_numel_ / world : padded_numel_;
+  shard_offset_ = sharded_ ? static_cast<int64_t>(comm_.rank()) * shard_numel_ : 0;
+
+  at::Tensor padded = at::zeros({padded_numel_}, at::kFloat);
+  padded.narrow(0, 0, numel_).copy_(full_init);
+  shard_ = padded.narrow(0, shard_offset_, shard_numel_).clone().to(device_);
+  shard_grad_ = at::zeros_like(shard_);
+  anchor_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)).requires_grad_(true);
+
+  int64_t offset = 0;
+  for (const auto& p : spec_.params) {
+    split_sizes_.push_back(p.numel());
+    if (p.decay) {
+      const int64_t begin = std::max(offset, shard_offset_) - shard_offset_;
+      const int64_t end = std::min(offset + p.numel(), shard_offset_ + shard_numel_) - shard_offset_;
+      if (begin < end) decay_ranges_.emplace_back(begin, end);
+    }
+    offset += p.numel();
+  }
+  if (padded_numel_ > numel_) split_sizes_.push_back(padded_numel_ - numel_);
+
+  aliased_ = !sharded_ && options_.param_dtype == at::kFloat;
+  if (aliased_) {
+    storage_ = shard_.storage();
+    materialized_ = true;
+  } else {
+    storage_ = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.param_dtype).device(device_)).storage();
+    materialized_ = true;
+    gathered_.add(static_cast<int64_t>(storage_.nbytes()));
+    reshard();
+  }
+}
+
+at::Tensor FlatParamUnit::unsharded_buffer() const {
+  return over_storage(storage_, padded_numel_, options_.param_dtype, device_);
+}
+
+void FlatParamUnit::prefetch() {
+  if (materialized_ || pending_gather_.valid()) return;
+  at::Tensor out = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
+  // Cast before gathering: the wire carries param_dtype, as FSDP's mixed precision does.
+  at::Tensor in = shard_.scalar_type() == options_.param_dtype ? shard_ : shard_.to(options_.param_dtype);
+  if (!sharded_) {
+    out.copy_(in);
+    pending_gather_ = PendingOp{nullptr, out, in, {}};
+  } else {
+    pending_gather_ = comm_.all_gather(out, in);
+  }
+}
+
+void FlatParamUnit::materialize() {
+  if (materialized_) return;
+  if (!pending_gather_.valid()) prefetch();
+  comm_.wait(pending_gather_);
+  // Move the gathered bytes into the long-lived storage: every saved view of it sees them.
+  auto* src = pending_gather_.output.storage().unsafeGetStorageImpl();
+  auto* dst = storage_.unsafeGetStorageImpl();
+  const size_t nbytes = src->nbytes();
+  dst->set_data_ptr_noswap(src->set_data_ptr(at::DataPtr(nullptr, device_)));
+  dst->set_nbytes(nbytes);
+  src->set_nbytes(0);
+  pending_gather_ = PendingOp{};
+  materialized_ = true;
+  gathered_.add(static_cast<int64_t>(nbytes));
+}
+
+void FlatParamUnit::reshard() {
+  if (aliased_ || !materialized_) return;
+  auto* impl = storage_.unsafeGetStorageImpl();
+  gathered_.add(-static_cast<int64_t>(impl->nbytes()));
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));
+  impl->set_nbytes(0);
+  materialized_ = false;
+}
+
+std::vector<at::Tensor> FlatParamUnit::pre_forward() {
+  materialize();
+  at::Tensor flat = at::GradMode::is_enabled() ? GatherParams::apply(anchor_, reinterpret_cast<int64_t>(this))
+                                                : unsharded_buffer();
+  // One split node: backward concatenates the parameter gradients into one flat gradient.
+  auto pieces = flat.split_with_sizes(split_sizes_);
+  std::vector<at::Tensor> views;
+  views.reserve(spec_.params.size());
+  for (size_t i = 0; i < spec_.params.size(); ++i) views.push_back(pieces[i].view(spec_.params[i].shape));
+  return views;
+}
+
+at::Tensor FlatParamUnit::post_forward(const at::Tensor& out) {
+  if (!at::GradMode::is_enabled()) {
+    reshard();  // no backward will need them
+    return out;
+  }
+  if (options_.reshard_after_forward && options_.strategy == ShardingStrategy::FullShard) reshard();
+  return PreBackward::apply(out, reinterpret_cast<int64_t>(this));
+}
+
+void FlatParamUnit::pre_backward() {
+  materialize();
+  if (options_.prefetch && backward_prefetch_ != nullptr) backward_prefetch_->prefetch();
+}
+
+void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
+  if (!flat_grad.defined()) return;
+  if (!sync_) {
+    // no_sync: accumulate the unsharded gradient locally, communicate on the last micro-batch only.
+    if (grad_accum_.defined()) {
+      grad_accum_.add_(flat_grad.to(options_.reduce_dtype));
+    } else {
+      grad_accum_ = flat_grad.to(options_.reduce_dtype, /*non_blocking=*/false, /*copy=*/true);
+    }
+  } else {
+    at::Tensor g = flat_grad.to(options_.reduce_dtype, /*non_blocking=*/false, /*copy=*/true);
+    if (grad_accum_.defined()) {
+      g.add_(grad_accum_);
+      grad_accum_ = at::Tensor();
+    }
+    // Mean over ranks; dividing before the sum keeps low-precision reductions in range.
+    if (comm_.world_size() > 1) g.div_(comm_.world_size());
+    if (comm_.world_size() == 1) {
+      pending_reduce_ = PendingOp{nullptr, g, {}, {}};
+    } else if (!sharded_) {
+      pending_reduce_ = comm_.all_reduce(g);
+    } else {
+      at::Tensor out = at::empty({shard_numel_}, g.options());
+      pending_reduce_ = comm_.reduce_scatter(out, g);
+    }
+  }
+  reshard();
+}
+
+void FlatParamUnit::finish_grad_sync() {
+  if (!pending_reduce_.valid()) return;
+  comm_.wait(pending_reduce_);
+  shard_grad_.add_(pending_reduce_.output.to(at::kFloat));
+  pending_reduce_ = PendingOp{};
+}
+
+int64_t FlatParamUnit::unsharded_grad_bytes() const {
+  return grad_accum_.defined() ? static_cast<int64_t>(grad_accum_.nbytes()) : 0;
+}
+
+at::Tensor FlatParamUnit::full_fp32() {
+  c10::NoGradGuard no_grad;
+  at::Tensor out = at::empty({padded_numel_}, shard_.options());
+  if (sharded_) {
+    PendingOp op = comm_.all_gather(out, shard_);
+    comm_.wait(op);
+  } else {
+    out.copy_(shard_);
+  }
+  return out.narrow(0, 0, numel_).to(at::kCPU);
+}
+
+}  // namespace meshrun::trainer

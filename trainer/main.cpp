@@ -1,0 +1,45 @@
+// meshrun-trainer: the FSDP training worker. `--config FILE [--set key=value ...]`; rank layout from
+// the environment (meshrun / torchrun), or a single process when RANK is unset.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "common/error.hpp"
+#include "trainer/config.hpp"
+#include "trainer/dist_env.hpp"
+#include "trainer/trainer.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshrun-trainer: FSDP language-model training (LibTorch), launched by meshrun"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool help_config = false;
+  app.add_option("--config", config_path, "JSON config (configs/NAME.json)");
+  app.add_option("--set", overrides, "override a config key: --set train.lr=1e-3 (repeatable)");
+  app.add_flag("--help-config", help_config, "list every config key with its default and meaning");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (help_config) {
+      for (const auto& [key, doc] : meshrun::trainer::config_key_docs()) std::printf("%-28s %s\n", key.c_str(), doc.c_str());
+      return 0;
+    }
+    if (config_path.empty()) throw meshrun::UsageError("--config is required (e.g. --config configs/quickstart.json)");
+    const auto config = meshrun::trainer::load_config(config_path, overrides);
+    const auto env = meshrun::trainer::read_dist_env();
+    meshrun::trainer::train(config, env);
+    return 0;
+  } catch (const meshrun::UsageError& e) {
+    std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());
+    return 2;
+  } catch (const meshrun::Error& e) {
+    std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "meshrun-trainer: torch error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,247 @@
+#include "trainer/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "trainer/adamw.hpp"
+#include "trainer/communicator.hpp"
+#include "trainer/dataset.hpp"
+#include "trainer/metrics.hpp"
+#include "trainer/sharded_model.hpp"
+
+namespace meshrun::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+at::Device pick_device(const SystemConfig& system, const DistEnv& env) {
+  const bool cuda_available = at::hasCUDA();
+  if (system.device == "cuda" && !cuda_available) {
+    throw UsageError("system.device=cuda but no CUDA device is usable in this process: use system.device=cpu");
+  }
+  if (system.device == "cuda" || (system.device == "auto" && cuda_available)) {
+    return {at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)};
+  }
+  return {at::kCPU};
+}
+
+void set_threads(const SystemConfig& system, const DistEnv& env) {
+  int threads = static_cast<int>(system.threads);
+  if (threads == 0) {
+    if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && std::atoi(omp) > 0) {
+      threads = std::atoi(omp);
+    } else {
+      // Workers on one node share its cores; oversubscription costs more than it gains.
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size));
+    }
+  }
+  at::set_num_threads(threads);
+}
+
+at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
+  return at::tensor(v, at::kLong).view({rows, cols});
+}
+
+double mean_over_ranks(Communicator& comm, double local) {
+  at::Tensor t = at::full({1}, local, at::kDouble);
+  PendingOp op = comm.all_reduce(t);
+  comm.wait(op);
+  return t.item<double>() / comm.world_size();
+}
+
+at::Tensor loss_of(ShardedModel& model, const MicroBatch& mb, int64_t vocab) {
+  at::Tensor logits = model.forward(to_tensor(mb.inputs, mb.batch, mb.seq_len));
+  at::Tensor targets = to_tensor(mb.targets, mb.batch, mb.seq_len).to(logits.device());
+  // The loss is always computed in fp32, whatever the compute dtype.
+  return at::cross_entropy_loss(logits.to(at::kFloat).view({-1, vocab}), targets.view({-1}));
+}
+
+double evaluate(ShardedModel& model, Communicator& comm, const TokenDataset& data, const TrainerConfig& c) {
+  c10::NoGradGuard no_grad;
+  double sum = 0;
+  for (int64_t i = 0; i < c.train.eval_batches; ++i) {
+    const auto mb = sample_micro_batch(data, Split::Val, c.train.seed, i, c.train.global_batch_size, c.train.seq_len,
+                                       comm.rank(), comm.world_size());
+    sum += loss_of(model, mb, c.model.vocab_size).item<double>();
+  }
+  model.reshard_all();
+  return mean_over_ranks(comm, sum / static_cast<double>(c.train.eval_batches));
+}
+
+// Temperature sampling; rank 0 draws and broadcasts so every rank feeds the same context.
+std::vector<int64_t> sample(ShardedModel& model, Communicator& comm, const TrainerConfig& c,
+                            std::vector<int64_t> context) {
+  c10::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(c.train.seed + 7);
+  std::vector<int64_t> produced;
+  for (int64_t i = 0; i < c.train.sample_tokens; ++i) {
+    const int64_t window = std::min<int64_t>(static_cast<int64_t>(context.size()), c.model.max_seq_len);
+    std::vector<int64_t> tail(context.end() - window, context.end());
+    at::Tensor logits = model.forward(to_tensor(tail, 1, window));
+    at::Tensor last = logits.select(1, window - 1).to(at::kCPU, at::kFloat).squeeze(0);
+    at::Tensor probs = at::softmax(last / 0.8, -1);
+    at::Tensor next = at::multinomial(probs, 1, false, gen).to(at::kLong);
+    comm.broadcast(next, 0);
+    context.push_back(next.item<int64_t>());
+    produced.push_back(context.back());
+  }
+  model.reshard_all();
+  return produced;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
+  set_threads(c.system, env);
+  const at::Device device = pick_device(c.system, env);
+  auto comm = Communicator::create(env, c, device);
+  const bool rank0 = comm->rank() == 0;
+  const int world = comm->world_size();
+  if (c.train.global_batch_size % world != 0) {
+    throw UsageError("train.global_batch_size (" + std::to_string(c.train.global_batch_size) +
+                     ") must be divisible by WORLD_SIZE (" + std::to_string(world) + ")");
+  }
+
+  TokenDataset data(c.data);
+  if (c.data.format != "text" && data.max_token_sampled() >= c.model.vocab_size) {
+    throw UsageError("data.path holds token id " + std::to_string(data.max_token_sampled()) +
+                     " but model.vocab_size is " + std::to_string(c.model.vocab_size));
+  }
+  if (!c.output.dir.empty()) std::filesystem::create_directories(c.output.dir);
+
+  ShardedModel model(c, *comm, device);
+  AdamW optimizer(c.train, model.units());
+  const bool replicated = c.fsdp.strategy == ShardingStrategy::NoShard;
+  const double flops_per_token = train_flops_per_token(c.model, c.train.seq_len);
+  const int64_t tokens_per_step = c.train.global_batch_size * c.train.seq_len * c.train.grad_accum_steps;
+
+  MetricsLog log(rank0 && !c.output.dir.empty() ? c.output.dir + "/metrics.jsonl" : "", c.output.progress_bar && rank0,
+                 c.train.steps);
+  if (rank0) {
+    std::printf("meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
+                "data %s (%lld tokens, %zu file(s))\n",
+                c.model.name.c_str(), static_cast<double>(model.numel()) / 1e6, world, comm->backend_name().c_str(),
+                to_string(c.fsdp.strategy).c_str(), to_string(c.fsdp.param_dtype).c_str(),
+                to_string(c.fsdp.reduce_dtype).c_str(), static_cast<long long>(tokens_per_step), c.data.path.c_str(),
+                static_cast<long long>(data.size()), data.files().size());
+    std::fflush(stdout);
+  }
+
+  TrainSummary summary;
+  int64_t grad_accum_peak = 0;
+  for (int64_t step = 1; step <= c.train.steps; ++step) {
+    const auto start = Clock::now();
+    comm->take_comm_seconds();
+    const double lr = learning_rate(c.train, step);
+    optimizer.zero_grad();
+    double local_loss = 0;
+    for (int64_t micro = 0; micro < c.train.grad_accum_steps; ++micro) {
+      model.set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
+      const auto mb = sample_micro_batch(data, Split::Train, c.train.seed, (step - 1) * c.train.grad_accum_steps + micro,
+                                         c.train.global_batch_size, c.train.seq_len, comm->rank(), world);
+      at::Tensor loss = loss_of(model, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);
+      loss.backward();
+      local_loss += loss.item<double>();
+      int64_t accum = 0;
+      for (auto* u : model.units()) accum += u->unsharded_grad_bytes();
+      grad_accum_peak = std::max(grad_accum_peak, accum);
+    }
+    model.finish_grad_sync();
+    const double norm = optimizer.global_grad_norm(*comm, replicated);
+    optimizer.clip(norm, c.train.grad_clip);
+    optimizer.step(lr);
+    const double loss = mean_over_ranks(*comm, local_loss);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    summary.losses.push_back(loss);
+
+    StepRecord r;
+    r.step = step;
+    r.loss = loss;
+    r.lr = lr;
+    r.grad_norm = norm;
+    r.step_time_s = seconds;
+    r.tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
+    r.flops_per_s = r.tokens_per_s * flops_per_token;
+    r.mfu = r.flops_per_s / (c.system.peak_flops * world);
+    r.comm_share = comm->take_comm_seconds() / seconds;
+    if (rank0) log.log_step(r, step % c.train.log_interval == 0 || step == 1 || step == c.train.steps);
+
+    if (c.train.eval_interval > 0 && (step % c.train.eval_interval == 0 || step == c.train.steps)) {
+      summary.last_val_loss = evaluate(model, *comm, data, c);
+      if (rank0) log.log_eval(step, summary.last_val_loss);
+    }
+  }
+
+  // Memory: what this rank holds, and what the process really peaked at.
+  int64_t param_shard = 0;
+  int64_t grad_shard = 0;
+  for (auto* u : model.units()) {
+    param_shard += static_cast<int64_t>(u->shard().nbytes());
+    grad_shard += static_cast<int64_t>(u->shard_grad().nbytes());
+  }
+  const nlohmann::json report = {
+      {"rank", comm->rank()},
+      {"world_size", world},
+      {"strategy", to_string(c.fsdp.strategy)},
+      {"numel", model.numel()},
+      {"padded_numel", model.padded_numel()},
+      {"param_shard_bytes", param_shard},
+      {"gathered_param_peak_bytes", model.gathered().peak},
+      {"grad_shard_bytes", grad_shard},
+      {"grad_accum_peak_bytes", grad_accum_peak},
+      {"optimizer_bytes", optimizer.state_bytes()},
+      {"peak_rss_bytes", peak_rss_bytes()},
+      {"losses", summary.losses},
+      {"last_val_loss", summary.last_val_loss},
+  };
+  std::printf("rank %d memory: params %s (shard %s + gathered peak %s) | grads %s | optimizer %s | peak RSS %s\n",
+              comm->rank(), format_bytes(static_cast<double>(param_shard + model.gathered().peak)).c_str(),
+              format_bytes(static_cast<double>(param_shard)).c_str(),
+              format_bytes(static_cast<double>(model.gathered().peak)).c_str(),
+              format_bytes(static_cast<double>(grad_shard + grad_accum_peak)).c_str(),
+              format_bytes(static_cast<double>(optimizer.state_bytes())).c_str(),
+              format_bytes(static_cast<double>(peak_rss_bytes())).c_str());
+  std::fflush(stdout);
+  if (!c.output.dir.empty()) {
+    std::ofstream(c.output.dir + "/rank" + std::to_string(comm->rank()) + ".json") << report.dump(2) << '\n';
+  }
+
+  if (c.output.dump_params) {
+    at::Tensor params = model.full_params_fp32().contiguous();
+    if (rank0) {
+      std::ofstream out(c.output.dir + "/params.bin", std::ios::binary);
+      out.write(static_cast<const char*>(params.data_ptr()), static_cast<std::streamsize>(params.nbytes()));
+    }
+  }
+
+  if (c.train.sample_tokens > 0) {
+    const bool text = c.data.format == "text";
+    std::vector<int64_t> prompt = text ? encode_bytes(c.train.sample_prompt) : std::vector<int64_t>{0};
+    if (prompt.empty()) prompt.push_back(static_cast<int64_t>('\n'));
+    const auto produced = sample(model, *comm, c, prompt);
+    if (rank0) {
+      if (text) {
+        std::printf("sample: %s%s\n", c.train.sample_prompt.c_str(), decode_bytes(produced).c_str());
+      } else {
+        std::string ids;
+        for (auto t : produced) ids += std::to_string(t) + " ";
+        std::printf("sample token ids: %s\n", ids.c_str());
+      }
+      std::fflush(stdout);
+    }
+  }
+  return summary;
+}
+
+}  // namespace meshrun::trainer
