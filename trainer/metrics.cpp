@@ -5,8 +5,6 @@
 
 #include <cstdio>
 
-#include <fmt/format.h>
-
 #include "common/error.hpp"
 
 namespace meshrun::trainer {
@@ -67,7 +65,9 @@ std::string format_bytes(double bytes) {
     bytes /= 1024;
     ++u;
   }
-  return fmt::format("{:.1f} {}", bytes, units[u]);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", bytes, units[u]);
+  return buf;
 }
 
 }  // namespace meshrun::trainer

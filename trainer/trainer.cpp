@@ -9,9 +9,9 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
 #include "trainer/adamw.hpp"

@@ -1,0 +1,26 @@
+// A real PyTorch script under meshrun: init_process_group("gloo", init_method="env://") + all_reduce.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "support/subprocess.hpp"
+
+TEST_CASE("a PyTorch gloo all_reduce works through meshrun's store", "[launch][pytorch]") {
+  const std::string venv = VENV_BIN;
+  if (!meshrun::testing::file_exists(venv + "/python")) {
+    WARN("no " << venv << "/python: skipping the PyTorch test (run scripts/setup.sh)");
+    return;
+  }
+  meshrun::testing::TempDir dir;
+  const char* path = std::getenv("PATH");
+  // .py entrypoints run under `python` from PATH, so the venv goes first.
+  auto [code, out] = meshrun::testing::run(
+      {MESHRUN_BIN, "--standalone", "--nproc-per-node", "3", ALLREDUCE_SCRIPT, dir.path()},
+      {"PATH=" + venv + ":" + (path ? path : "/usr/bin:/bin")}, dir.path() + "/out");
+  INFO(out);
+  REQUIRE(code == 0);
+  for (int r = 0; r < 3; ++r) {
+    // 1 + 2 + 3 = 6 on every rank.
+    CHECK(meshrun::testing::read_file(dir.path() + "/rank" + std::to_string(r) + ".txt") ==
+          std::to_string(r) + " 3 " + std::to_string(r) + " 6\n");
+  }
+}

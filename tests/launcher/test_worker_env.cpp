@@ -1,0 +1,96 @@
+// WorkerEnvironment and WorkerCommand: what each worker is started with.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "launcher/worker_command.hpp"
+#include "launcher/worker_env.hpp"
+
+using namespace meshrun::launcher;
+
+namespace {
+
+std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : env) {
+    const auto eq = e.find('=');
+    REQUIRE(m.count(e.substr(0, eq)) == 0);  // no duplicate keys
+    m[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  return m;
+}
+
+AttemptSettings two_nodes_second() {
+  return AttemptSettings{.role = "trainer",
+                         .run_id = "job",
+                         .master_addr = "10.0.0.1",
+                         .master_port = 41000,
+                         .rdzv_endpoint = "10.0.0.1:29400",
+                         .restart_count = 1,
+                         .max_restarts = 3,
+                         .group_rank = 1,
+                         .group_world_size = 2,
+                         .world_size = 8,
+                         .local_world_size = 4,
+                         .rank_offset = 4};
+}
+
+}  // namespace
+
+TEST_CASE("the torchrun environment contract for each rank layout", "[worker_env]") {
+  const WorkerEnvironment env({"PATH=/bin", "RANK=99", "MASTER_PORT=1"}, two_nodes_second());
+  const auto m = as_map(env.for_worker({.local_rank = 2, .error_file = "/tmp/e.json"}));
+  CHECK(m.at("PATH") == "/bin");
+  CHECK(m.at("RANK") == "6");
+  CHECK(m.at("LOCAL_RANK") == "2");
+  CHECK(m.at("WORLD_SIZE") == "8");
+  CHECK(m.at("LOCAL_WORLD_SIZE") == "4");
+  CHECK(m.at("GROUP_RANK") == "1");
+  CHECK(m.at("GROUP_WORLD_SIZE") == "2");
+  CHECK(m.at("ROLE_RANK") == "6");
+  CHECK(m.at("ROLE_WORLD_SIZE") == "8");
+  CHECK(m.at("ROLE_NAME") == "trainer");
+  CHECK(m.at("MASTER_ADDR") == "10.0.0.1");
+  CHECK(m.at("MASTER_PORT") == "41000");
+  CHECK(m.at("TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(m.at("TORCHELASTIC_MAX_RESTARTS") == "3");
+  CHECK(m.at("TORCHELASTIC_RUN_ID") == "job");
+  CHECK(m.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+  CHECK(m.at("TORCHELASTIC_ERROR_FILE") == "/tmp/e.json");
+  CHECK(m.at("MESHRUN_RDZV_ENDPOINT") == "10.0.0.1:29400");
+  CHECK(m.at("OMP_NUM_THREADS") == "1");
+}
+
+TEST_CASE("OMP_NUM_THREADS is left alone when set or when one worker runs", "[worker_env]") {
+  auto s = two_nodes_second();
+  CHECK(as_map(WorkerEnvironment({"OMP_NUM_THREADS=8"}, s).for_worker({})).at("OMP_NUM_THREADS") == "8");
+  s.local_world_size = 1;
+  CHECK(as_map(WorkerEnvironment({}, s).for_worker({})).count("OMP_NUM_THREADS") == 0);
+}
+
+TEST_CASE("--virtual-local-rank gives each worker one device at index 0", "[worker_env]") {
+  auto s = two_nodes_second();
+  s.virtual_local_rank = true;
+  const auto m = as_map(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, s).for_worker({.local_rank = 2}));
+  CHECK(m.at("LOCAL_RANK") == "0");
+  CHECK(m.at("CUDA_VISIBLE_DEVICES") == "6");
+}
+
+TEST_CASE("worker commands: .py and -m under python -u, the rest directly", "[worker_command]") {
+  LaunchOptions o;
+  o.entrypoint = "sh";
+  o.args = {"-c", "true"};
+  const auto direct = build_worker_command(o, "/usr/bin:/bin", std::nullopt);
+  CHECK((direct.executable == "/usr/bin/sh" || direct.executable == "/bin/sh"));
+  CHECK(direct.argv == std::vector<std::string>{"sh", "-c", "true"});
+
+  o.entrypoint = "pkg.mod";
+  o.module = true;
+  o.args = {};
+  const auto mod = build_worker_command(o, "/usr/bin:/bin", std::optional<std::string>("sh"));
+  CHECK(mod.argv == std::vector<std::string>{"sh", "-u", "-m", "pkg.mod"});
+
+  o.module = false;
+  o.entrypoint = "/no/such/prog";
+  CHECK_THROWS_AS(build_worker_command(o, "/usr/bin:/bin", std::nullopt), EntrypointError);
+  CHECK_FALSE(find_executable("definitely-not-a-program-xyz", "/usr/bin:/bin"));
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The daemon as users run it: port 0 announcement, status (table and JSON), usage errors, clean SIGTERM.
+set -euo pipefail
+DAEMON="$1"
+PY="$2"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+out=$(mktemp); err=$(mktemp)
+trap 'kill $pid 2>/dev/null || true; rm -f "$out" "$err"' EXIT
+
+"$DAEMON" --host 127.0.0.1 --port 0 >"$out" 2>"$err" &
+pid=$!
+for _ in $(seq 50); do [ -s "$out" ] && break; sleep 0.1; done
+line=$(head -1 "$out")
+[[ "$line" =~ ^listening\ on\ 127\.0\.0\.1:([0-9]+)$ ]] || fail "first stdout line was '$line'"
+port="${BASH_REMATCH[1]}"
+echo "daemon on port $port"
+
+# A node joins through PyTorch-free means: our own status command sees an empty daemon first.
+"$DAEMON" status --endpoint "127.0.0.1:$port" | grep -q "no runs" || fail "status of an idle daemon"
+"$DAEMON" status --endpoint "127.0.0.1:$port" --json | "$PY" -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["server"] == "meshrun-rendezvous", s
+assert s["runs"] == [] and isinstance(s["keys"], int) and isinstance(s["uptime_s"], float), s
+' || fail "status --json fields"
+
+# Usage errors exit 2 and name the problem.
+set +e
+"$DAEMON" --port 70000 >/dev/null 2>"$err"; code=$?
+set -e
+[ "$code" = 2 ] || fail "bad --port exited $code"
+"$DAEMON" --allow 10.0.0.0/99 --port 0 >/dev/null 2>"$err" && fail "bad --allow accepted"
+grep -q "prefix length" "$err" || fail "bad --allow message: $(cat "$err")"
+set +e
+"$DAEMON" status --endpoint "127.0.0.1:1" >/dev/null 2>"$err"; code=$?
+set -e
+[ "$code" = 1 ] || fail "status against nothing exited $code"
+grep -q "refused" "$err" || fail "status against nothing: $(cat "$err")"
+
+# Port already in use: a clear error, not a crash.
+set +e
+"$DAEMON" --host 127.0.0.1 --port "$port" >/dev/null 2>"$err"; code=$?
+set -e
+[ "$code" != 0 ] || fail "second daemon on the same port started"
+grep -qi "in use" "$err" || fail "address-in-use message: $(cat "$err")"
+
+kill -TERM "$pid"
+set +e
+wait "$pid"; code=$?
+set -e
+[ "$code" = 0 ] || fail "daemon exit code after SIGTERM: $code"
+echo "2 passed, 0 failed"
