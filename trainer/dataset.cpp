@@ -109,8 +109,8 @@ uint32_t TokenDataset::max_token_sampled() const {
   return m;
 }
 
-MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t seed, int64_t global_index,
-                              int64_t global_batch, int64_t seq_len, int rank, int world_size) {
+MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t seed, int64_t step_index,
+                              int64_t first_seq, int64_t global_batch, int64_t seq_len, int rank, int world_size) {
   if (global_batch % world_size != 0) {
     throw UsageError("train.global_batch_size (" + std::to_string(global_batch) +
                      ") must be divisible by the world size (" + std::to_string(world_size) + ")");
@@ -128,8 +128,8 @@ MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t se
   mb.targets.resize(mb.inputs.size());
   const uint64_t stream = splitmix64(seed ^ (split == Split::Train ? 0x7261696EULL : 0x76616CULL));
   for (int64_t local = 0; local < mb.batch; ++local) {
-    const int64_t seq = rank * mb.batch + local;  // position in the global batch
-    const uint64_t h = splitmix64(stream ^ splitmix64(static_cast<uint64_t>(global_index) * 1000003ULL +
+    const int64_t seq = first_seq + rank * mb.batch + local;  // position in the step's batch
+    const uint64_t h = splitmix64(stream ^ splitmix64(static_cast<uint64_t>(step_index) * 1000003ULL +
                                                       static_cast<uint64_t>(seq)));
     const int64_t start = static_cast<int64_t>(h % static_cast<uint64_t>(span + 1));
     for (int64_t j = 0; j < seq_len; ++j) {

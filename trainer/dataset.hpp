@@ -39,8 +39,9 @@ class TokenDataset {
   int64_t train_size_ = 0;
 };
 
-/// The windows of one micro-batch: the sequence of global batches depends only on (seed, index), and a
-/// rank takes sequences [rank*B/N, (rank+1)*B/N) of each, so any world size sees the same global batch.
+/// The windows of one micro-batch. Sequence k of step s is a function of (seed, s, k) alone; a micro-batch
+/// is sequences [first_seq, first_seq + B) of its step and rank r takes its r-th slice of B/N. So the global
+/// batch is the same for any world size, and grad_accum_steps=4 with B sees what one micro-batch of 4B sees.
 struct MicroBatch {
   int64_t batch = 0;           // local sequences
   int64_t seq_len = 0;
@@ -48,8 +49,8 @@ struct MicroBatch {
   std::vector<int64_t> targets;  // batch * seq_len (inputs shifted by one)
 };
 
-MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t seed, int64_t global_index,
-                              int64_t global_batch, int64_t seq_len, int rank, int world_size);
+MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t seed, int64_t step_index,
+                              int64_t first_seq, int64_t global_batch, int64_t seq_len, int rank, int world_size);
 
 /// Byte-level tokenizer for text data.
 std::vector<int64_t> encode_bytes(const std::string& text);

@@ -71,8 +71,8 @@ double evaluate(ShardedModel& model, Communicator& comm, const TokenDataset& dat
   c10::NoGradGuard no_grad;
   double sum = 0;
   for (int64_t i = 0; i < c.train.eval_batches; ++i) {
-    const auto mb = sample_micro_batch(data, Split::Val, c.train.seed, i, c.train.global_batch_size, c.train.seq_len,
-                                       comm.rank(), comm.world_size());
+    const auto mb = sample_micro_batch(data, Split::Val, c.train.seed, i, 0, c.train.global_batch_size,
+                                       c.train.seq_len, comm.rank(), comm.world_size());
     sum += loss_of(model, mb, c.model.vocab_size).item<double>();
   }
   model.reshard_all();
@@ -148,7 +148,7 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
     double local_loss = 0;
     for (int64_t micro = 0; micro < c.train.grad_accum_steps; ++micro) {
       model.set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
-      const auto mb = sample_micro_batch(data, Split::Train, c.train.seed, (step - 1) * c.train.grad_accum_steps + micro,
+      const auto mb = sample_micro_batch(data, Split::Train, c.train.seed, step - 1, micro * c.train.global_batch_size,
                                          c.train.global_batch_size, c.train.seq_len, comm->rank(), world);
       at::Tensor loss = loss_of(model, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);
       loss.backward();

@@ -176,10 +176,15 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
     timed(report, [&] {
       try {
         proto::RendezvousClient client(proto::StoreClient::connect(numeric, connect));
-        const auto status = client.status(options.run_id);
+        auto status = client.status(options.run_id);
+        bool found = false;
         for (const auto& run : status.runs) {
-          if (run.run_id == options.run_id) master_port = run.master_port;
+          if (run.run_id != options.run_id) continue;
+          found = true;
+          master_port = run.master_port;
         }
+        // Not there: list every run, so a mistyped --rdzv-id shows what it should have been.
+        if (!found) status = client.status();
         return judge_run(status, {.run_id = options.run_id,
                                   .min_nodes = options.min_nodes,
                                   .max_nodes = options.max_nodes,

@@ -106,7 +106,8 @@ std::string describe_bytes(const std::string& bytes) {
   for (unsigned char c : bytes) {
     printable += std::isprint(c) ? static_cast<char>(c) : '.';
     std::snprintf(buf, sizeof buf, "%02x", c);
-    hex += (hex.empty() ? "" : " ") + std::string(buf);
+    if (!hex.empty()) hex += ' ';
+    hex += buf;
   }
   return "'" + printable + "' (" + hex + ")";
 }

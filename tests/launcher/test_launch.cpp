@@ -1,8 +1,13 @@
 // meshrun end to end: real launcher processes, real workers, loopback only.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <map>
 #include <random>
+#include <set>
 
 #include "support/subprocess.hpp"
 
@@ -33,7 +38,7 @@ std::string unique_marker() {
   return "MESHRUN_TEST_JOB=" + std::to_string(rd()) + std::to_string(::getpid());
 }
 
-std::vector<std::string> meshrun(std::vector<std::string> args) {
+std::vector<std::string> meshrun_cmd(std::vector<std::string> args) {
   args.insert(args.begin(), kMeshrun);
   return args;
 }
@@ -58,7 +63,7 @@ TEST_CASE("env contract for 1 and 4 workers", "[launch]") {
     DYNAMIC_SECTION(n << " workers") {
       TempDir dir;
       auto [code, out] = meshrun::testing::run(
-          meshrun({"--standalone", "--nproc-per-node", std::to_string(n), "--max-restarts", "1", "--role", "trainer",
+          meshrun_cmd({"--standalone", "--nproc-per-node", std::to_string(n), "--max-restarts", "1", "--role", "trainer",
                    kWorker, "env", dir.path(), "--worker-flag", "x"}),
           {}, dir.path() + "/out");
       INFO(out);
@@ -100,7 +105,7 @@ TEST_CASE("two launchers form one job of two nodes", "[launch]") {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   const auto args = [&](int) {
-    return meshrun({"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+    return meshrun_cmd({"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
                     "--rdzv-id", "two-nodes", kWorker, "env", dir.path()});
   };
   Process a(args(0), {}, dir.path() + "/out.a");
@@ -129,7 +134,7 @@ TEST_CASE("a failing worker stops the others; its code is the job's; the summary
   TempDir dir;
   const std::string marker = unique_marker();
   auto [code, out] = meshrun::testing::run(
-      meshrun({"--standalone", "--nproc-per-node", "4", kWorker, "fail-rank", "2", "3", dir.path()}), {marker},
+      meshrun_cmd({"--standalone", "--nproc-per-node", "4", kWorker, "fail-rank", "2", "3", dir.path()}), {marker},
       dir.path() + "/out");
   INFO(out);
   CHECK(code == 3);
@@ -143,7 +148,7 @@ TEST_CASE("--max-restarts restarts the group; success on a restart ends with 0",
   TempDir dir;
   SECTION("succeeds on restart 1") {
     auto [code, out] = meshrun::testing::run(
-        meshrun({"--standalone", "--nproc-per-node", "3", "--max-restarts", "2", kWorker, "fail-until", "1", "1", "3"}),
+        meshrun_cmd({"--standalone", "--nproc-per-node", "3", "--max-restarts", "2", kWorker, "fail-until", "1", "1", "3"}),
         {}, dir.path() + "/out");
     INFO(out);
     CHECK(code == 0);
@@ -151,7 +156,7 @@ TEST_CASE("--max-restarts restarts the group; success on a restart ends with 0",
   }
   SECTION("still failing after two restarts: exit code of the worker") {
     auto [code, out] = meshrun::testing::run(
-        meshrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", kWorker, "fail-until", "9", "0", "5"}),
+        meshrun_cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", kWorker, "fail-until", "9", "0", "5"}),
         {}, dir.path() + "/out");
     INFO(out);
     CHECK(code == 5);
@@ -163,7 +168,7 @@ TEST_CASE("--max-restarts restarts the group; success on a restart ends with 0",
 TEST_CASE("SIGTERM to the launcher reaches every worker; nothing survives; exit 143", "[launch]") {
   TempDir dir;
   const std::string marker = unique_marker();
-  Process launcher(meshrun({"--standalone", "--nproc-per-node", "3", kWorker, "wait", dir.path()}), {marker},
+  Process launcher(meshrun_cmd({"--standalone", "--nproc-per-node", "3", kWorker, "wait", dir.path()}), {marker},
                    dir.path() + "/out");
   for (int r = 0; r < 3; ++r) REQUIRE(wait_for_file(dir.path() + "/pid." + std::to_string(r)));
   launcher.signal(SIGTERM);
@@ -180,7 +185,7 @@ TEST_CASE("SIGTERM to the launcher reaches every worker; nothing survives; exit 
 
 TEST_CASE("SIGUSR1 is forwarded and the job goes on", "[launch]") {
   TempDir dir;
-  Process launcher(meshrun({"--standalone", "--nproc-per-node", "2", kWorker, "wait", dir.path()}), {},
+  Process launcher(meshrun_cmd({"--standalone", "--nproc-per-node", "2", kWorker, "wait", dir.path()}), {},
                    dir.path() + "/out");
   for (int r = 0; r < 2; ++r) REQUIRE(wait_for_file(dir.path() + "/pid." + std::to_string(r)));
   launcher.signal(SIGUSR1);
@@ -193,7 +198,7 @@ TEST_CASE("SIGUSR1 is forwarded and the job goes on", "[launch]") {
 TEST_CASE("kill -9 of the launcher takes its workers with it", "[launch]") {
   TempDir dir;
   const std::string marker = unique_marker();
-  Process launcher(meshrun({"--standalone", "--nproc-per-node", "3", kWorker, "wait", dir.path()}), {marker},
+  Process launcher(meshrun_cmd({"--standalone", "--nproc-per-node", "3", kWorker, "wait", dir.path()}), {marker},
                    dir.path() + "/out");
   std::vector<pid_t> workers;
   for (int r = 0; r < 3; ++r) {
@@ -215,12 +220,12 @@ TEST_CASE("bad flags: a message naming the option, exit 2", "[launch]") {
            {"--standalone", "--nnodes", "3", "prog"},
            {"--module", "--no-python", "prog"},
            {"--nproc_per_node"}}) {
-    auto [code, out] = meshrun::testing::run(meshrun(args), {}, dir.path() + "/out");
+    auto [code, out] = meshrun::testing::run(meshrun_cmd(args), {}, dir.path() + "/out");
     INFO(args.front() << ": " << out);
     CHECK(code == 2);
     CHECK_THAT(out, Catch::Contains("meshrun: error:"));
   }
-  auto [code, out] = meshrun::testing::run(meshrun({"--standalone", "/no/such/program"}), {}, dir.path() + "/out");
+  auto [code, out] = meshrun::testing::run(meshrun_cmd({"--standalone", "/no/such/program"}), {}, dir.path() + "/out");
   CHECK(code == 127);
   CHECK_THAT(out, Catch::Contains("/no/such/program"));
 }
@@ -228,7 +233,7 @@ TEST_CASE("bad flags: a message naming the option, exit 2", "[launch]") {
 TEST_CASE("--log-dir keeps per-attempt, per-rank files; --redirects keeps them off the console", "[launch]") {
   TempDir dir;
   auto [code, out] = meshrun::testing::run(
-      meshrun({"--standalone", "--rdzv-id", "ignored", "--nproc-per-node", "2", "--log-dir", dir.path() + "/logs",
+      meshrun_cmd({"--standalone", "--rdzv-id", "ignored", "--nproc-per-node", "2", "--log-dir", dir.path() + "/logs",
                "--redirects", "0:2", "--no-python", "/bin/sh", "-c", "echo out-$RANK; echo err-$RANK >&2"}),
       {}, dir.path() + "/out");
   INFO(out);

@@ -17,7 +17,7 @@ TEST_CASE("worker output is prefixed per line, split reads included, file copy u
   const std::string console_path = dir.path() + "/console";
   const std::string file_path = dir.path() + "/file";
   UniqueFd console(::open(console_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  OutputPump pump(UniqueFd(in[0]), "[rank3]:", console.get(),
+  OutputPump pump(UniqueFd{in[0]}, "[rank3]:", console.get(),
                   UniqueFd(::open(file_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)), 2);
   const std::string part1 = "hello\nwor";
   const std::string part2 = "ld\nlast line without newline";

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the daemon, protocol and their tests with AddressSanitizer + UndefinedBehaviorSanitizer
+# (build-asan/, no trainer) and runs those tests there. CI runs this through ctest.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="$ROOT/build-asan"
+TORCH_PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
+cmake -S "$ROOT" -B "$DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMESHRUN_SANITIZE=ON -DMESHRUN_BUILD_TRAINER=OFF \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >/dev/null
+cmake --build "$DIR" --target meshrun-rendezvous test_common test_proto test_rendezvous_unit test_rendezvous_server
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+for t in test_common test_proto test_rendezvous_unit test_rendezvous_server; do
+  echo "== $t (ASan+UBSan)"
+  "$DIR/bin/$t" 2>&1 | grep -v '^\[' | tail -n 3
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: $t under ASan+UBSan" >&2; exit 1; }
+done
+echo "== daemon CLI (ASan+UBSan)"
+"$ROOT/tests/rendezvous/daemon_cli.sh" "$DIR/bin/meshrun-rendezvous" "$ROOT/.venv/bin/python"

@@ -1,0 +1,46 @@
+// Test support: runs the real meshrun-rendezvous daemon and real meshrun-trainer worker processes
+// (one per rank), and reads what the workers wrote to their output directory.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace meshrun::trainer::test {
+
+/// meshrun-rendezvous --host 127.0.0.1 --port 0, stopped (SIGTERM) on destruction.
+class Daemon {
+ public:
+  Daemon();
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int pid_ = -1;
+  int port_ = 0;
+};
+
+struct RankRun {
+  std::vector<std::string> sets;                // --set arguments for this rank
+  std::map<std::string, std::string> env;       // extra / overriding environment variables
+};
+
+struct RunResult {
+  std::vector<int> exit_codes;
+  std::vector<std::string> outputs;  // stdout + stderr per rank
+  std::string dir;
+  bool ok() const;
+  std::string describe() const;
+};
+
+/// Runs `world` workers of configs/tiny.json with `common_sets` (+ per-rank extras). world == 0 runs one
+/// process with no RANK (single process, no store). Output goes to a fresh temporary directory.
+RunResult run_workers(int world, const std::vector<std::string>& common_sets, std::vector<RankRun> per_rank = {});
+
+std::vector<double> read_losses(const std::string& dir);
+std::vector<float> read_params(const std::string& dir);
+std::string read_file(const std::string& path);
+
+}  // namespace meshrun::trainer::test
