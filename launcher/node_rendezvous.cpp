@@ -210,7 +210,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
       if (a.master_addr.empty()) a.master_addr = endpoint_.host;
       return a;
     }
-    if (reply.status == "failed") throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.error);
+    if (reply.status == "failed") throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.reason);
     if (check_signals()) return std::nullopt;
     if (std::chrono::steady_clock::now() >= next_note) {
       std::fprintf(stderr, "meshrun: %s\n", describe_waiting(reply).c_str());

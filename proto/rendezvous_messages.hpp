@@ -22,6 +22,8 @@
 namespace meshrun::proto {
 
 inline constexpr const char* kServerName = "meshrun-rendezvous";
+/// Assignment::nodes lists every node only for rounds up to this size (status has the full list).
+inline constexpr size_t kMaxNodesInAssignment = 32;
 
 struct Hello {
   std::string server;        // kServerName
@@ -65,7 +67,7 @@ struct Assignment {
   int rank_offset = 0;      // global rank of this node's local rank 0
   std::string master_addr;  // workers' TCPStore host: the daemon's host as the agent reaches it
   int master_port = 0;      // a store port private to this run (isolated key space)
-  std::vector<NodeInfo> nodes;
+  std::vector<NodeInfo> nodes;  // every node, in group-rank order (empty above kMaxNodesInAssignment)
 };
 
 struct AwaitReply {

@@ -133,19 +133,21 @@ StoreClient StoreClient::connect(const Endpoint& endpoint, const ConnectOptions&
 
 TimePoint StoreClient::op_deadline() const { return std::chrono::steady_clock::now() + options_.op_timeout; }
 
+// The socket is non-blocking: try the syscall first and poll() only when it would block, so a
+// request/response costs one send, one poll and one recv.
 void StoreClient::send_bytes(const std::string& bytes, TimePoint deadline) {
   size_t sent = 0;
   while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n >= 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) throw NetworkError("send to " + endpoint_.to_string() + " failed: " + std::strerror(errno));
     pollfd p{fd_.get(), POLLOUT, 0};
     const int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) throw TimeoutError("timed out sending to " + endpoint_.to_string());
-    const ssize_t n = ::send(fd_.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      throw NetworkError("send to " + endpoint_.to_string() + " failed: " + std::strerror(errno));
-    }
-    sent += static_cast<size_t>(n);
   }
 }
 
@@ -153,20 +155,31 @@ void StoreClient::recv_exact(void* data, size_t size, TimePoint deadline) {
   auto* out = static_cast<char*>(data);
   size_t got = 0;
   while (got < size) {
+    if (rpos_ < rbuf_.size()) {
+      const size_t take = std::min(size - got, rbuf_.size() - rpos_);
+      std::memcpy(out + got, rbuf_.data() + rpos_, take);
+      rpos_ += take;
+      got += take;
+      continue;
+    }
     pollfd p{fd_.get(), POLLIN, 0};
     const int rc = ::poll(&p, 1, remaining_ms(deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) throw TimeoutError("no reply from " + endpoint_.to_string() + " before the deadline");
-    const ssize_t n = ::recv(fd_.get(), out + got, size - got, 0);
+    rbuf_.resize(std::max<size_t>(size - got, 64 * 1024));
+    rpos_ = 0;
+    const ssize_t n = ::recv(fd_.get(), rbuf_.data(), rbuf_.size(), 0);
     if (n == 0) {
+      rbuf_.clear();
       throw NetworkError("connection to " + endpoint_.to_string() +
                          " closed by the peer (the daemon stopped, or it rejected this request)");
     }
     if (n < 0) {
+      rbuf_.clear();
       if (errno == EINTR || errno == EAGAIN) continue;
       throw NetworkError("receive from " + endpoint_.to_string() + " failed: " + std::strerror(errno));
     }
-    got += static_cast<size_t>(n);
+    rbuf_.resize(static_cast<size_t>(n));
   }
 }
 

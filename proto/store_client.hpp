@@ -96,6 +96,8 @@ class StoreClient {
   TimePoint op_deadline() const;
 
   UniqueFd fd_;
+  std::string rbuf_;   // bytes received but not consumed yet (one recv() usually holds a whole reply)
+  size_t rpos_ = 0;
   Endpoint endpoint_;
   ConnectOptions options_;
   double connect_seconds_ = 0;

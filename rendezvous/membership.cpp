@@ -268,7 +268,8 @@ proto::AwaitReply Membership::poll(const std::string& run_id, const std::string&
     a.group_rank = self.group_rank;
     a.group_world_size = static_cast<int>(run->assigned.size());
     a.master_port = run->master_port;
-    a.nodes = run->assigned;
+    // The node list is informational; sending it to every node is O(n^2) bytes, so large rounds skip it.
+    if (run->assigned.size() <= proto::kMaxNodesInAssignment) a.nodes = run->assigned;
     for (const auto& node : run->assigned) {
       a.world_size += node.local_world_size;
       if (node.group_rank < self.group_rank) a.rank_offset += node.local_world_size;

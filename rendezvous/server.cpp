@@ -41,7 +41,7 @@ using proto::QueryType;
 namespace {
 constexpr auto kTickInterval = std::chrono::milliseconds(50);
 constexpr double kMaxAwaitSeconds = 30.0;
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = 16 * 1024;
 
 std::string address_text(const asio::ip::address& addr) {
   if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Store throughput: meshrun-rendezvous vs PyTorch's own TCPStore server (libuv backend, pinned torch),
+# both on 127.0.0.1, measured by the same client program (bench/store/store_bench.cpp).
+#   bench/store.sh [SECONDS_PER_OP]     (default 2)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="$ROOT/build/bin"
+PY="$ROOT/.venv/bin/python"
+SECS="${1:-2}"
+[ -x "$BIN/store_bench" ] || { echo "build first: scripts/setup.sh" >&2; exit 2; }
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+out=$(mktemp)
+"$BIN/meshrun-rendezvous" --host 127.0.0.1 --port 0 --log-level warn >"$out" &
+pids+=($!)
+for _ in $(seq 50); do [ -s "$out" ] && break; sleep 0.1; done
+ours=$(head -1 "$out" | sed 's/.*://')
+theirs=$("$PY" - <<'PYEOF'
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+PYEOF
+)
+"$PY" -c "
+import time, torch.distributed as d
+s = d.TCPStore('127.0.0.1', $theirs, is_master=True, wait_for_workers=False, use_libuv=True)
+time.sleep(100000)" &
+pids+=($!)
+sleep 3
+
+echo "# store ops: meshrun-rendezvous (port $ours) vs torch $("$PY" -c 'import torch;print(torch.__version__)') TCPStore (port $theirs), ${SECS}s per op"
+printf '# %-4s %7s %12s %12s %7s %9s %9s %9s %9s\n' op clients ours_ops/s torch_ops/s ratio ours_p50 torch_p50 ours_p99 torch_p99
+for clients in 1 16 64; do
+  a=$("$BIN/store_bench" "127.0.0.1:$ours" "$clients" "$SECS")
+  b=$("$BIN/store_bench" "127.0.0.1:$theirs" "$clients" "$SECS")
+  paste <(echo "$a") <(echo "$b") | while read -r op ops p50 p99 _ ops2 p502 p992; do
+    printf '  %-4s %7d %12.0f %12.0f %6.2fx %8.1fus %8.1fus %8.1fus %8.1fus\n' "$op" "$clients" "$ops" "$ops2" \
+      "$(echo "$ops / $ops2" | bc -l)" "$p50" "$p502" "$p99" "$p992"
+  done
+done
