@@ -137,7 +137,8 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
   so.port = port;
   try {
     server_ = std::make_unique<rendezvous::Server>(so);
-  } catch (const NetworkError& e) {
+  } catch (const rendezvous::AddressInUseError& e) {
+    // Another agent (or a separately started daemon) got the port first: join it as a client.
     spdlog::debug("not hosting the rendezvous: {}", e.what());
     return false;
   }

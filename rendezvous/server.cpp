@@ -470,7 +470,9 @@ void Server::Impl::bind(Listener& listener, const std::string& host, uint16_t po
     const std::string fix = ec == asio::error::address_in_use
                                 ? " (another process uses this port: pick another with --port, or --port 0 for a free one)"
                                 : "";
-    throw NetworkError("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() + fix);
+    const std::string message = "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() + fix;
+    if (ec == asio::error::address_in_use) throw AddressInUseError(message);
+    throw NetworkError(message);
   }
   listener.acceptor.listen(asio::socket_base::max_listen_connections);
 }

@@ -6,9 +6,16 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/error.hpp"
 #include "rendezvous/server_options.hpp"
 
 namespace meshrun::rendezvous {
+
+/// The listen port is taken by another process (a c10d agent then becomes a client instead).
+class AddressInUseError : public NetworkError {
+ public:
+  using NetworkError::NetworkError;
+};
 
 class Server {
  public:

@@ -107,7 +107,7 @@ TEST_CASE("address scopes", "[interfaces]") {
   CHECK(address_scope("not-an-ip").empty());
 }
 
-TEST_CASE("the route to loopback starts at loopback; an unknown family has none", "[interfaces]") {
+TEST_CASE("the route to loopback starts at loopback, an unknown family has none", "[interfaces]") {
   std::string error;
   const auto source = route_source_address("127.0.0.1", error);
   REQUIRE(source);

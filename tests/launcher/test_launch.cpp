@@ -130,7 +130,7 @@ TEST_CASE("two launchers form one job of two nodes", "[launch]") {
   CHECK(group_ranks == std::set<std::string>{"0", "1"});
 }
 
-TEST_CASE("a failing worker stops the others; its code is the job's; the summary names it", "[launch]") {
+TEST_CASE("a failing worker stops the others, its code is the job's, the summary names it", "[launch]") {
   TempDir dir;
   const std::string marker = unique_marker();
   auto [code, out] = meshrun::testing::run(
@@ -144,7 +144,7 @@ TEST_CASE("a failing worker stops the others; its code is the job's; the summary
   CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }
 
-TEST_CASE("--max-restarts restarts the group; success on a restart ends with 0", "[launch]") {
+TEST_CASE("flag --max-restarts restarts the group, success on a restart ends with 0", "[launch]") {
   TempDir dir;
   SECTION("succeeds on restart 1") {
     auto [code, out] = meshrun::testing::run(
@@ -165,7 +165,7 @@ TEST_CASE("--max-restarts restarts the group; success on a restart ends with 0",
   }
 }
 
-TEST_CASE("SIGTERM to the launcher reaches every worker; nothing survives; exit 143", "[launch]") {
+TEST_CASE("SIGTERM to the launcher reaches every worker, nothing survives, exit 143", "[launch]") {
   TempDir dir;
   const std::string marker = unique_marker();
   Process launcher(meshrun_cmd({"--standalone", "--nproc-per-node", "3", kWorker, "wait", dir.path()}), {marker},
@@ -230,7 +230,7 @@ TEST_CASE("bad flags: a message naming the option, exit 2", "[launch]") {
   CHECK_THAT(out, Catch::Contains("/no/such/program"));
 }
 
-TEST_CASE("--log-dir keeps per-attempt, per-rank files; --redirects keeps them off the console", "[launch]") {
+TEST_CASE("flag --log-dir keeps per-attempt, per-rank files, --redirects keeps them off the console", "[launch]") {
   TempDir dir;
   auto [code, out] = meshrun::testing::run(
       meshrun_cmd({"--standalone", "--rdzv-id", "ignored", "--nproc-per-node", "2", "--log-dir", dir.path() + "/logs",

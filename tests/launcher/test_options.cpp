@@ -70,7 +70,7 @@ TEST_CASE("everything after the entrypoint goes to the worker untouched", "[opti
   }
 }
 
-TEST_CASE("PET_* variables stand in for absent options; argv wins", "[options]") {
+TEST_CASE("PET_* variables stand in for absent options, argv wins", "[options]") {
   const auto o = parse({"train.py"}, {{"PET_NPROC_PER_NODE", "3"}, {"PET_STANDALONE", "1"}, {"PET_MAX_RESTARTS", "1"}});
   CHECK(o.nproc_per_node == 3);
   CHECK(o.standalone);
@@ -79,7 +79,7 @@ TEST_CASE("PET_* variables stand in for absent options; argv wins", "[options]")
   CHECK(p.nproc_per_node == 5);
 }
 
-TEST_CASE("--nproc-per-node accepts auto, gpu and cpu", "[options]") {
+TEST_CASE("flag --nproc-per-node accepts auto, gpu and cpu", "[options]") {
   CHECK(parse({"--nproc-per-node", "gpu", "x"}).nproc_per_node == 2);
   CHECK(parse({"--nproc-per-node", "auto", "x"}).nproc_per_node == 2);
   CHECK(parse({"--nproc-per-node", "cpu", "x"}).nproc_per_node == 8);
@@ -106,7 +106,7 @@ TEST_CASE("unknown, malformed and contradictory options name the option", "[opti
   CHECK_THAT(error_of({"--standalone"}), Catch::Contains("ENTRYPOINT"));
 }
 
-TEST_CASE("--help and --version do not launch", "[options]") {
+TEST_CASE("flag --help and --version do not launch", "[options]") {
   const auto h = parse_launch_options({"--help"}, env_of({}), HostInfo{});
   REQUIRE(h.print_and_exit);
   CHECK_THAT(*h.print_and_exit, Catch::Contains("--nproc-per-node"));
@@ -134,7 +134,7 @@ TEST_CASE("stream masks, rdzv-conf, nnodes ranges and signal lists", "[options]"
   CHECK(parse_signal_list("SIGTERM,usr1,INT") == std::vector<int>{SIGTERM, SIGUSR1, SIGINT});
 }
 
-TEST_CASE("--standalone picks c10d and a random id; static takes the master from the flags", "[options]") {
+TEST_CASE("flag --standalone picks c10d and a random id, static takes the master from the flags", "[options]") {
   const auto s = parse({"--standalone", "--rdzv-id", "x", "prog"});
   CHECK(s.backend == RdzvBackend::kC10d);
   CHECK(s.run_id.empty());

@@ -67,7 +67,7 @@ TEST_CASE("OMP_NUM_THREADS is left alone when set or when one worker runs", "[wo
   CHECK(as_map(WorkerEnvironment({}, s).for_worker({})).count("OMP_NUM_THREADS") == 0);
 }
 
-TEST_CASE("--virtual-local-rank gives each worker one device at index 0", "[worker_env]") {
+TEST_CASE("flag --virtual-local-rank gives each worker one device at index 0", "[worker_env]") {
   auto s = two_nodes_second();
   s.virtual_local_rank = true;
   const auto m = as_map(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, s).for_worker({.local_rank = 2, .error_file = ""}));

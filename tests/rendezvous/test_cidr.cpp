@@ -5,7 +5,7 @@
 
 using meshrun::rendezvous::Cidr;
 
-TEST_CASE("--allow rules match peers", "[cidr]") {
+TEST_CASE("flag --allow rules match peers", "[cidr]") {
   const auto net = Cidr::parse("10.200.0.0/24");
   CHECK(net.contains("10.200.0.7"));
   CHECK(net.contains("::ffff:10.200.0.7"));  // IPv4-mapped peers of a dual-stack socket

@@ -215,7 +215,7 @@ TEST_CASE("a duplicate node rank over the wire is an error naming both hosts", "
   CHECK_THROWS_WITH(daemon.rendezvous().join(r), Catch::Contains("alpha") && Catch::Contains("beta"));
 }
 
-TEST_CASE("--allow rejects other peers with a readable answer", "[server][allow]") {
+TEST_CASE("flag --allow rejects other peers with a readable answer", "[server][allow]") {
   auto options = test::TestDaemon::default_options();
   options.allow = {"10.0.0.0/8"};
   test::TestDaemon daemon(options);

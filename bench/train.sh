@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# meshrun-trainer vs PyTorch FSDP2 (fully_shard, torchrun, Gloo) on CPU, world size 2, tiny and small
+# configs: same model shape, batch, sequence length, dtype (fp32) and OMP_NUM_THREADS. Prints median
+# tokens/s and peak RSS per rank for both, and the ratios. Not part of ctest.
+#   bench/train.sh [STEPS]        (default 30 steps per run; the first 5 are not timed)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STEPS="${1:-30}"
+THREADS="${OMP_NUM_THREADS:-1}"
+PY="$ROOT/.venv/bin/python"
+TRAINER="$ROOT/build/bin/meshrun-trainer"
+LAUNCHER="$ROOT/build/bin/meshrun"
+[ -x "$TRAINER" ] || { echo "build first: cmake --build build --target meshrun-trainer" >&2; exit 2; }
+[ -x "$LAUNCHER" ] || { echo "build first: cmake --build build --target meshrun" >&2; exit 2; }
+export OMP_NUM_THREADS="$THREADS"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+for cfg in tiny small; do
+  out="$WORK/$cfg"
+  "$LAUNCHER" --standalone --nproc-per-node 2 "$TRAINER" --config "$ROOT/configs/$cfg.json" \
+    --set train.steps="$STEPS" --set train.sample_tokens=0 --set train.eval_interval=0 \
+    --set system.threads="$THREADS" --set output.dir="\"$out\"" > "$WORK/$cfg.ours.log" 2>&1
+  "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 "$ROOT/bench/train_fsdp2_reference.py" \
+    --config "$ROOT/configs/$cfg.json" --steps "$STEPS" > "$WORK/$cfg.torch.log" 2>&1
+  "$PY" - "$out" "$WORK/$cfg.torch.log" "$cfg" "$THREADS" <<'PY'
+import json, statistics, sys
+out, torch_log, cfg, threads = sys.argv[1:]
+steps = [json.loads(l) for l in open(out + "/metrics.jsonl") if '"tokens_per_s"' in l]
+ours_tps = statistics.median(s["tokens_per_s"] for s in steps[5:] or steps)
+ours_rss = max(json.load(open(f"{out}/rank{r}.json"))["peak_rss_bytes"] for r in (0, 1))
+ref = [json.loads(l[l.index("{"):]) for l in open(torch_log) if '"tokens_per_s"' in l]
+ref_tps = statistics.median(r["tokens_per_s"] for r in ref)
+ref_rss = max(r["peak_rss_bytes"] for r in ref)
+mib = lambda b: b / 2**20
+print(f"{cfg:6s} world 2, OMP_NUM_THREADS={threads}: meshrun {ours_tps:9.0f} tok/s, peak RSS {mib(ours_rss):7.1f} MiB | "
+      f"FSDP2 {ref_tps:9.0f} tok/s, peak RSS {mib(ref_rss):7.1f} MiB | throughput x{ours_tps / ref_tps:.2f}, "
+      f"memory x{ours_rss / ref_rss:.2f}")
+PY
+done
