@@ -28,13 +28,24 @@ time.sleep(100000)" &
 pids+=($!)
 sleep 3
 
-echo "# store ops: meshrun-rendezvous (port $ours) vs torch $("$PY" -c 'import torch;print(torch.__version__)') TCPStore (port $theirs), ${SECS}s per op"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+tick_us=$(echo "1000000 / $(getconf CLK_TCK)" | bc -l)
+ours_pid=${pids[0]}; theirs_pid=${pids[1]}
+
+echo "# store ops: meshrun-rendezvous (port $ours) vs torch $("$PY" -c 'import torch;print(torch.__version__)') TCPStore libuv server (port $theirs), ${SECS}s per op"
+echo "# clients are threads of one process on the same 2-core machine, so throughput is often client-bound;"
+echo "# server_us/op is the server's own CPU time per operation (utime+stime), the server-side cost."
 printf '# %-4s %7s %12s %12s %7s %9s %9s %9s %9s\n' op clients ours_ops/s torch_ops/s ratio ours_p50 torch_p50 ours_p99 torch_p99
 for clients in 1 16 64; do
-  a=$("$BIN/store_bench" "127.0.0.1:$ours" "$clients" "$SECS")
-  b=$("$BIN/store_bench" "127.0.0.1:$theirs" "$clients" "$SECS")
+  c0=$(cpu_ticks "$ours_pid"); a=$("$BIN/store_bench" "127.0.0.1:$ours" "$clients" "$SECS"); c1=$(cpu_ticks "$ours_pid")
+  t0=$(cpu_ticks "$theirs_pid"); b=$("$BIN/store_bench" "127.0.0.1:$theirs" "$clients" "$SECS"); t1=$(cpu_ticks "$theirs_pid")
   paste <(echo "$a") <(echo "$b") | while read -r op ops p50 p99 _ ops2 p502 p992; do
     printf '  %-4s %7d %12.0f %12.0f %6.2fx %8.1fus %8.1fus %8.1fus %8.1fus\n' "$op" "$clients" "$ops" "$ops2" \
       "$(echo "$ops / $ops2" | bc -l)" "$p50" "$p502" "$p99" "$p992"
   done
+  total_a=$(echo "$a" | awk -v s="$SECS" '{t += $2 * s} END {print t}')
+  total_b=$(echo "$b" | awk -v s="$SECS" '{t += $2 * s} END {print t}')
+  ua=$(echo "($c1 - $c0) * $tick_us / $total_a" | bc -l); ub=$(echo "($t1 - $t0) * $tick_us / $total_b" | bc -l)
+  printf '  %-4s %7d server CPU per op: ours %.2fus, torch %.2fus, torch/ours %.2fx\n' all "$clients" "$ua" "$ub" \
+    "$(echo "$ub / $ua" | bc -l)"
 done

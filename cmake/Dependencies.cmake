@@ -25,6 +25,11 @@ else()
 endif()
 
 if(MESHRUN_BUILD_TRAINER)
+  # Torch's CUDA set-up compiles a GPU probe unless told which architectures to target; on a build
+  # machine without a GPU that probe fails, so name the common data-center ones.
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+  endif()
   find_package(Torch QUIET)
   if(Torch_FOUND)
     message(STATUS "meshrun: LibTorch ${Torch_VERSION} found: building meshrun-trainer")

@@ -25,7 +25,8 @@ void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c
 
 // How one attempt ended.
 struct AttemptResult {
-  enum Kind { kSucceeded, kWorkerFailed, kRemoteRestart, kSignaled } kind = kSucceeded;
+  // kRunFailed: the daemon declared the whole run failed; kRendezvousLost: the daemon stopped answering.
+  enum Kind { kSucceeded, kWorkerFailed, kRemoteRestart, kRunFailed, kRendezvousLost, kSignaled } kind = kSucceeded;
   int exit_code = 0;   // kWorkerFailed: the worker's code; kSignaled: 128+signal
   std::string reason;  // for the daemon and the user
 };
@@ -143,9 +144,28 @@ int Agent::run() {
               result = {AttemptResult::kRemoteRestart, 1, beat.reason};
               break;
             }
+            if (beat.action == "fail") {
+              say("the run failed: " + beat.reason + "; stopping the workers");
+              group.stop(signals_, grace);
+              result = {AttemptResult::kRunFailed, 1, beat.reason};
+              break;
+            }
           } catch (const Error& e) {
-            // The workers may well be fine; only warn, once per few failures.
-            if (heartbeat_failures++ % 10 == 0) spdlog::warn("heartbeat to the rendezvous failed: {}", e.what());
+            // A dead or unreachable rendezvous host must not leave this node running (or hanging) forever:
+            // after keep_alive_max_attempt silent beats, stop like the daemon would for a dead node.
+            ++heartbeat_failures;
+            spdlog::warn("heartbeat {} of {} to the rendezvous failed: {}", heartbeat_failures,
+                         options_.rdzv_conf.keep_alive_max_attempt, e.what());
+            if (heartbeat_failures >= options_.rdzv_conf.keep_alive_max_attempt) {
+              const std::string reason = "lost the rendezvous at " + rdzv.endpoint().to_string() + ": " +
+                                         std::to_string(heartbeat_failures) + " heartbeats in a row failed (last: " +
+                                         e.what() + ")";
+              say(reason + "; stopping the workers (is the rendezvous host up? see `meshrun ping " +
+                  rdzv.endpoint().to_string() + "`)");
+              group.stop(signals_, grace);
+              result = {AttemptResult::kRendezvousLost, 1, reason};
+              break;
+            }
           }
         }
       }
@@ -160,8 +180,11 @@ int Agent::run() {
         rdzv.wait_for_other_nodes();
         return rdzv.interrupted_by() ? 128 + rdzv.interrupted_by() : 0;
       case AttemptResult::kSignaled:
+      case AttemptResult::kRunFailed:
         rdzv.leave(result.reason, false);
         return result.exit_code;
+      case AttemptResult::kRendezvousLost:
+        return result.exit_code;  // nobody to tell
       case AttemptResult::kWorkerFailed:
       case AttemptResult::kRemoteRestart:
         if (restart >= options_.max_restarts) {

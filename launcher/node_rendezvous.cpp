@@ -220,7 +220,23 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   }
 }
 
-proto::HeartbeatReply NodeRendezvous::heartbeat() { return client_->heartbeat(run_id_, node_id_); }
+proto::HeartbeatReply NodeRendezvous::heartbeat() {
+  const Duration bound = from_seconds(options_.rdzv_conf.keep_alive_interval_s);
+  try {
+    if (!beat_client_) {
+      proto::ConnectOptions co;
+      co.connect_timeout = bound;
+      co.op_timeout = bound;
+      beat_client_.emplace(proto::StoreClient::connect(endpoint_, co));
+    }
+    return beat_client_->heartbeat(run_id_, node_id_);
+  } catch (const RemoteError&) {
+    throw;  // the daemon answered; the connection is fine
+  } catch (const Error&) {
+    beat_client_.reset();  // a timed-out exchange may leave half a reply on the socket: start afresh
+    throw;
+  }
+}
 
 void NodeRendezvous::report_failure(const std::string& reason) { client_->report_failure(run_id_, node_id_, reason); }
 

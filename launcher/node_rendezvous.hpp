@@ -38,7 +38,9 @@ class NodeRendezvous {
   /// Returns nullopt when a terminating signal arrived (see interrupted_by()). Throws RemoteError
   /// (the daemon refused or the run failed) and TimeoutError (join timeout).
   std::optional<proto::Assignment> join();
-  /// One keep-alive; "restart" in the reply means the round was invalidated.
+  /// One keep-alive, bounded by keep_alive_interval; "restart" in the reply means the round was invalidated,
+  /// "fail" that the run failed. Throws NetworkError/TimeoutError when the daemon does not answer in time
+  /// (the next call reconnects).
   proto::HeartbeatReply heartbeat();
   void report_failure(const std::string& reason);
   void leave(const std::string& reason, bool ok);
@@ -64,6 +66,9 @@ class NodeRendezvous {
   SignalSet& signals_;
   std::unique_ptr<rendezvous::Server> server_;
   std::optional<proto::RendezvousClient> client_;
+  // Heartbeats use a connection of their own with a short deadline: a daemon that stops answering
+  // (host dead, link cut, SIGSTOP) is noticed within the keep-alive timeout, not the 60 s read timeout.
+  std::optional<proto::RendezvousClient> beat_client_;
   Endpoint endpoint_;
   std::string run_id_;
   std::string hostname_;

@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "common/version.hpp"
+#include "launcher/slurm_env.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -129,6 +130,40 @@ std::string help_footer() {
          "Exit codes: 0 success; the first failed worker's exit code (128+N when killed by signal N);\n"
          "128+N when meshrun itself got signal N; 1 rendezvous/launcher errors; 2 bad options;\n"
          "127 entrypoint not found. See docs/launcher.md.\n";
+}
+
+// Fills the rendezvous settings from SLURM's environment (see slurm_env.hpp); warns instead when SLURM
+// variables are present but srun did not start this process (e.g. meshrun run from the batch script).
+void apply_slurm(ParseResult& result, const EnvLookup& env) {
+  const auto job = detect_slurm_job(env);
+  if (!job) return;
+  LaunchOptions& o = result.options;
+  if (!job->under_srun) {
+    result.warnings.push_back("SLURM job " + job->job_id + " detected (SLURM_JOB_ID) but meshrun was not started by "
+                              "srun (no SLURM_STEP_ID): running a single node here; to use every node of the job, "
+                              "run `srun --ntasks-per-node=1 meshrun ...`");
+    return;
+  }
+  if (job->num_tasks > 0 && job->num_tasks != job->num_nodes) {
+    throw UsageError("srun started " + std::to_string(job->num_tasks) + " tasks on " + std::to_string(job->num_nodes) +
+                     " node(s), but meshrun needs exactly one task per node (it starts the workers itself): use "
+                     "`srun --ntasks-per-node=1 meshrun ...` (or pass --rdzv-endpoint to opt out of SLURM detection)");
+  }
+  if (job->first_host.empty()) {
+    throw UsageError("SLURM job " + job->job_id + ": SLURM_JOB_NODELIST is empty, cannot tell the rendezvous host; "
+                     "pass --rdzv-endpoint HOST:PORT");
+  }
+  o.backend = RdzvBackend::kC10d;
+  o.rdzv_endpoint = Endpoint{.host = job->first_host, .port = slurm_rdzv_port(job->job_id)};
+  if (!o.run_id_given) o.run_id = job->job_id;
+  if (!o.nnodes_given) o.min_nodes = o.max_nodes = job->num_nodes;
+  o.node_rank = job->node_id;
+  o.node_rank_given = true;
+  if (!o.nproc_given && job->gpus && *job->gpus > 0) o.nproc_per_node = *job->gpus;
+  o.slurm = true;
+  result.notes.push_back("SLURM job " + job->job_id + ": node " + std::to_string(job->node_id) + " of " +
+                         std::to_string(o.max_nodes) + ", rendezvous at " + o.rdzv_endpoint->to_string() + ", " +
+                         std::to_string(o.nproc_per_node) + " worker(s) per node");
 }
 
 }  // namespace
@@ -308,9 +343,9 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   std::string logs_specs, numa_binding, print_completion, dup_out, dup_err;
   std::optional<double> shutdown_timeout;
 
-  app.add_option(both_spellings("--nnodes"), nnodes, "Number of nodes: N or MIN:MAX (elastic)")
+  auto* nnodes_opt = app.add_option(both_spellings("--nnodes"), nnodes, "Number of nodes: N or MIN:MAX (elastic)")
       ->default_str("1:1");
-  app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
+  auto* nproc_opt = app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
       ->default_str("1");
   auto* backend_opt =
       app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d or static")->default_str("static");
@@ -361,6 +396,17 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   app.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
                "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
   app.add_option(both_spellings("--print-completion"), print_completion, "Not supported by meshrun");
+  auto* hostfile_opt = app.add_option("-H,--hostfile", o.fanout.hostfile,
+                                      "Start one meshrun per host of FILE over ssh (lines: `host slots=N`)");
+  app.add_option("-i,--include", o.fanout.include, "With --hostfile: only these hosts/slots, e.g. node1@node2:0,1");
+  app.add_option("-e,--exclude", o.fanout.exclude, "With --hostfile: skip these hosts/slots, e.g. node3");
+  app.add_option("--export", o.fanout.exports, "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--ssh-opts", o.fanout.ssh_opts, "With --hostfile: extra ssh arguments, e.g. \"-i ~/.ssh/k -p 2222\"");
+  app.add_option("--remote-meshrun", o.fanout.remote_meshrun,
+                 "With --hostfile: meshrun's path on the hosts (default: this binary's path)");
+  app.add_option("--ssh-connect-timeout", o.fanout.connect_timeout_s, "With --hostfile: ssh ConnectTimeout seconds")
+      ->default_str("10");
   app.add_option(both_spellings("--log-level"), o.log_level, "meshrun's own log level: trace..error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->default_str("warn");
@@ -395,6 +441,14 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   if (rest.empty()) throw UsageError("missing ENTRYPOINT: meshrun [OPTIONS] ENTRYPOINT [ARGS...] (see meshrun --help)");
   o.entrypoint = rest.front();
   o.args.assign(rest.begin() + 1, rest.end());
+  // What precedes the entrypoint (and a `--`) in the user's argv: meshrun's own options.
+  {
+    const size_t tail = o.args.size() + 1 + (user_args.size() >= o.args.size() + 2 &&
+                                                     user_args[user_args.size() - o.args.size() - 2] == "--"
+                                                 ? 1
+                                                 : 0);
+    if (user_args.size() >= tail) o.launcher_args.assign(user_args.begin(), user_args.end() - static_cast<long>(tail));
+  }
 
   // Values that need more than a type check.
   std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(nnodes);
@@ -435,6 +489,15 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
     o.shutdown_timeout_s = *parsed;
   }
   if (o.shutdown_timeout_s < 0) throw UsageError("--shutdown-timeout must not be negative");
+
+  o.nnodes_given = nnodes_opt->count() > 0;
+  o.nproc_given = nproc_opt->count() > 0;
+  o.run_id_given = id_opt->count() > 0;
+
+  // Inside srun with no rendezvous flags: take nodes, rank, endpoint and run id from SLURM.
+  const bool rdzv_flags = o.standalone || backend_opt->count() > 0 || endpoint_opt->count() > 0 ||
+                          master_addr_opt->count() > 0 || master_port_opt->count() > 0 || o.node_rank_given;
+  if (!rdzv_flags && !hostfile_opt->count()) apply_slurm(result, env);
 
   // Contradictions: fail now rather than hang later.
   if (o.module && o.no_python) {

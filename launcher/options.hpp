@@ -37,6 +37,17 @@ struct RdzvConf {
   std::optional<bool> is_host;  // force (or forbid) hosting the daemon under c10d
 };
 
+/// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.
+struct FanoutOptions {
+  std::string hostfile;                // empty: no fan-out
+  std::string include;                 // DeepSpeed syntax: host1@host2:0,2
+  std::string exclude;
+  std::vector<std::string> exports;    // VAR or VAR=VALUE, sent to every host
+  std::string ssh_opts;                // extra ssh arguments, split on blanks ("-i key -p 2222")
+  std::string remote_meshrun;          // meshrun on the hosts; empty: this binary's path
+  double connect_timeout_s = 10;       // ssh ConnectTimeout for the pre-flight check and the launch
+};
+
 struct LaunchOptions {
   int min_nodes = 1;
   int max_nodes = 1;
@@ -69,6 +80,12 @@ struct LaunchOptions {
   std::string log_level = "warn";       // the launcher's own log (spdlog)
   std::string entrypoint;               // script, module or program
   std::vector<std::string> args;        // passed to the worker untouched
+  FanoutOptions fanout;
+  std::vector<std::string> launcher_args;  // meshrun's own options as given (before ENTRYPOINT), for fan-out
+  bool nnodes_given = false;            // --nnodes (or PET_NNODES) was given
+  bool nproc_given = false;             // --nproc-per-node was given
+  bool run_id_given = false;            // --rdzv-id was given
+  bool slurm = false;                   // the rendezvous settings came from SLURM's environment
 };
 
 /// What the command line asked for.
@@ -78,6 +95,8 @@ struct ParseResult {
   std::optional<std::string> print_and_exit;
   /// Accepted-but-ignored torchrun options and overridden values, for the caller to print.
   std::vector<std::string> warnings;
+  /// Settings meshrun derived by itself (SLURM detection), for the caller to log at info level.
+  std::vector<std::string> notes;
 };
 
 /// Looks up an environment variable (injected so parsing stays pure); nullopt when unset.

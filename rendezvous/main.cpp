@@ -1,4 +1,6 @@
 // meshrun-rendezvous: the TCPStore-compatible rendezvous daemon, and its `status` client command.
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -14,6 +16,15 @@
 #include "rendezvous/status_command.hpp"
 
 namespace {
+
+// Thousands of agents and workers each hold a connection: lift the soft fd limit to the hard one.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
 
 int run_status(const std::string& endpoint_text, bool as_json, double timeout_s) {
   using namespace meshrun;
@@ -67,6 +78,7 @@ int main(int argc, char** argv) {
   try {
     if (status_cmd->parsed()) return run_status(endpoint, as_json, timeout_s);
     init_logging("rendezvous", log_level);
+    raise_open_file_limit();
     options.limits.max_value_bytes = max_message_bytes;
     rendezvous::Server server(options);
     std::cout << "listening on " << Endpoint{options.host, server.port()}.to_string() << std::endl;

@@ -104,7 +104,7 @@ class Server::Impl {
 
   ServerOptions options_;
   std::vector<Cidr> allow_;
-  asio::io_context io_;
+  asio::io_context io_{1};  // concurrency hint: exactly one thread runs it
   SteadyClock clock_;
   Membership membership_{clock_};
   std::shared_ptr<Listener> main_;
@@ -134,6 +134,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto local = socket_.local_endpoint(ec);
     local_addr_ = ec ? "" : address_text(local.address());
     socket_.set_option(tcp::no_delay(true), ec);
+    socket_.non_blocking(true, ec);  // replies are written directly when the socket takes them
   }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -152,6 +153,7 @@ class Session : public std::enable_shared_from_this<Session> {
       server_.forget_wait(wait_id_);
     }
     boost::system::error_code ec;
+    if (!pending_.empty()) socket_.write_some(asio::buffer(pending_), ec);  // best effort: a last error reply
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     server_.on_closed(shared_from_this());
@@ -166,6 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
     on_ready_ = nullptr;
     guarded([&] { ready(); });
     process();
+    flush();
   }
 
   /// The pending await has its answer.
@@ -174,6 +177,7 @@ class Session : public std::enable_shared_from_this<Session> {
     blocked_ = Blocked::kNone;
     send_string(reply.dump());
     process();
+    flush();
   }
 
   bool awaiting() const { return blocked_ == Blocked::kAwait; }
@@ -196,6 +200,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       process();
+      flush();
       if (!closed_) do_read();
     });
   }
@@ -405,10 +410,32 @@ class Session : public std::enable_shared_from_this<Session> {
     w.put_string(s);
     send(w.take());
   }
-  void send(std::string bytes) {
-    out_.push_back(std::move(bytes));
-    if (!writing_) do_write();
+  /// Replies are gathered while a batch of requests is processed and written once by flush().
+  void send(const std::string& bytes) { pending_.append(bytes); }
+
+  void flush() {
+    if (closed_ || pending_.empty()) return;
+    if (writing_) {
+      out_.push_back(std::move(pending_));
+      pending_.clear();
+      return;
+    }
+    // Fast path: one non-blocking write, no completion handler; the rest (if any) goes async.
+    boost::system::error_code ec;
+    const size_t n = socket_.write_some(asio::buffer(pending_), ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+      close("write: " + ec.message());
+      return;
+    }
+    if (n == pending_.size()) {
+      pending_.clear();
+      return;
+    }
+    out_.push_back(pending_.substr(n));
+    pending_.clear();
+    do_write();
   }
+
   void do_write() {
     writing_ = true;
     auto self = shared_from_this();
@@ -435,7 +462,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string local_addr_;
   std::string in_;
   std::array<char, kReadChunk> chunk_{};
-  std::deque<std::string> out_;
+  std::string pending_;             // replies not yet handed to the socket
+  std::deque<std::string> out_;     // replies the socket did not take yet (async write in flight)
   bool writing_ = false;
   bool closed_ = false;
   Blocked blocked_ = Blocked::kNone;
