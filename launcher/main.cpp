@@ -12,6 +12,7 @@
 #include "launcher/agent.hpp"
 #include "launcher/options.hpp"
 #include "launcher/signal_set.hpp"
+#include "launcher/ssh_fanout.hpp"
 #include "launcher/worker_command.hpp"
 
 // Defined by launcher/CMakeLists.txt when the meshrun_diagnostics library is built.
@@ -64,6 +65,12 @@ int main(int argc, char** argv) {
   try {
     init_logging("meshrun", options.log_level);
     for (const auto& w : parsed.warnings) std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
+    for (const auto& n : parsed.notes) spdlog::info("{}", n);
+    if (!options.fanout.hostfile.empty()) {
+      // The hosts run the entrypoint; it need not exist here.
+      SignalSet signals(options.signals_to_handle);
+      return SshFanout(options, signals, getenv_lookup).run();
+    }
     const char* path = std::getenv("PATH");
     WorkerCommand command = build_worker_command(options, path ? path : "/usr/bin:/bin", getenv_lookup("PYTHON_EXEC"));
     // Before any thread starts (the in-process daemon), so every thread keeps these signals blocked.

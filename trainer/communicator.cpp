@@ -1,5 +1,6 @@
 #include "trainer/communicator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -107,6 +108,7 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
   if (!env.distributed) return comm;
   comm->rank_ = env.rank;
   comm->world_size_ = env.world_size;
+  comm->env_ = env;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.system.timeout_s * 1000));
 
   c10d::TCPStoreOptions options;
@@ -139,7 +141,42 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
         c10::make_intrusive<c10d::PrefixStore>("gloo", comm->store_), env.rank, env.world_size, gloo_options);
   }
   comm->backend_name_ = backend;
+  comm->timeout_ = timeout;
   return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks, const std::string& name) {
+  std::unique_ptr<Communicator> group(new Communicator());
+  group->native_reduce_scatter_ = native_reduce_scatter_;
+  if (!backend_) return group;
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) {
+    throw Error("internal: rank " + std::to_string(rank_) + " asked to join process group '" + name + "' it is not in");
+  }
+  group->rank_ = static_cast<int>(me - ranks.begin());
+  group->world_size_ = static_cast<int>(ranks.size());
+  group->env_ = env_;
+  group->timeout_ = timeout_;
+  group->store_ = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_);
+  group->backend_name_ = backend_name_;
+  if (backend_name_ == "nccl") {
+    group->backend_ = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", group->store_), group->rank_,
+                                        group->world_size_, env_.local_rank, timeout_);
+  } else {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
+    gloo_options->devices.push_back(make_gloo_device(env_));
+    gloo_options->threads = 2;
+    group->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("gloo", group->store_), group->rank_, group->world_size_, gloo_options);
+  }
+  return group;
+}
+
+void Communicator::barrier() {
+  if (!backend_) return;
+  at::Tensor t = at::zeros({1}, at::kFloat);
+  PendingOp op = all_reduce(t);
+  wait(op);
 }
 
 Communicator::~Communicator() = default;

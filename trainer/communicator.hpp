@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
@@ -54,6 +55,12 @@ class Communicator {
   /// Blocks until `op` completes; the blocked time counts as exposed communication.
   void wait(PendingOp& op);
   void broadcast(const at::Tensor& t, int root);
+  /// Returns when every rank of this group has called it.
+  void barrier();
+  /// A process group over `ranks` (global ranks, this rank among them) built over the same store under
+  /// the prefix `name`; every member must call it with the same arguments, non-members must not.
+  /// Single-process communicators return another single-process communicator.
+  std::unique_ptr<Communicator> new_group(const std::vector<int>& ranks, const std::string& name);
 
   /// Seconds spent blocked in wait() since the last call (exposed, i.e. not overlapped, communication).
   double take_comm_seconds();
@@ -64,6 +71,8 @@ class Communicator {
   int rank_ = 0;
   int world_size_ = 1;
   std::string backend_name_ = "none";
+  DistEnv env_;
+  std::chrono::milliseconds timeout_{0};
   bool native_reduce_scatter_ = true;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;

@@ -54,11 +54,22 @@ const std::vector<KeyDoc>& key_table() {
       {"train.eval_batches", 4, "validation micro-batches per evaluation"},
       {"train.sample_tokens", 64, "tokens sampled from the model at the end; 0 disables"},
       {"train.sample_prompt", "The ", "prompt for the final sample (text data only)"},
-      {"fsdp.strategy", "FULL_SHARD", "FULL_SHARD | SHARD_GRAD_OP | NO_SHARD"},
+      {"fsdp.strategy", "FULL_SHARD", "FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | HYBRID_SHARD_ZERO2"},
       {"fsdp.param_dtype", "fp32", "compute dtype of gathered parameters: fp32 | bf16 | fp16"},
       {"fsdp.reduce_dtype", "fp32", "dtype of gradient reduction: fp32 | bf16 | fp16"},
       {"fsdp.prefetch", true, "issue the next unit's all-gather before the current unit computes"},
       {"fsdp.native_reduce_scatter", true, "false: reduce-scatter as all-reduce + local chunk (2x traffic)"},
+      {"fsdp.shard_group_size", 0, "HYBRID_*: ranks per shard group (replicated across groups); 0 = LOCAL_WORLD_SIZE"},
+      {"fsdp.activation_checkpointing", 0, "recompute block activations in backward: 0 none, 1 every block, k every k-th block"},
+      {"fsdp.cpu_offload", false, "CUDA: keep shards, gradients and AdamW state in pinned host memory; no-op on CPU"},
+      {"fsdp.limit_all_gathers", 1, "at most this many unit all-gathers in flight ahead of the computing unit (>= 1)"},
+      {"checkpoint.dir", "", "directory of step_<N> checkpoints; empty = no checkpoints"},
+      {"checkpoint.format", "sharded", "sharded (every rank writes its shards) | full (rank 0 writes one gathered file)"},
+      {"checkpoint.interval", 0, "save every this many steps; 0 = only after the last step and on a signal"},
+      {"checkpoint.keep_last", 0, "keep only the newest K complete checkpoints; 0 keeps all"},
+      {"checkpoint.resume", "", "\"\" (fresh start) | auto (newest complete checkpoint in checkpoint.dir, if any) | path of a step_<N> folder"},
+      {"checkpoint.on_signal", true, "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"},
+      {"checkpoint.save_final", true, "save a checkpoint after the last step (needs checkpoint.dir)"},
       {"system.device", "auto", "auto | cpu | cuda (cuda uses device LOCAL_RANK)"},
       {"system.backend", "auto", "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu)"},
       {"system.threads", 0, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"},
@@ -167,6 +178,13 @@ void validate(const TrainerConfig& c) {
   require(c.system.threads >= 0 && c.system.peak_flops > 0 && c.system.timeout_s > 0,
           "system.threads >= 0, system.peak_flops > 0, system.timeout_s > 0");
   require(!c.output.dump_params || !c.output.dir.empty(), "output.dump_params needs output.dir");
+  require(c.fsdp.shard_group_size >= 0, "fsdp.shard_group_size must be >= 0");
+  require(c.fsdp.activation_checkpointing >= 0, "fsdp.activation_checkpointing must be >= 0 (0 = none)");
+  require(c.fsdp.limit_all_gathers >= 1, "fsdp.limit_all_gathers must be >= 1");
+  require(c.checkpoint.format == "sharded" || c.checkpoint.format == "full",
+          "checkpoint.format must be sharded or full, got '" + c.checkpoint.format + "'");
+  require(c.checkpoint.interval >= 0 && c.checkpoint.keep_last >= 0, "checkpoint.interval and checkpoint.keep_last must be >= 0");
+  require(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(), "checkpoint.resume=auto needs checkpoint.dir");
 }
 
 void set_dotted(json& root, const std::string& assignment) {
@@ -268,14 +286,30 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
     c.fsdp.strategy = ShardingStrategy::ShardGradOp;
   } else if (strategy == "NO_SHARD") {
     c.fsdp.strategy = ShardingStrategy::NoShard;
+  } else if (strategy == "HYBRID_SHARD") {
+    c.fsdp.strategy = ShardingStrategy::HybridShard;
+  } else if (strategy == "HYBRID_SHARD_ZERO2") {
+    c.fsdp.strategy = ShardingStrategy::HybridShardZero2;
   } else {
     throw UsageError("config key 'fsdp.strategy': unknown strategy '" + strategy +
-                     "' (use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD)");
+                     "' (use FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2)");
   }
   c.fsdp.param_dtype = parse_dtype("fsdp.param_dtype", get_as<std::string>(merged, "fsdp.param_dtype"));
   c.fsdp.reduce_dtype = parse_dtype("fsdp.reduce_dtype", get_as<std::string>(merged, "fsdp.reduce_dtype"));
   c.fsdp.prefetch = get_as<bool>(merged, "fsdp.prefetch");
   c.fsdp.native_reduce_scatter = get_as<bool>(merged, "fsdp.native_reduce_scatter");
+  c.fsdp.shard_group_size = get_as<int64_t>(merged, "fsdp.shard_group_size");
+  c.fsdp.activation_checkpointing = get_as<int64_t>(merged, "fsdp.activation_checkpointing");
+  c.fsdp.cpu_offload = get_as<bool>(merged, "fsdp.cpu_offload");
+  c.fsdp.limit_all_gathers = get_as<int64_t>(merged, "fsdp.limit_all_gathers");
+
+  c.checkpoint.dir = get_as<std::string>(merged, "checkpoint.dir");
+  c.checkpoint.format = get_as<std::string>(merged, "checkpoint.format");
+  c.checkpoint.interval = get_as<int64_t>(merged, "checkpoint.interval");
+  c.checkpoint.keep_last = get_as<int64_t>(merged, "checkpoint.keep_last");
+  c.checkpoint.resume = get_as<std::string>(merged, "checkpoint.resume");
+  c.checkpoint.on_signal = get_as<bool>(merged, "checkpoint.on_signal");
+  c.checkpoint.save_final = get_as<bool>(merged, "checkpoint.save_final");
 
   c.system.device = get_as<std::string>(merged, "system.device");
   c.system.backend = get_as<std::string>(merged, "system.backend");
@@ -338,6 +372,8 @@ std::string to_string(ShardingStrategy s) {
     case ShardingStrategy::FullShard: return "FULL_SHARD";
     case ShardingStrategy::ShardGradOp: return "SHARD_GRAD_OP";
     case ShardingStrategy::NoShard: return "NO_SHARD";
+    case ShardingStrategy::HybridShard: return "HYBRID_SHARD";
+    case ShardingStrategy::HybridShardZero2: return "HYBRID_SHARD_ZERO2";
   }
   return "?";
 }

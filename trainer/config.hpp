@@ -10,7 +10,8 @@
 
 namespace meshrun::trainer {
 
-enum class ShardingStrategy { FullShard, ShardGradOp, NoShard };
+// Hybrid*: FULL_SHARD / SHARD_GRAD_OP inside a shard group (a node), replicated across groups.
+enum class ShardingStrategy { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardZero2 };
 enum class DType { Float32, BFloat16, Float16 };
 
 struct ModelConfig {
@@ -67,6 +68,26 @@ struct FsdpConfig {
   DType reduce_dtype = DType::Float32;
   bool prefetch = true;
   bool native_reduce_scatter = true;  // false: all-reduce + local chunk (2x traffic), for comparison
+  int64_t shard_group_size = 0;        // hybrid: ranks per shard group; 0 = LOCAL_WORLD_SIZE
+  int64_t activation_checkpointing = 0;  // 0 none, k: recompute every k-th block in backward
+  bool cpu_offload = false;            // CUDA: shards, grads and AdamW state in pinned host memory
+  int64_t limit_all_gathers = 1;       // unit all-gathers issued ahead of the unit computing
+
+  bool hybrid() const { return strategy == ShardingStrategy::HybridShard || strategy == ShardingStrategy::HybridShardZero2; }
+  /// Parameters are freed after a unit's forward and gathered again for its backward.
+  bool reshard_after_forward() const {
+    return strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard;
+  }
+};
+
+struct CheckpointConfig {
+  std::string dir;              // "" : no checkpoints
+  std::string format = "sharded";  // sharded | full
+  int64_t interval = 0;         // save every this many steps; 0: only at the end / on a signal
+  int64_t keep_last = 0;        // keep the newest K complete checkpoints; 0 keeps all
+  std::string resume;           // "" | "auto" | path of a step_<N> checkpoint
+  bool on_signal = true;        // SIGUSR1 / SIGTERM: finish the step, save, exit kCheckpointedOnSignal
+  bool save_final = true;       // save after the last step
 };
 
 struct SystemConfig {
@@ -90,6 +111,7 @@ struct TrainerConfig {
   FsdpConfig fsdp;
   SystemConfig system;
   OutputConfig output;
+  CheckpointConfig checkpoint;
   /// The fully merged JSON (defaults + file + overrides); its dump is what ranks compare.
   nlohmann::json merged;
 };

@@ -63,7 +63,11 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
 
   at::Tensor padded = at::zeros({padded_numel_}, at::kFloat);
   padded.narrow(0, 0, numel_).copy_(full_init);
-  shard_ = padded.narrow(0, shard_offset_, shard_numel_).clone().to(device_);
+  // CPU offload keeps the master weights (and with them gradients and AdamW state) in pinned host memory;
+  // on a CPU device there is nowhere to offload to, so it is a no-op.
+  const bool offload = options_.cpu_offload && device_.is_cuda();
+  shard_ = padded.narrow(0, shard_offset_, shard_numel_).clone();
+  shard_ = offload ? shard_.pin_memory() : shard_.to(device_);
   shard_grad_ = at::zeros_like(shard_);
   anchor_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)).requires_grad_(true);
 
@@ -79,7 +83,7 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   }
   if (padded_numel_ > numel_) split_sizes_.push_back(padded_numel_ - numel_);
 
-  aliased_ = !sharded_ && options_.param_dtype == at::kFloat;
+  aliased_ = !sharded_ && options_.param_dtype == at::kFloat && shard_.device() == device_;
   if (aliased_) {
     storage_ = shard_.storage();
     materialized_ = true;
@@ -98,8 +102,9 @@ at::Tensor FlatParamUnit::unsharded_buffer() const {
 void FlatParamUnit::prefetch() {
   if (materialized_ || pending_gather_.valid()) return;
   at::Tensor out = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
-  // Cast before gathering: the wire carries param_dtype, as FSDP's mixed precision does.
-  at::Tensor in = shard_.scalar_type() == options_.param_dtype ? shard_ : shard_.to(options_.param_dtype);
+  // Cast before gathering: the wire carries param_dtype, as FSDP's mixed precision does. An offloaded shard
+  // is copied to the device asynchronously (pinned memory) and the collective is ordered after it.
+  at::Tensor in = shard_.to(device_, options_.param_dtype, /*non_blocking=*/true);
   if (!sharded_) {
     out.copy_(in);
     pending_gather_ = PendingOp{nullptr, out, in, {}};
@@ -133,10 +138,15 @@ void FlatParamUnit::reshard() {
   materialized_ = false;
 }
 
-std::vector<at::Tensor> FlatParamUnit::pre_forward() {
+at::Tensor FlatParamUnit::pre_forward_flat() {
   materialize();
-  at::Tensor flat = at::GradMode::is_enabled() ? GatherParams::apply(anchor_, reinterpret_cast<int64_t>(this))
-                                                : unsharded_buffer();
+  return at::GradMode::is_enabled() ? GatherParams::apply(anchor_, reinterpret_cast<int64_t>(this))
+                                    : unsharded_buffer();
+}
+
+std::vector<at::Tensor> FlatParamUnit::pre_forward() { return views_of(pre_forward_flat()); }
+
+std::vector<at::Tensor> FlatParamUnit::views_of(const at::Tensor& flat) const {
   // One split node: backward concatenates the parameter gradients into one flat gradient.
   auto pieces = flat.split_with_sizes(split_sizes_);
   std::vector<at::Tensor> views;
@@ -150,13 +160,16 @@ at::Tensor FlatParamUnit::post_forward(const at::Tensor& out) {
     reshard();  // no backward will need them
     return out;
   }
-  if (options_.reshard_after_forward && options_.strategy == ShardingStrategy::FullShard) reshard();
+  const bool frees = options_.strategy == ShardingStrategy::FullShard || options_.strategy == ShardingStrategy::HybridShard;
+  if (options_.reshard_after_forward && frees) reshard();
   return PreBackward::apply(out, reinterpret_cast<int64_t>(this));
 }
 
 void FlatParamUnit::pre_backward() {
   materialize();
-  if (options_.prefetch && backward_prefetch_ != nullptr) backward_prefetch_->prefetch();
+  if (options_.prefetch) {
+    for (auto* u : backward_prefetch_) u->prefetch();
+  }
 }
 
 void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
@@ -175,11 +188,14 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
       grad_accum_ = at::Tensor();
     }
     // Mean over ranks; dividing before the sum keeps low-precision reductions in range.
-    if (comm_.world_size() > 1) g.div_(comm_.world_size());
-    if (comm_.world_size() == 1) {
+    const int replicas = options_.replicas != nullptr ? options_.replicas->world_size() : 1;
+    const int ranks = comm_.world_size() * replicas;
+    if (ranks > 1) g.div_(ranks);
+    if (ranks == 1) {
       pending_reduce_ = PendingOp{nullptr, g, {}, {}};
     } else if (!sharded_) {
-      pending_reduce_ = comm_.all_reduce(g);
+      // Replicated inside the group: one all-reduce over every rank that holds this unit.
+      pending_reduce_ = comm_.world_size() > 1 ? comm_.all_reduce(g) : PendingOp{nullptr, g, {}, {}};
     } else {
       at::Tensor out = at::empty({shard_numel_}, g.options());
       pending_reduce_ = comm_.reduce_scatter(out, g);
@@ -188,10 +204,25 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
   reshard();
 }
 
+void FlatParamUnit::start_replica_reduce() {
+  if (options_.replicas == nullptr || options_.replicas->world_size() == 1 || !pending_reduce_.valid()) return;
+  // Hybrid: the shard group's reduce-scatter gave this rank its chunk summed over the group; sum that chunk
+  // over the replica groups (ranks with the same position in other groups).
+  comm_.wait(pending_reduce_);
+  pending_replica_reduce_ = options_.replicas->all_reduce(pending_reduce_.output);
+  pending_reduce_ = PendingOp{};
+}
+
 void FlatParamUnit::finish_grad_sync() {
+  if (pending_replica_reduce_.valid() && !pending_reduce_.valid()) {
+    options_.replicas->wait(pending_replica_reduce_);
+    shard_grad_.add_(pending_replica_reduce_.output.to(shard_grad_.device(), at::kFloat));
+    pending_replica_reduce_ = PendingOp{};
+    return;
+  }
   if (!pending_reduce_.valid()) return;
   comm_.wait(pending_reduce_);
-  shard_grad_.add_(pending_reduce_.output.to(at::kFloat));
+  shard_grad_.add_(pending_reduce_.output.to(shard_grad_.device(), at::kFloat));
   pending_reduce_ = PendingOp{};
 }
 
@@ -201,9 +232,9 @@ int64_t FlatParamUnit::unsharded_grad_bytes() const {
 
 at::Tensor FlatParamUnit::full_fp32() {
   c10::NoGradGuard no_grad;
-  at::Tensor out = at::empty({padded_numel_}, shard_.options());
+  at::Tensor out = at::empty({padded_numel_}, shard_.options().device(device_));
   if (sharded_) {
-    PendingOp op = comm_.all_gather(out, shard_);
+    PendingOp op = comm_.all_gather(out, shard_.to(device_));
     comm_.wait(op);
   } else {
     out.copy_(shard_);

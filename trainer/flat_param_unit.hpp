@@ -39,6 +39,8 @@ struct UnitOptions {
   at::ScalarType reduce_dtype = at::kFloat;
   bool prefetch = true;
   bool reshard_after_forward = true;  // false for the root: its backward follows its forward at once
+  Communicator* replicas = nullptr;   // HYBRID_*: the ranks holding the same shard, all-reduced after the reduce-scatter
+  bool cpu_offload = false;           // CUDA: shards, gradients (and so AdamW state) in pinned host memory
 };
 
 class FlatParamUnit {
@@ -59,10 +61,16 @@ class FlatParamUnit {
   void prefetch();
   /// Frees the unsharded buffer (no-op when it aliases the shard).
   void reshard();
-  /// The unit whose parameters to prefetch when this unit's backward starts.
-  void set_backward_prefetch(FlatParamUnit* previous) { backward_prefetch_ = previous; }
+  /// The units whose parameters to prefetch when this unit's backward starts (nearest first).
+  void set_backward_prefetch(std::vector<FlatParamUnit*> previous) { backward_prefetch_ = std::move(previous); }
+  /// Like pre_forward, but returns the flat buffer (connected to the post-backward node) itself.
+  at::Tensor pre_forward_flat();
+  /// Parameter views of a flat buffer of this unit, in spec order.
+  std::vector<at::Tensor> views_of(const at::Tensor& flat) const;
   /// false: keep gradients locally (accumulate, no communication) until a step with sync.
   void set_requires_grad_sync(bool sync) { sync_ = sync; }
+  /// HYBRID_*: waits for the reduce-scatter and issues the all-reduce across replicas (else no-op).
+  void start_replica_reduce();
   /// Waits for this step's gradient reduction and adds it into shard_grad().
   void finish_grad_sync();
 
@@ -75,6 +83,11 @@ class FlatParamUnit {
 
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return padded_numel_; }
+  /// This rank's chunk: [shard_offset, shard_offset + shard_numel) of the padded flat buffer.
+  int64_t shard_offset() const { return shard_offset_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  /// The group the unit is sharded over (the whole world unless hybrid).
+  Communicator& shard_group() { return comm_; }
   int64_t unsharded_grad_bytes() const;
 
   // Called by the autograd nodes.
@@ -107,9 +120,10 @@ class FlatParamUnit {
   bool materialized_ = false;
   PendingOp pending_gather_;
   PendingOp pending_reduce_;
+  PendingOp pending_replica_reduce_;
   at::Tensor grad_accum_;  // unsharded gradient kept across micro-batches without sync
   bool sync_ = true;
-  FlatParamUnit* backward_prefetch_ = nullptr;
+  std::vector<FlatParamUnit*> backward_prefetch_;
 };
 
 }  // namespace meshrun::trainer

@@ -24,6 +24,16 @@ struct CheckResult {
   double elapsed_ms = 0;
 };
 
+/// One check's outcome (shared by every check family).
+inline CheckResult make_result(CheckStatus status, std::string name, std::string detail, std::string hint = {}) {
+  CheckResult r;
+  r.status = status;
+  r.name = std::move(name);
+  r.detail = std::move(detail);
+  r.hint = std::move(hint);
+  return r;
+}
+
 class CheckReport {
  public:
   void add(CheckResult result) { results_.push_back(std::move(result)); }

@@ -19,14 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr double kMaxSkewSeconds = 1.0;
 
-CheckResult result(CheckStatus status, std::string name, std::string detail, std::string hint = {}) {
-  CheckResult r;
-  r.status = status;
-  r.name = std::move(name);
-  r.detail = std::move(detail);
-  r.hint = std::move(hint);
-  return r;
-}
 
 std::string fixed(double value, int digits) {
   char buf[64];
@@ -57,7 +49,7 @@ CheckResult check_route(const std::string& address, bool multi_node) {
   std::string error;
   const auto source = route_source_address(address, error);
   if (!source) {
-    auto r = result(CheckStatus::kFail, "host.route", "no route from this host to " + address + ": " + error,
+    auto r = make_result(CheckStatus::kFail, "host.route", "no route from this host to " + address + ": " + error,
                     "this node is not on a network that reaches the endpoint: use the daemon host's address on a "
                     "network both share, or fix the routing table (ip route)");
     r.data = {{"destination", address}};
@@ -74,11 +66,11 @@ CheckResult check_route(const std::string& address, bool multi_node) {
   const std::string via = *source + (interface.empty() ? "" : " on " + interface) + (scope.empty() ? "" : " (" + scope + ")");
   CheckResult r;
   if (multi_node && is_loopback_address(address)) {
-    r = result(CheckStatus::kWarn, "host.route",
+    r = make_result(CheckStatus::kWarn, "host.route",
                "the endpoint " + address + " is a loopback address: only this host can reach it",
                "for a multi-node job give every node the daemon host's private IP, not localhost/127.0.0.1");
   } else {
-    r = result(CheckStatus::kPass, "host.route", "reaches " + address + " from " + via);
+    r = make_result(CheckStatus::kPass, "host.route", "reaches " + address + " from " + via);
   }
   r.data = {{"destination", address}, {"source", *source}, {"interface", interface}, {"scope", scope}};
   return r;
@@ -95,11 +87,11 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
       addresses = resolve_host(endpoint.host, options.timeout);
       std::string list;
       for (const auto& a : addresses) list += (list.empty() ? "" : ", ") + a;
-      r = result(CheckStatus::kPass, "endpoint.dns",
+      r = make_result(CheckStatus::kPass, "endpoint.dns",
                  is_numeric_address(endpoint.host) ? endpoint.host + " is a numeric address"
                                                    : endpoint.host + " resolves to " + list);
     } catch (const proto::ConnectError& e) {
-      r = result(CheckStatus::kFail, "endpoint.dns", e.what(),
+      r = make_result(CheckStatus::kFail, "endpoint.dns", e.what(),
                  "use the rendezvous host's IP address, or fix /etc/hosts or DNS on this node");
     }
     r.data = {{"host", endpoint.host}, {"addresses", addresses}};
@@ -117,10 +109,10 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
     const bool connected = probe.connect_s >= 0;
     CheckResult tcp;
     if (!connected) {
-      tcp = result(CheckStatus::kFail, "endpoint.tcp", "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail,
+      tcp = make_result(CheckStatus::kFail, "endpoint.tcp", "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail,
                    probe.hint);
     } else {
-      tcp = result(CheckStatus::kPass, "endpoint.tcp",
+      tcp = make_result(CheckStatus::kPass, "endpoint.tcp",
                    "connected to " + numeric.to_string() + " in " + fixed(probe.connect_s * 1000, 3) + " ms" +
                        (probe.rtt_s >= 0 ? "; store ping round trip " + fixed(probe.rtt_s * 1e6, 0) + " us" : ""));
     }
@@ -134,12 +126,12 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
     CheckResult daemon;
     if (probe.outcome == ProbeOutcome::kMeshrun) {
       const bool same = probe.hello->version == kVersion;
-      daemon = result(same ? CheckStatus::kPass : CheckStatus::kWarn, "endpoint.daemon", probe.detail,
+      daemon = make_result(same ? CheckStatus::kPass : CheckStatus::kWarn, "endpoint.daemon", probe.detail,
                       same ? "" : "this node runs meshrun " + std::string(kVersion) + ": use the same version everywhere");
       daemon.data = {{"outcome", "meshrun"}, {"server", probe.hello->server}, {"version", probe.hello->version},
                      {"peer", probe.hello->peer}};
     } else {
-      daemon = result(CheckStatus::kFail, "endpoint.daemon", "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail,
+      daemon = make_result(CheckStatus::kFail, "endpoint.daemon", "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail,
                       probe.hint);
       daemon.data = {{"outcome", outcome_name(probe.outcome)}};
     }
@@ -151,12 +143,12 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
       const std::string direction = probe.skew_s >= 0 ? "ahead of" : "behind";
       CheckResult clock;
       if (std::fabs(probe.skew_s) - uncertainty > kMaxSkewSeconds) {
-        clock = result(CheckStatus::kWarn, "endpoint.clock_skew",
+        clock = make_result(CheckStatus::kWarn, "endpoint.clock_skew",
                        "the daemon's clock is " + skew + " " + direction + " this node's",
                        "synchronize clocks (chrony/ntpd) on every node: log timestamps and timeouts are compared "
                        "across hosts");
       } else {
-        clock = result(CheckStatus::kPass, "endpoint.clock_skew", "clocks agree within " + skew);
+        clock = make_result(CheckStatus::kPass, "endpoint.clock_skew", "clocks agree within " + skew);
       }
       clock.data = {{"skew_s", probe.skew_s}, {"uncertainty_s", uncertainty}, {"threshold_s", kMaxSkewSeconds}};
       out.push_back(std::move(clock));
@@ -190,7 +182,7 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
                                   .max_nodes = options.max_nodes,
                                   .nnodes_given = options.nnodes_given});
       } catch (const Error& e) {
-        return one(result(CheckStatus::kFail, "rdzv.run", "cannot read the run's status from the daemon: " +
+        return one(make_result(CheckStatus::kFail, "rdzv.run", "cannot read the run's status from the daemon: " +
                                                               std::string(e.what())));
       }
     });
@@ -200,16 +192,16 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
         const Endpoint master{endpoint.host, static_cast<uint16_t>(master_port)};
         CheckResult r;
         if (master_port <= 0) {
-          r = result(CheckStatus::kWarn, "rdzv.master", "the run has no store port yet",
+          r = make_result(CheckStatus::kWarn, "rdzv.master", "the run has no store port yet",
                      "it gets one when the first node joins");
         } else {
           const ProbeResult p = probe_endpoint(master, options.timeout);
           if (answered(p.outcome)) {
-            r = result(CheckStatus::kPass, "rdzv.master",
+            r = make_result(CheckStatus::kPass, "rdzv.master",
                        "MASTER_ADDR:MASTER_PORT " + master.to_string() + " answers (store ping " +
                            fixed(p.rtt_s * 1e6, 0) + " us)");
           } else {
-            r = result(CheckStatus::kFail, "rdzv.master",
+            r = make_result(CheckStatus::kFail, "rdzv.master",
                        "workers' MASTER_ADDR:MASTER_PORT " + master.to_string() + " is not reachable from here: [" +
                            outcome_name(p.outcome) + "] " + p.detail,
                        "workers use the daemon host and the run's own store port: open that port (not only the "
@@ -229,7 +221,7 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
       CheckResult r;
       try {
         const auto b = measure_bandwidth(numeric, options.bandwidth_options);
-        r = result(CheckStatus::kPass, "bandwidth.tcp",
+        r = make_result(CheckStatus::kPass, "bandwidth.tcp",
                    "to " + numeric.to_string() + ": upload " + fixed(b.upload_gbps, 3) + " GB/s, download " +
                        fixed(b.download_gbps, 3) + " GB/s (" + std::to_string(b.bytes >> 10) + " KiB values, best of " +
                        std::to_string(b.iterations) + "); latency avg " + fixed(b.latency_avg_us, 0) + " us (min " +
@@ -239,7 +231,7 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
                   {"latency_max_us", b.latency_max_us}, {"bytes", b.bytes},
                   {"iterations", b.iterations}};
       } catch (const Error& e) {
-        r = result(CheckStatus::kFail, "bandwidth.tcp", std::string("measurement failed: ") + e.what(),
+        r = make_result(CheckStatus::kFail, "bandwidth.tcp", std::string("measurement failed: ") + e.what(),
                    "the daemon may cap message sizes (--max-message-bytes): try a smaller --bandwidth-bytes");
       }
       return one(std::move(r));

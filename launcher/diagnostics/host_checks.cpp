@@ -14,14 +14,6 @@
 namespace meshrun::diagnostics {
 namespace {
 
-CheckResult result(CheckStatus status, std::string name, std::string detail, std::string hint = {}) {
-  CheckResult r;
-  r.status = status;
-  r.name = std::move(name);
-  r.detail = std::move(detail);
-  r.hint = std::move(hint);
-  return r;
-}
 
 std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
   std::string out;
@@ -44,7 +36,7 @@ CheckResult check_hostname(bool multi_node, Duration timeout) {
   try {
     addresses = resolve_host(host, timeout);
   } catch (const proto::ConnectError& e) {
-    auto r = result(multi_node ? CheckStatus::kWarn : CheckStatus::kPass, "host.name",
+    auto r = make_result(multi_node ? CheckStatus::kWarn : CheckStatus::kPass, "host.name",
                     "host name '" + host + "' does not resolve: " + e.what(),
                     multi_node ? "add it to /etc/hosts with this node's private IP, or pass --local-addr" : "");
     r.data = {{"hostname", host}, {"addresses", nlohmann::json::array()}};
@@ -53,13 +45,13 @@ CheckResult check_hostname(bool multi_node, Duration timeout) {
   const bool loopback_only = std::all_of(addresses.begin(), addresses.end(), is_loopback_address);
   CheckResult r;
   if (loopback_only && multi_node) {
-    r = result(CheckStatus::kWarn, "host.name",
+    r = make_result(CheckStatus::kWarn, "host.name",
                "host name '" + host + "' resolves to " + join(addresses) +
                    " (loopback): other nodes that are given this name reach themselves, not this node",
                "map the name to this node's private IP in /etc/hosts (Debian puts 127.0.1.1 there), or pass "
                "--local-addr with that IP");
   } else {
-    r = result(CheckStatus::kPass, "host.name", "host name '" + host + "' resolves to " + join(addresses));
+    r = make_result(CheckStatus::kPass, "host.name", "host name '" + host + "' resolves to " + join(addresses));
   }
   r.data = {{"hostname", host}, {"addresses", addresses}, {"loopback_only", loopback_only}};
   return r;
@@ -78,11 +70,11 @@ CheckResult check_interfaces(bool multi_node) {
   }
   CheckResult r;
   if (!reachable && multi_node) {
-    r = result(CheckStatus::kFail, "host.interfaces",
+    r = make_result(CheckStatus::kFail, "host.interfaces",
                shown.empty() ? "no address except loopback" : "no usable address: " + join(shown),
                "a multi-node job needs an interface with an address the other nodes can reach");
   } else {
-    r = result(CheckStatus::kPass, "host.interfaces", shown.empty() ? "loopback only" : join(shown));
+    r = make_result(CheckStatus::kPass, "host.interfaces", shown.empty() ? "loopback only" : join(shown));
   }
   r.data = {{"addresses", data}};
   return r;
@@ -99,12 +91,12 @@ std::vector<CheckResult> check_socket_ifname_env() {
     const auto matches = nccl ? nccl_ifname_matches(spec, names) : gloo_ifname_matches(spec, names);
     CheckResult r;
     if (matches.empty()) {
-      r = result(CheckStatus::kFail, check,
+      r = make_result(CheckStatus::kFail, check,
                  std::string(var) + "=" + spec + " names no interface of this host (it has: " + join(names) + ")",
                  std::string("set ") + var + " to one of this node's interfaces, or unset it; " +
                      (nccl ? "NCCL" : "Gloo") + " cannot create its sockets otherwise");
     } else {
-      r = result(CheckStatus::kPass, check, std::string(var) + "=" + spec + " selects " + join(matches));
+      r = make_result(CheckStatus::kPass, check, std::string(var) + "=" + spec + " selects " + join(matches));
     }
     r.data = {{"variable", var}, {"value", spec}, {"matches", matches}, {"interfaces", names}};
     out.push_back(std::move(r));
@@ -139,11 +131,11 @@ CheckResult check_ports(const std::vector<uint16_t>& ports, std::optional<uint16
   }
   CheckResult r;
   if (!busy.empty()) {
-    r = result(CheckStatus::kWarn, "host.ports", join(busy, "; "),
+    r = make_result(CheckStatus::kWarn, "host.ports", join(busy, "; "),
                "a daemon or master started on this host with that port fails to bind: stop that process or pick "
                "another --rdzv-endpoint port / --master-port");
   } else {
-    r = result(CheckStatus::kPass, "host.ports", fine.empty() ? "no ports to check" : join(fine));
+    r = make_result(CheckStatus::kPass, "host.ports", fine.empty() ? "no ports to check" : join(fine));
   }
   r.data = {{"ports", data}};
   return r;
@@ -163,12 +155,12 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   if (gpu.device_count == 0) {
     std::string why = gpu.driver_error.empty() ? "the driver reports 0 devices" : gpu.driver_error;
     if (cvd_set) why += "; CUDA_VISIBLE_DEVICES='" + cvd_raw + "'";
-    auto r = result(CheckStatus::kWarn, "gpu.devices", "no GPU visible: CPU/Gloo will be used (" + why + ")",
+    auto r = make_result(CheckStatus::kWarn, "gpu.devices", "no GPU visible: CPU/Gloo will be used (" + why + ")",
                     "expected on a CPU node; on a GPU node check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES");
     r.data = data;
     out.push_back(std::move(r));
   } else {
-    auto r = result(CheckStatus::kPass, "gpu.devices",
+    auto r = make_result(CheckStatus::kPass, "gpu.devices",
                     std::to_string(gpu.device_count) + " GPU(s) visible to CUDA (driver API " +
                         std::to_string(gpu.driver_version / 1000) + "." + std::to_string(gpu.driver_version % 1000 / 10) +
                         ")" + (cvd_set ? ", CUDA_VISIBLE_DEVICES='" + cvd_raw + "'" : ""));
@@ -178,13 +170,13 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   if (gpu.device_count > 0 && nproc_per_node) {
     CheckResult r;
     if (*nproc_per_node > gpu.device_count) {
-      r = result(CheckStatus::kWarn, "gpu.visible_devices",
+      r = make_result(CheckStatus::kWarn, "gpu.visible_devices",
                  "--nproc-per-node " + std::to_string(*nproc_per_node) + " but only " +
                      std::to_string(gpu.device_count) + " GPU(s) visible" +
                      (cvd_set ? " (CUDA_VISIBLE_DEVICES='" + cvd_raw + "')" : "") + ": several ranks would share a GPU",
                  "lower --nproc-per-node, or widen CUDA_VISIBLE_DEVICES");
     } else {
-      r = result(CheckStatus::kPass, "gpu.visible_devices",
+      r = make_result(CheckStatus::kPass, "gpu.visible_devices",
                  "--nproc-per-node " + std::to_string(*nproc_per_node) + " fits " + std::to_string(gpu.device_count) +
                      " visible GPU(s)");
     }
@@ -193,13 +185,13 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   }
   CheckResult nccl;
   if (gpu.nccl_found) {
-    nccl = result(CheckStatus::kPass, "gpu.nccl", "NCCL " + gpu.nccl_version + " found (libnccl.so.2)");
+    nccl = make_result(CheckStatus::kPass, "gpu.nccl", "NCCL " + gpu.nccl_version + " found (libnccl.so.2)");
   } else if (gpu.device_count > 0) {
-    nccl = result(CheckStatus::kWarn, "gpu.nccl", gpu.nccl_error,
+    nccl = make_result(CheckStatus::kWarn, "gpu.nccl", gpu.nccl_error,
                   "PyTorch wheels bundle their own NCCL, so this is only a problem for programs that load the "
                   "system one; add its directory to LD_LIBRARY_PATH");
   } else {
-    nccl = result(CheckStatus::kPass, "gpu.nccl", "not needed without GPUs (" + gpu.nccl_error + ")");
+    nccl = make_result(CheckStatus::kPass, "gpu.nccl", "not needed without GPUs (" + gpu.nccl_error + ")");
   }
   nccl.data = data;
   out.push_back(std::move(nccl));

@@ -1,4 +1,5 @@
 #include "launcher/diagnostics/network_interfaces.hpp"
+#include "launcher/diagnostics/resolve.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -27,15 +28,6 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::string numeric(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
-  return buf;
-}
 
 }  // namespace
 
@@ -72,7 +64,7 @@ std::vector<InterfaceAddress> list_interface_addresses() {
     if (family != AF_INET && family != AF_INET6) continue;
     InterfaceAddress a;
     a.interface = ifa->ifa_name;
-    a.address = numeric(ifa->ifa_addr);
+    a.address = numeric_address(ifa->ifa_addr);
     a.family = family;
     a.up = (ifa->ifa_flags & IFF_UP) != 0;
     a.scope = address_scope(a.address);
@@ -149,7 +141,7 @@ std::optional<std::string> route_source_address(const std::string& address, std:
     error = std::string("getsockname: ") + std::strerror(errno);
     return std::nullopt;
   }
-  return numeric(reinterpret_cast<sockaddr*>(&local));
+  return numeric_address(reinterpret_cast<sockaddr*>(&local));
 }
 
 }  // namespace meshrun::diagnostics

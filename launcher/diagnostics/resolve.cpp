@@ -13,15 +13,6 @@
 namespace meshrun::diagnostics {
 namespace {
 
-std::string numeric_text(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
-  return buf;
-}
 
 // One asynchronous lookup (glibc getaddrinfo_a). It lives on the heap because a lookup that timed
 // out and could not be cancelled still writes into it from glibc's resolver thread.
@@ -32,6 +23,16 @@ struct Lookup {
 };
 
 }  // namespace
+
+std::string numeric_address(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
 
 bool is_numeric_address(const std::string& host) {
   in6_addr v6{};
@@ -89,7 +90,7 @@ std::vector<std::string> resolve_host(const std::string& host, Duration timeout)
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> found(lookup->request.ar_result, &::freeaddrinfo);
   std::vector<std::string> out;
   for (const addrinfo* ai = found.get(); ai != nullptr; ai = ai->ai_next) {
-    std::string text = numeric_text(ai->ai_addr);
+    std::string text = numeric_address(ai->ai_addr);
     if (!text.empty() && std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
   }
   if (out.empty()) throw ConnectError(ConnectFailure::kResolve, "host '" + host + "' resolves to no IPv4/IPv6 address");

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+struct sockaddr;
+
 #include "common/clock.hpp"
 
 namespace meshrun::diagnostics {
@@ -13,6 +15,9 @@ namespace meshrun::diagnostics {
 /// Every address `host` resolves to (numeric text, e.g. "10.0.0.5" or "fe80::1"), in resolver order,
 /// duplicates removed. Throws proto::ConnectError(kResolve) when the name does not resolve, or when
 /// the resolver has not answered after `timeout` (the message says which).
+/// "10.0.0.1" / "fe80::1" for an IPv4 or IPv6 socket address; "" for other families.
+std::string numeric_address(const sockaddr* sa);
+
 std::vector<std::string> resolve_host(const std::string& host, Duration timeout);
 
 /// True for a numeric IPv4 or IPv6 address (no lookup needed).

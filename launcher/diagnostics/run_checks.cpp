@@ -5,14 +5,6 @@
 namespace meshrun::diagnostics {
 namespace {
 
-CheckResult result(CheckStatus status, std::string name, std::string detail, std::string hint = {}) {
-  CheckResult r;
-  r.status = status;
-  r.name = std::move(name);
-  r.detail = std::move(detail);
-  r.hint = std::move(hint);
-  return r;
-}
 
 std::string join_ints(const std::vector<int>& values) {
   std::string out;
@@ -48,7 +40,7 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
     known += (known.empty() ? "" : ", ") + r.run_id;
   }
   if (run == nullptr) {
-    auto r = result(CheckStatus::kFail, "rdzv.run",
+    auto r = make_result(CheckStatus::kFail, "rdzv.run",
                     "the daemon has no run '" + expect.run_id + "' (" +
                         (known.empty() ? std::string("it has no runs") : "its runs: " + known) + ")",
                     "no node has joined yet, or the nodes use a different --rdzv-id: start them with --rdzv-id " +
@@ -65,9 +57,9 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
     const std::string what = "run '" + run->run_id + "' round " + std::to_string(run->round) + " is " + run->state +
                              (run->last_event.empty() ? "" : "; last event: " + run->last_event);
     if (run->state == "failed") {
-      r = result(CheckStatus::kFail, "rdzv.run", what, "fix the cause above, then restart every node of the run");
+      r = make_result(CheckStatus::kFail, "rdzv.run", what, "fix the cause above, then restart every node of the run");
     } else {
-      r = result(CheckStatus::kPass, "rdzv.run", what);
+      r = make_result(CheckStatus::kPass, "rdzv.run", what);
     }
     r.data = {{"run_id", run->run_id}, {"found", true}, {"status", run_json}};
     out.push_back(std::move(r));
@@ -84,16 +76,16 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
     if (!run->waiting.empty()) detail += "; " + std::to_string(run->waiting.size()) + " waiting for the next round";
     CheckResult r;
     if (run->state == "open" && joined < run->min_nodes) {
-      r = result(CheckStatus::kFail, "rdzv.nodes", detail,
+      r = make_result(CheckStatus::kFail, "rdzv.nodes", detail,
                  "start the remaining " + std::to_string(run->min_nodes - joined) +
                      " node(s) with the same --rdzv-endpoint and --rdzv-id");
     } else if (expect.nnodes_given && (expect.min_nodes != run->min_nodes || expect.max_nodes != run->max_nodes)) {
-      r = result(CheckStatus::kWarn, "rdzv.nodes",
+      r = make_result(CheckStatus::kWarn, "rdzv.nodes",
                  detail + "; the run expects --nnodes " + expected + " but this check was told " +
                      expected_text(expect.min_nodes, expect.max_nodes),
                  "every node of a run must use the same --nnodes");
     } else {
-      r = result(CheckStatus::kPass, "rdzv.nodes", detail);
+      r = make_result(CheckStatus::kPass, "rdzv.nodes", detail);
     }
     r.data = {{"joined", joined},
               {"waiting", run->waiting.size()},
@@ -107,9 +99,9 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
   {
     CheckResult r;
     if (run->missing_ranks.empty()) {
-      r = result(CheckStatus::kPass, "rdzv.missing_ranks", "no node rank is missing");
+      r = make_result(CheckStatus::kPass, "rdzv.missing_ranks", "no node rank is missing");
     } else {
-      r = result(CheckStatus::kFail, "rdzv.missing_ranks",
+      r = make_result(CheckStatus::kFail, "rdzv.missing_ranks",
                  "node rank(s) " + join_ints(run->missing_ranks) + " have not joined",
                  "start the node(s) meant for rank(s) " + join_ints(run->missing_ranks) +
                      " (--node-rank), or check why they cannot reach the endpoint (run `meshrun check` there)");
@@ -122,11 +114,11 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
   {
     CheckResult r;
     if (run->duplicate_ranks.empty()) {
-      r = result(CheckStatus::kPass, "rdzv.duplicate_ranks", "no node rank was requested twice");
+      r = make_result(CheckStatus::kPass, "rdzv.duplicate_ranks", "no node rank was requested twice");
     } else {
       std::string list;
       for (const auto& d : run->duplicate_ranks) list += (list.empty() ? "" : "; ") + d;
-      r = result(CheckStatus::kFail, "rdzv.duplicate_ranks", "node rank requested by two nodes: " + list,
+      r = make_result(CheckStatus::kFail, "rdzv.duplicate_ranks", "node rank requested by two nodes: " + list,
                  "give every node its own --node-rank (or leave it out and let the daemon assign ranks)");
     }
     r.data = {{"duplicate_ranks", run->duplicate_ranks}};
@@ -151,10 +143,10 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
     }
     CheckResult r;
     if (stale.empty()) {
-      r = result(CheckStatus::kPass, "rdzv.heartbeats",
+      r = make_result(CheckStatus::kPass, "rdzv.heartbeats",
                  "all " + std::to_string(total) + " node(s) heard from within their keep-alive timeout");
     } else {
-      r = result(CheckStatus::kFail, "rdzv.heartbeats", "stale node(s): " + stale,
+      r = make_result(CheckStatus::kFail, "rdzv.heartbeats", "stale node(s): " + stale,
                  "that agent is stopped, hung or cut off from the daemon: check the process (kill -CONT? "
                  "out of memory?) and its network");
     }
