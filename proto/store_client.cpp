@@ -1,5 +1,6 @@
 #include "proto/store_client.hpp"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -64,6 +65,14 @@ int try_connect(const addrinfo* ai, TimePoint deadline, int& err) {
   return fd.release();
 }
 
+void set_socket_timeout(int fd, int option, Duration timeout) {
+  const auto us = std::max<int64_t>(1000, std::chrono::duration_cast<std::chrono::microseconds>(timeout).count());
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(us / 1'000'000);
+  tv.tv_usec = static_cast<suseconds_t>(us % 1'000'000);
+  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
+}
+
 }  // namespace
 
 UniqueFd connect_tcp(const Endpoint& endpoint, TimePoint deadline) {
@@ -113,6 +122,9 @@ StoreClient StoreClient::connect(const Endpoint& endpoint, const ConnectOptions&
   for (;;) {
     try {
       UniqueFd fd = connect_tcp(endpoint, deadline);
+      // Blocking I/O with kernel timeouts: a request/response is then one send() and one recv().
+      ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+      set_socket_timeout(fd.get(), SO_SNDTIMEO, options.op_timeout);
       StoreClient client(std::move(fd), endpoint, options);
       client.connect_seconds_ = to_seconds(std::chrono::steady_clock::now() - start);
       ByteWriter w;
@@ -133,8 +145,8 @@ StoreClient StoreClient::connect(const Endpoint& endpoint, const ConnectOptions&
 
 TimePoint StoreClient::op_deadline() const { return std::chrono::steady_clock::now() + options_.op_timeout; }
 
-// The socket is non-blocking: try the syscall first and poll() only when it would block, so a
-// request/response costs one send, one poll and one recv.
+// The socket is blocking with SO_SNDTIMEO / SO_RCVTIMEO as deadlines, so a request/response costs one
+// send() and one recv(); the receive timeout is only re-set when a call's deadline differs noticeably.
 void StoreClient::send_bytes(const std::string& bytes, TimePoint deadline) {
   size_t sent = 0;
   while (sent < bytes.size()) {
@@ -144,10 +156,21 @@ void StoreClient::send_bytes(const std::string& bytes, TimePoint deadline) {
       continue;
     }
     if (errno == EINTR) continue;
-    if (errno != EAGAIN) throw NetworkError("send to " + endpoint_.to_string() + " failed: " + std::strerror(errno));
-    pollfd p{fd_.get(), POLLOUT, 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc == 0) throw TimeoutError("timed out sending to " + endpoint_.to_string());
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (std::chrono::steady_clock::now() < deadline) continue;
+      throw TimeoutError("timed out sending to " + endpoint_.to_string());
+    }
+    throw NetworkError("send to " + endpoint_.to_string() + " failed: " + std::strerror(errno));
+  }
+}
+
+void StoreClient::arm_recv_timeout(TimePoint deadline) {
+  const auto left = deadline - std::chrono::steady_clock::now();
+  if (left <= Duration::zero()) throw TimeoutError("no reply from " + endpoint_.to_string() + " before the deadline");
+  const auto slack = std::max<Duration>(std::chrono::milliseconds(20), left / 10);
+  if (left + slack < recv_timeout_ || left > recv_timeout_ + slack) {
+    set_socket_timeout(fd_.get(), SO_RCVTIMEO, left);
+    recv_timeout_ = left;
   }
 }
 
@@ -162,10 +185,7 @@ void StoreClient::recv_exact(void* data, size_t size, TimePoint deadline) {
       got += take;
       continue;
     }
-    pollfd p{fd_.get(), POLLIN, 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) throw TimeoutError("no reply from " + endpoint_.to_string() + " before the deadline");
+    arm_recv_timeout(deadline);
     rbuf_.resize(std::max<size_t>(size - got, 64 * 1024));
     rpos_ = 0;
     const ssize_t n = ::recv(fd_.get(), rbuf_.data(), rbuf_.size(), 0);
@@ -176,7 +196,7 @@ void StoreClient::recv_exact(void* data, size_t size, TimePoint deadline) {
     }
     if (n < 0) {
       rbuf_.clear();
-      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;  // deadline re-checked above
       throw NetworkError("receive from " + endpoint_.to_string() + " failed: " + std::strerror(errno));
     }
     rbuf_.resize(static_cast<size_t>(n));

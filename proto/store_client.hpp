@@ -90,6 +90,7 @@ class StoreClient {
 
   void send_bytes(const std::string& bytes, TimePoint deadline);
   void recv_exact(void* data, size_t size, TimePoint deadline);
+  void arm_recv_timeout(TimePoint deadline);
   std::string recv_string(TimePoint deadline);
   int64_t recv_int64(TimePoint deadline);
   uint8_t recv_u8(TimePoint deadline);
@@ -98,6 +99,7 @@ class StoreClient {
   UniqueFd fd_;
   std::string rbuf_;   // bytes received but not consumed yet (one recv() usually holds a whole reply)
   size_t rpos_ = 0;
+  Duration recv_timeout_ = Duration::zero();  // SO_RCVTIMEO currently set on fd_
   Endpoint endpoint_;
   ConnectOptions options_;
   double connect_seconds_ = 0;
