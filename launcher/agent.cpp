@@ -118,11 +118,26 @@ int Agent::run() {
           say("got " + signal_name(stop_signal) + ": forwarding it to the workers and stopping them");
           group.stop(signals_, grace, stop_signal);
           result = {AttemptResult::kSignaled, 128 + stop_signal, "launcher got " + signal_name(stop_signal)};
+          for (const auto& w : group.workers()) {
+            if (w.process && w.process->status() && checkpointed_on_signal(*w.process->status())) {
+              say("checkpointed on signal: the workers wrote a checkpoint before stopping (exit " +
+                  std::to_string(kCheckpointedOnSignalExit) + ")");
+              result.exit_code = kCheckpointedOnSignalExit;
+              break;
+            }
+          }
           break;
         }
         if (const auto failed = group.first_failure()) {
           group.stop(signals_, grace);
           const FailureInfo info = group.failure_info(*failed);
+          if (checkpointed_on_signal(info.status)) {
+            // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
+            say("checkpointed on signal: rank " + std::to_string(info.rank) + " wrote a checkpoint and stopped (exit " +
+                std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
+            result = {AttemptResult::kSignaled, kCheckpointedOnSignalExit, "checkpointed on signal"};
+            break;
+          }
           std::fputs(format_failure_summary(info).c_str(), stderr);
           result = {AttemptResult::kWorkerFailed, info.status.exit_code(),
                     "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe()};
@@ -180,8 +195,11 @@ int Agent::run() {
         rdzv.wait_for_other_nodes();
         return rdzv.interrupted_by() ? 128 + rdzv.interrupted_by() : 0;
       case AttemptResult::kSignaled:
+        rdzv.leave(result.reason, false);
+        return result.exit_code;
       case AttemptResult::kRunFailed:
         rdzv.leave(result.reason, false);
+        rdzv.linger_for_others();
         return result.exit_code;
       case AttemptResult::kRendezvousLost:
         return result.exit_code;  // nobody to tell
@@ -194,6 +212,7 @@ int Agent::run() {
             say("another node failed and --max-restarts is 0: stopping");
           }
           rdzv.leave(result.reason, false);
+          rdzv.linger_for_others();
           return result.exit_code;
         }
         say("restarting the workers (restart " + std::to_string(restart + 1) + " of " +

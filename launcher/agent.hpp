@@ -6,6 +6,8 @@
 //                                                yes: report the failure, re-rendezvous, next attempt
 //                                                no:  leave, exit with that worker's code
 //     heartbeat says "restart" (other node)  -> stop the group; restarts left? re-rendezvous : exit 1
+//     heartbeat says "fail" (run failed)      -> stop the group, exit 1 with the daemon's reason
+//     keep_alive_max_attempt heartbeats fail  -> stop the group, exit 1 naming the endpoint (daemon gone)
 //     SIGINT/SIGTERM/SIGHUP/SIGQUIT          -> forward, grace period, SIGKILL, leave, exit 128+signal
 //     SIGUSR1/SIGUSR2                        -> forward only
 #pragma once

@@ -27,6 +27,11 @@ struct FailureInfo {
   std::string stderr_log;           // path of the stderr log file, when there is one
 };
 
+/// Exit code with which a worker says "I got SIGUSR1/SIGTERM, wrote a checkpoint and stopped" (EX_TEMPFAIL;
+/// meshrun-trainer's kCheckpointedOnSignal). Reported as "checkpointed on signal", never as a failure.
+inline constexpr int kCheckpointedOnSignalExit = 75;
+inline bool checkpointed_on_signal(const ExitStatus& s) { return !s.signaled && s.code == kCheckpointedOnSignalExit; }
+
 /// The multi-line summary (ends with a newline).
 std::string format_failure_summary(const FailureInfo& info);
 

@@ -106,10 +106,10 @@ std::vector<HostEntry> select_hosts(std::vector<HostEntry> hosts, const std::str
   if (!include.empty() && !exclude.empty()) {
     throw UsageError("--include and --exclude cannot be combined (as in DeepSpeed): pick one");
   }
+  if (include.empty() && exclude.empty()) return hosts;
   const bool including = !include.empty();
   const std::string flag = including ? "--include" : "--exclude";
   const auto filter = parse_filter(including ? include : exclude, flag);
-  if (include.empty() && exclude.empty()) return hosts;
   for (const auto& [host, slots] : filter) {
     const auto it = std::find_if(hosts.begin(), hosts.end(), [&](const HostEntry& h) { return h.host == host; });
     if (it == hosts.end()) throw UsageError(flag + ": host " + host + " is not in the hostfile");

@@ -267,4 +267,10 @@ void NodeRendezvous::wait_for_other_nodes() {
   }
 }
 
+void NodeRendezvous::linger_for_others() {
+  if (!server_) return;
+  const auto until = std::chrono::steady_clock::now() + 2 * from_seconds(options_.rdzv_conf.keep_alive_interval_s);
+  while (std::chrono::steady_clock::now() < until && !check_signals()) std::this_thread::sleep_for(50ms);
+}
+
 }  // namespace meshrun::launcher

@@ -47,6 +47,10 @@ class NodeRendezvous {
   /// Hosting agent only: blocks until every other node left (the daemon serves their workers' store),
   /// or a terminating signal arrives.
   void wait_for_other_nodes();
+  /// Hosting agent only, after the run failed or this node gave up: keeps the daemon up for two keep-alive
+  /// intervals so every other agent's next heartbeat gets the reason ("fail"/"restart") instead of a
+  /// vanished endpoint. Returns early on a terminating signal.
+  void linger_for_others();
 
   bool connected() const { return client_.has_value(); }
   bool hosting() const { return server_ != nullptr; }

@@ -400,7 +400,10 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
                                       "Start one meshrun per host of FILE over ssh (lines: `host slots=N`)");
   app.add_option("-i,--include", o.fanout.include, "With --hostfile: only these hosts/slots, e.g. node1@node2:0,1");
   app.add_option("-e,--exclude", o.fanout.exclude, "With --hostfile: skip these hosts/slots, e.g. node3");
+  // One value per use (--export A --export B): a vector option would otherwise swallow the entrypoint.
   app.add_option("--export", o.fanout.exports, "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable")
+      ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--ssh-opts", o.fanout.ssh_opts, "With --hostfile: extra ssh arguments, e.g. \"-i ~/.ssh/k -p 2222\"");
   app.add_option("--remote-meshrun", o.fanout.remote_meshrun,

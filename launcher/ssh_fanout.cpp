@@ -384,6 +384,7 @@ int SshFanout::run() {
   }
 
   std::vector<WorkerProcess> helpers;  // `ssh HOST kill ...` side commands
+  int first_failure = 0;
   const auto remote_kill = [&](Remote& r, int sig) {
     if (r.remote_pid <= 0 || r.done()) return;
     auto argv = ssh_argv(r.host);
@@ -392,7 +393,7 @@ int SshFanout::run() {
                    .stdout_fd = 2, .stderr_fd = 2, .child_sigmask = signals_.original_mask()};
     helpers.push_back(WorkerProcess::spawn(spec));
   };
-  // Pumps output and observes exits until `until` says stop, the deadline passes, or a signal arrives.
+  // Pumps output and observes exits for up to 200 ms (or until the deadline); returns the signals received.
   const auto pump = [&](Clock::time_point deadline) -> std::vector<int> {
     std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
     std::vector<std::pair<LineStream*, Remote*>> streams;
@@ -413,7 +414,10 @@ int SshFanout::run() {
       }
     }
     for (auto& r : remotes) {
-      if (r.ssh) r.ssh->poll();
+      // The job's exit code is the first failure in time, not in host order.
+      if (r.ssh && r.ssh->running() && r.ssh->poll() && !r.ssh->status()->ok() && first_failure == 0) {
+        first_failure = r.ssh->status()->exit_code();
+      }
     }
     for (auto& h : helpers) h.poll();
     std::vector<int> sigs;
@@ -469,7 +473,7 @@ int SshFanout::run() {
       ::usleep(20000);
     }
   }
-  int code = 0;
+  int code = first_failure;
   for (auto& r : remotes) {
     if (!r.ssh) continue;
     if (r.ssh->running()) r.ssh->signal_group(SIGKILL);

@@ -30,7 +30,7 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
           libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
           clang libclang-rt-14-dev python3 python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
-          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes)
+          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,61 @@
+#!/bin/bash
+# meshrun under a real SLURM (slurmctld on node0, one slurmd per node namespace): `srun -N3` starting meshrun
+# with no rendezvous flags gives 3 nodes x 2 workers with unique ranks and the right WORLD_SIZE; scancel
+# stops everything with no process left behind; scripts/sbatch_fsdp.sbatch runs (in an allocation).
+# Usage: slurm_test.sh MESHRUN REPO_ROOT   (root; exits 77 when namespaces cannot be made)
+MESHRUN=$1 ROOT=$2
+WORKER=$(cd "$(dirname "$0")" && pwd)/worker.sh
+source "$(dirname "$0")/cluster.sh"
+mc_init 3
+mc_slurm_up || { mc_fail "SLURM did not come up"; cat "$MC_DIR"/slurm/*.log; exit 1; }
+W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
+
+# 1. srun -N3 --ntasks-per-node=1 meshrun --nproc-per-node 2 ...: ranks 0..5, WORLD_SIZE 6, run id = job id.
+J=srun1; D=$W/$J; mkdir -p "$D"
+mc_spawn 0 "$W/$J.log" env MC_JOB=$J srun -N3 --ntasks-per-node=1 -o "$W/$J.out" \
+  "$MESHRUN" --nproc-per-node 2 --log-level info --no-python "$WORKER" "$D"
+P=$MC_PID
+for _ in $(seq 300); do [ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || ! kill -0 $P 2> /dev/null && break; sleep 0.1; done
+touch "$D/finish"
+mc_wait_exit $P 60; echo "== $J (rc=$MC_RC)"; cat "$W/$J.log" "$W/$J.out"
+[ "$MC_RC" = 0 ] || mc_fail "$J: srun exit status $MC_RC"
+JOBID=$(sed -n 's/^TORCHELASTIC_RUN_ID=//p' "$D/a0.r0" 2> /dev/null)
+[ -n "$JOBID" ] && [ "$JOBID" -gt 0 ] 2> /dev/null || mc_fail "$J: TORCHELASTIC_RUN_ID is not the job id: '$JOBID'"
+for r in 0 1 2 3 4 5; do
+  f=$D/a0.r$r
+  [ -f "$f" ] || { mc_fail "$J: rank $r did not run"; continue; }
+  grep -qx "WORLD_SIZE=6" "$f" || mc_fail "$J: rank $r: $(grep WORLD_SIZE "$f")"
+  grep -qx "GROUP_RANK=$((r / 2))" "$f" || mc_fail "$J: rank $r: $(grep GROUP_RANK "$f"), expected node $((r / 2))"
+  grep -qx "MASTER_ADDR=$(mc_ip 0)" "$f" || mc_fail "$J: rank $r: $(grep MASTER_ADDR "$f"), expected node0's address"
+  grep -qx "TORCHELASTIC_RUN_ID=$JOBID" "$f" || mc_fail "$J: rank $r has another run id"
+done
+grep -q "SLURM job $JOBID: node 0 of 3, rendezvous at node0:" "$W/$J.out" || mc_fail "$J: no SLURM detection note"
+mc_expect_gone MC_JOB=$J 10
+
+# 2. scancel of a running job: meshrun gets SIGTERM from slurmd, stops its workers; nothing is left.
+J=srun2; D=$W/$J; mkdir -p "$D"
+mc_spawn 0 "$W/$J.log" env MC_JOB=$J srun -N3 --ntasks-per-node=1 -J mc-cancel "$MESHRUN" --nproc-per-node 2 \
+  --shutdown-timeout 3 --no-python "$WORKER" "$D"
+P=$MC_PID
+for _ in $(seq 300); do [ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || ! kill -0 $P 2> /dev/null && break; sleep 0.1; done
+[ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || mc_fail "$J: the job did not start 6 workers"
+t0=$(mc_now)
+mc_on 0 scancel --name mc-cancel
+mc_wait_exit $P 60; echo "== $J: scancel (srun rc=$MC_RC after $(mc_elapsed "$t0") s)"; cat "$W/$J.log"
+mc_expect_gone MC_JOB=$J 20 && echo "== $J: nothing left on any node $(mc_elapsed "$t0") s after scancel"
+[ -z "$(mc_on 0 squeue -h)" ] || mc_fail "$J: jobs still queued: $(mc_on 0 squeue -h)"
+
+# 3. The sbatch example's body inside a 3-node allocation, with a stand-in for meshrun-trainer.
+J=sbatch; D=$W/$J; mkdir -p "$D"; touch "$D/finish"
+printf '#!/bin/sh\n# stands in for meshrun-trainer --config ...\nexec %s %s\n' "$WORKER" "$D" > "$W/fake_trainer"
+chmod +x "$W/fake_trainer"
+mc_spawn 0 "$W/$J.log" env MC_JOB=$J MESHRUN="$MESHRUN" TRAINER="$W/fake_trainer" MESHRUN_ARGS="--nproc-per-node 2" \
+  salloc -N3 bash "$ROOT/scripts/sbatch_fsdp.sbatch"
+mc_wait_exit $MC_PID 90; echo "== $J (rc=$MC_RC)"; cat "$W/$J.log"
+[ "$MC_RC" = 0 ] || mc_fail "$J: exit status $MC_RC"
+[ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || mc_fail "$J: expected 6 workers: $(ls "$D")"
+grep -qx "WORLD_SIZE=6" "$D/a0.r5" 2> /dev/null || mc_fail "$J: rank 5 lacks WORLD_SIZE=6"
+mc_expect_gone MC_JOB=$J 10
+
+echo "$MC_FAILS failure(s)"
+[ "$MC_FAILS" = 0 ]
