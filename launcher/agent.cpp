@@ -26,7 +26,7 @@ void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c
 // How one attempt ended.
 struct AttemptResult {
   // kRunFailed: the daemon declared the whole run failed; kRendezvousLost: the daemon stopped answering.
-  enum Kind { kSucceeded, kWorkerFailed, kRemoteRestart, kRunFailed, kRendezvousLost, kSignaled } kind = kSucceeded;
+  enum Kind { kSucceeded, kWorkerFailed, kRemoteRestart, kScaleUp, kRunFailed, kRendezvousLost, kSignaled } kind = kSucceeded;
   int exit_code = 0;   // kWorkerFailed: the worker's code; kSignaled: 128+signal
   std::string reason;  // for the daemon and the user
 };
@@ -65,7 +65,12 @@ int Agent::run() {
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
   const Ms grace = to_ms(options_.shutdown_timeout_s);
 
-  for (int restart = 0;; ++restart) {
+  // `restarts_used` counts restarts charged to --max-restarts (failures, lost nodes); admitting a late
+  // node (scale-up) is free, as in torchrun. Workers see the daemon's round as TORCHELASTIC_RESTART_COUNT:
+  // it is the same on every node (a late joiner included), so PyTorch's per-attempt store prefix
+  // "/worker/attempt_<n>" matches across nodes and never reuses a previous attempt's keys.
+  int restarts_used = 0;
+  for (;;) {
     const auto assignment = rdzv.join();
     if (!assignment) return 128 + rdzv.interrupted_by();
     spdlog::info("round {}: node {} of {}, ranks {}..{} of {}", assignment->round, assignment->group_rank,
@@ -79,7 +84,7 @@ int Agent::run() {
                                     .master_addr = assignment->master_addr,
                                     .master_port = assignment->master_port,
                                     .rdzv_endpoint = rdzv.endpoint().to_string(),
-                                    .restart_count = restart,
+                                    .restart_count = static_cast<int>(assignment->round),
                                     .max_restarts = options_.max_restarts,
                                     .group_rank = assignment->group_rank,
                                     .group_world_size = assignment->group_world_size,
@@ -88,8 +93,8 @@ int Agent::run() {
                                     .rank_offset = assignment->rank_offset,
                                     .virtual_local_rank = options_.virtual_local_rank};
     spec.base_env = base_env;
-    spec.attempt = restart;
-    spec.attempt_dir = log_root_ + "/attempt_" + std::to_string(restart);
+    spec.attempt = static_cast<int>(assignment->round);
+    spec.attempt_dir = log_root_ + "/attempt_" + std::to_string(assignment->round);
     spec.log_files = !options_.log_dir.empty();
     spec.redirects = options_.redirects;
     spec.tee = options_.tee;
@@ -156,7 +161,8 @@ int Agent::run() {
             if (beat.action == "restart") {
               say("the rendezvous asks for a restart: " + beat.reason);
               group.stop(signals_, grace);
-              result = {AttemptResult::kRemoteRestart, 1, beat.reason};
+              result = {beat.cause == "scale_up" ? AttemptResult::kScaleUp : AttemptResult::kRemoteRestart, 1,
+                        beat.reason};
               break;
             }
             if (beat.action == "fail") {
@@ -203,9 +209,12 @@ int Agent::run() {
         return result.exit_code;
       case AttemptResult::kRendezvousLost:
         return result.exit_code;  // nobody to tell
+      case AttemptResult::kScaleUp:
+        say("re-rendezvous to admit a waiting node (not counted against --max-restarts)");
+        break;
       case AttemptResult::kWorkerFailed:
       case AttemptResult::kRemoteRestart:
-        if (restart >= options_.max_restarts) {
+        if (restarts_used >= options_.max_restarts) {
           if (options_.max_restarts > 0) {
             say("giving up after " + std::to_string(options_.max_restarts) + " restart(s) (--max-restarts)");
           } else if (result.kind == AttemptResult::kRemoteRestart) {
@@ -215,7 +224,8 @@ int Agent::run() {
           rdzv.linger_for_others();
           return result.exit_code;
         }
-        say("restarting the workers (restart " + std::to_string(restart + 1) + " of " +
+        ++restarts_used;
+        say("restarting the workers (restart " + std::to_string(restarts_used) + " of " +
             std::to_string(options_.max_restarts) + ")");
         if (result.kind == AttemptResult::kWorkerFailed) {
           try {

@@ -18,8 +18,10 @@ AwaitReply RendezvousClient::await(const std::string& run_id, const std::string&
   return client_.meshrun(j, timeout + std::chrono::seconds(10)).get<AwaitReply>();
 }
 
-HeartbeatReply RendezvousClient::heartbeat(const std::string& run_id, const std::string& node_id) {
-  return client_.meshrun({{"op", "heartbeat"}, {"run_id", run_id}, {"node_id", node_id}}).get<HeartbeatReply>();
+HeartbeatReply RendezvousClient::heartbeat(const std::string& run_id, const std::string& node_id,
+                                           std::optional<Duration> timeout) {
+  return client_.meshrun({{"op", "heartbeat"}, {"run_id", run_id}, {"node_id", node_id}}, timeout)
+      .get<HeartbeatReply>();
 }
 
 void RendezvousClient::report_failure(const std::string& run_id, const std::string& node_id,

@@ -18,7 +18,9 @@ class RendezvousClient {
   std::string join(const JoinRequest& request);
   /// Blocks up to `timeout` for the round to close. "waiting" replies carry progress for the user.
   AwaitReply await(const std::string& run_id, const std::string& node_id, Duration timeout);
-  HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id);
+  /// `timeout` bounds the exchange (default: the connection's op timeout).
+  HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
+                           std::optional<Duration> timeout = std::nullopt);
   /// Reports a local worker failure: the daemon opens a new round for every node of the run.
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason);
   /// Leaves the run (ok=true: this node finished successfully).

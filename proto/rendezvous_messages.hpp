@@ -87,8 +87,9 @@ struct AwaitReply {
 
 struct HeartbeatReply {
   int64_t round = 0;
-  std::string action;   // "continue" or "restart"
-  std::string reason;   // why a restart is needed
+  std::string action;   // "continue", "restart" or "fail"
+  std::string reason;   // why a restart is needed (the event that opened the current round)
+  std::string cause;    // restart cause: "node_lost", "worker_failed", "node_left", "scale_up"
   int waiting_nodes = 0;
 };
 
@@ -127,7 +128,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, g
                                                 rank_offset, master_addr, master_port, nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
                                                 waited_s, join_timeout_s, assignment, reason)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, waiting_nodes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 missing_ranks, duplicate_ranks, last_event, master_port, keys)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)

@@ -95,6 +95,7 @@ std::string Membership::join(const proto::JoinRequest& request) {
     if (auto back = run.expected_back.find(identity(request)); back != run.expected_back.end()) {
       if (--back->second == 0) run.expected_back.erase(back);
     }
+    run.survivor_seen[identity(request)] = now;
     run.last_event = fmt::format("{} joined round {}", describe(request), run.round);
     if (static_cast<int>(run.participants.size()) >= run.min_nodes) {
       run.last_call_deadline = now + from_seconds(request.last_call_timeout_s);
@@ -149,12 +150,22 @@ void Membership::close_round(Run& run) {
   run.last_event = fmt::format("round {} closed with {} node(s)", run.round, n);
 }
 
-void Membership::invalidate(Run& run, const std::string& reason, std::string lost_node) {
+void Membership::invalidate(Run& run, const std::string& cause, const std::string& reason, std::string lost_node) {
   // Survivors of the closed round must re-join; late joiners carry over into the new round.
   std::map<std::string, int> survivors;
+  const auto now = clock_.now();
+  run.retired.clear();
+  run.survivor_seen.clear();
+  run.survivor_keep_alive.clear();
   for (const auto& id : run.participants) {
     const Node& node = run.nodes.at(id);
-    if (id != lost_node && !node.finished) ++survivors[identity(node.request)];
+    if (id != lost_node && !node.finished) {
+      const std::string who = identity(node.request);
+      ++survivors[who];
+      run.retired[id] = who;
+      run.survivor_seen[who] = now;
+      run.survivor_keep_alive[who] = node.request.keep_alive_timeout_s;
+    }
     run.nodes.erase(id);
   }
   run.participants = run.waiting;
@@ -166,15 +177,44 @@ void Membership::invalidate(Run& run, const std::string& reason, std::string los
   ++run.round;
   ++version_;
   run.last_event = reason;
+  run.restart_cause = cause;
+  run.restart_reason = reason;
   int alive = static_cast<int>(run.participants.size());
   for (const auto& [who, count] : survivors) alive += count;
   if (!lost_node.empty() && alive < run.min_nodes) {
     run.fatal_error = fmt::format("{}; {} node(s) remain, fewer than the minimum of {}", reason, alive, run.min_nodes);
     run.last_event = run.fatal_error;
   }
-  const auto now = clock_.now();
   if (static_cast<int>(run.participants.size()) >= run.min_nodes) {
     run.last_call_deadline = now;  // waiting nodes already had their last call
+  }
+}
+
+void Membership::expire_survivors(Run& run) {
+  // A survivor stops its workers (up to their shutdown grace) before it re-joins; one that has shown
+  // no sign of life for its keep-alive timeout plus that grace is gone.
+  constexpr double kStopGraceSeconds = 30;
+  const auto now = clock_.now();
+  std::vector<std::string> lost;
+  for (const auto& [who, count] : run.expected_back) {
+    const auto seen = run.survivor_seen.find(who);
+    if (seen == run.survivor_seen.end()) continue;
+    const double silent = to_seconds(now - seen->second);
+    if (silent > run.survivor_keep_alive[who] + kStopGraceSeconds) lost.push_back(who);
+  }
+  if (lost.empty()) return;
+  std::string names;
+  for (const auto& who : lost) {
+    names += (names.empty() ? "" : ", ") + who;
+    run.expected_back.erase(who);
+  }
+  ++version_;
+  run.last_event = "did not re-join after the restart: " + names;
+  if (static_cast<int>(run.participants.size()) < run.min_nodes && run.expected_back.empty()) {
+    run.fatal_error = fmt::format("{} (host/pid) did not re-join round {} ({}); {} node(s) remain, fewer than the "
+                                  "minimum of {}",
+                                  names, run.round, run.restart_reason, run.participants.size(), run.min_nodes);
+    run.last_event = run.fatal_error;
   }
 }
 
@@ -313,17 +353,23 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   const bool participant =
       std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
   if (it == run->nodes.end() || !run->closed || !participant) {
+    if (auto retired = run->retired.find(node_id); retired != run->retired.end()) {
+      run->survivor_seen[retired->second] = clock_.now();  // alive, still stopping its workers
+    }
     reply.action = "restart";
-    reply.reason = run->last_event;
+    reply.reason = run->restart_reason.empty() ? run->last_event : run->restart_reason;
+    reply.cause = run->restart_cause;
     return reply;
   }
   it->second.last_seen = clock_.now();
   // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
   if (!run->waiting.empty() && static_cast<int>(run->participants.size()) < run->max_nodes) {
     const Node& newcomer = run->nodes.at(run->waiting.front());
-    invalidate(*run, fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
+    invalidate(*run, "scale_up",
+               fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
     reply.action = "restart";
-    reply.reason = run->last_event;
+    reply.reason = run->restart_reason;
+    reply.cause = run->restart_cause;
     reply.round = run->round;
   }
   return reply;
@@ -337,7 +383,7 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
   const bool participant =
       std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
   if (!participant) return;  // already restarting
-  invalidate(*run, fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host,
+  invalidate(*run, "worker_failed", fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host,
                                reason));
 }
 
@@ -362,7 +408,7 @@ void Membership::leave(const std::string& run_id, const std::string& node_id, co
     return;
   }
   if (run->closed && participant) {
-    invalidate(*run, fmt::format("{} left: {}", who, reason), node_id);
+    invalidate(*run, "node_left", fmt::format("{} left: {}", who, reason), node_id);
     return;
   }
   remove_node(*run, node_id);
@@ -384,7 +430,7 @@ bool Membership::tick() {
         if (node.finished) continue;
         const double silent = to_seconds(now - node.last_seen);
         if (silent > node.request.keep_alive_timeout_s) {
-          invalidate(run,
+          invalidate(run, "node_lost",
                      fmt::format("node {} on {} is dead: no heartbeat for {:.1f} s (keep-alive timeout {:.1f} s)",
                                  node.group_rank, describe(node.request), silent, node.request.keep_alive_timeout_s),
                      node_id);
@@ -421,6 +467,12 @@ bool Membership::tick() {
     for (const auto& node_id : gone) {
       remove_node(run, node_id);
       changed = true;
+    }
+    if (run.round > 0 && !run.expected_back.empty()) {
+      const auto before = version_;
+      expire_survivors(run);
+      changed = changed || version_ != before;
+      if (!run.fatal_error.empty()) continue;
     }
     const bool was_closed = run.closed;
     maybe_close(run);

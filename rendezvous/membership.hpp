@@ -75,6 +75,11 @@ class Membership {
     std::vector<std::string> waiting;        // joined while closed: admitted next round
     std::map<std::string, Node> nodes;       // participants + waiting
     std::map<std::string, int> expected_back;  // "host/pid" of survivors of the last round -> count
+    std::map<std::string, TimePoint> survivor_seen;    // "host/pid" -> last sign of life since the restart
+    std::map<std::string, double> survivor_keep_alive;  // "host/pid" -> its keep-alive timeout
+    std::map<std::string, std::string> retired;         // node id of the last round -> "host/pid"
+    std::string restart_cause;                 // why the current round was opened
+    std::string restart_reason;
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;   // snapshot at close, group-rank order
@@ -87,8 +92,11 @@ class Membership {
   Run& run_for_join(const proto::JoinRequest& request);
   void maybe_close(Run& run);
   void close_round(Run& run);
-  /// Opens round+1. `lost_node` (dead or gone) is not counted among the survivors.
-  void invalidate(Run& run, const std::string& reason, std::string lost_node = "");
+  /// Opens round+1 for `cause` ("node_lost", "worker_failed", "node_left", "scale_up"). `lost_node`
+  /// (dead or gone) is not counted among the survivors.
+  void invalidate(Run& run, const std::string& cause, const std::string& reason, std::string lost_node = "");
+  /// Survivors that neither re-joined nor heartbeat within the re-join window are lost.
+  void expire_survivors(Run& run);
   void remove_node(Run& run, const std::string& node_id);
   proto::NodeInfo info(const Node& node) const;
   std::vector<int> missing_ranks(const Run& run) const;

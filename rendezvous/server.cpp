@@ -494,6 +494,8 @@ void Server::Impl::bind(Listener& listener, const std::string& host, uint16_t po
   listener.acceptor.open(ep.protocol());
   listener.acceptor.set_option(tcp::acceptor::reuse_address(true));
   listener.acceptor.bind(ep, ec);
+  // With SO_REUSEADDR two processes may both bind the port; the second then fails in listen().
+  if (!ec) listener.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     const std::string fix = ec == asio::error::address_in_use
                                 ? " (another process uses this port: pick another with --port, or --port 0 for a free one)"
@@ -502,7 +504,6 @@ void Server::Impl::bind(Listener& listener, const std::string& host, uint16_t po
     if (ec == asio::error::address_in_use) throw AddressInUseError(message);
     throw NetworkError(message);
   }
-  listener.acceptor.listen(asio::socket_base::max_listen_connections);
 }
 
 void Server::Impl::accept(const std::shared_ptr<Listener>& listener) {

@@ -190,3 +190,42 @@ TEST_CASE("runs are independent and finish when every node left", "[membership]"
   CHECK_FALSE(m.has_run("job"));
   CHECK(m.has_run("other"));
 }
+
+TEST_CASE("heartbeats tell survivors why the round restarted", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 1, 3));
+  const auto b = m.join(node("b", 1, 3));
+  clock.advance(seconds(6));
+  m.tick();
+  m.report_failure("job", b, "rank 2 exited with code 1");
+  m.join(node("c", 1, 3));  // a later event must not replace the restart's reason
+  const auto hb = m.heartbeat("job", a);
+  CHECK(hb.action == "restart");
+  CHECK(hb.cause == "worker_failed");
+  CHECK_THAT(hb.reason, Catch::Contains("rank 2 exited with code 1"));
+}
+
+TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  auto a_req = node("a", 2, 2);
+  auto b_req = node("b", 2, 2);
+  const auto a = m.join(a_req);
+  const auto b = m.join(b_req);
+  m.report_failure("job", a, "boom");
+  const auto a2 = m.join(a_req);  // a re-joins, b is partitioned away and never comes back
+  m.set_awaiting("job", a2, true);
+  clock.advance(seconds(20));
+  m.tick();
+  CHECK(m.poll("job", a2).status == "waiting");  // still inside the re-join window
+  m.heartbeat("job", b);                          // b is alive (stopping its workers): window restarts
+  clock.advance(seconds(20));
+  m.tick();
+  CHECK(m.poll("job", a2).status == "waiting");
+  clock.advance(seconds(20));
+  m.tick();
+  const auto reply = m.poll("job", a2);
+  CHECK(reply.status == "failed");
+  CHECK_THAT(reply.reason, Catch::Contains("b/100") && Catch::Contains("did not re-join"));
+}
