@@ -16,7 +16,7 @@ export OMP_NUM_THREADS="$THREADS"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-for cfg in tiny small; do
+for cfg in ${CONFIGS:-tiny small}; do
   out="$WORK/$cfg"
   "$LAUNCHER" --standalone --nproc-per-node 2 "$TRAINER" --config "$ROOT/configs/$cfg.json" \
     --set train.steps="$STEPS" --set train.sample_tokens=0 --set train.eval_interval=0 \
@@ -29,7 +29,14 @@ out, torch_log, cfg, threads = sys.argv[1:]
 steps = [json.loads(l) for l in open(out + "/metrics.jsonl") if '"tokens_per_s"' in l]
 ours_tps = statistics.median(s["tokens_per_s"] for s in steps[5:] or steps)
 ours_rss = max(json.load(open(f"{out}/rank{r}.json"))["peak_rss_bytes"] for r in (0, 1))
-ref = [json.loads(l[l.index("{"):]) for l in open(torch_log) if '"tokens_per_s"' in l]
+# Ranks print at the same moment: a line may hold two objects, so decode every object in it.
+ref, dec = [], json.JSONDecoder()
+for l in open(torch_log):
+    i = l.find('{"rank"')
+    while i >= 0:
+        obj, end = dec.raw_decode(l, i)
+        ref.append(obj)
+        i = l.find('{"rank"', end)
 ref_tps = statistics.median(r["tokens_per_s"] for r in ref)
 ref_rss = max(r["peak_rss_bytes"] for r in ref)
 mib = lambda b: b / 2**20

@@ -27,12 +27,14 @@ void AdamW::zero_grad() {
   for (auto* u : units_) u->shard_grad().zero_();
 }
 
-double AdamW::global_grad_norm(Communicator& comm, bool replicated) {
+double AdamW::global_grad_norm(Communicator* group) {
   at::Tensor sq = at::zeros({1}, units_.front()->shard().options().dtype(at::kDouble));
-  for (auto* u : units_) sq += u->shard_grad().to(at::kDouble).pow(2).sum();
-  if (!replicated && comm.world_size() > 1) {
-    PendingOp op = comm.all_reduce(sq);
-    comm.wait(op);
+  // One pass per shard, accumulated in double without materialising a double copy of the gradient.
+  for (auto* u : units_) sq += at::linalg_vector_norm(u->shard_grad(), 2, {}, false, at::kDouble).square();
+  if (group != nullptr && group->world_size() > 1) {
+    if (group->backend_name() == "nccl" && !sq.is_cuda()) sq = sq.to(at::kCUDA);  // offloaded shards: NCCL needs device memory
+    PendingOp op = group->all_reduce(sq);
+    group->wait(op);
   }
   return std::sqrt(sq.item<double>());
 }

@@ -20,13 +20,19 @@ class AdamW {
  public:
   AdamW(const TrainConfig& config, std::vector<FlatParamUnit*> units);
   void zero_grad();
-  /// Global L2 norm of the gradient over all ranks' shards. `replicated`: every rank holds the full
-  /// gradient (NO_SHARD), so no all-reduce is needed.
-  double global_grad_norm(Communicator& comm, bool replicated);
+  /// Global L2 norm of the gradient over all ranks' shards: local squared norms summed over `group`
+  /// (the shard group); nullptr when every rank holds the whole gradient (NO_SHARD).
+  double global_grad_norm(Communicator* group);
   /// Scales gradients so their global norm is at most max_norm (no-op when max_norm == 0).
   void clip(double norm, double max_norm);
   void step(double lr);
   int64_t state_bytes() const;
+
+  // Checkpointed state: the moments of unit i's local shard and the number of steps taken.
+  at::Tensor& exp_avg(size_t unit) { return exp_avg_[unit]; }
+  at::Tensor& exp_avg_sq(size_t unit) { return exp_avg_sq_[unit]; }
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t steps) { step_ = steps; }
 
  private:
   TrainConfig config_;

@@ -182,7 +182,9 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
       grad_accum_ = flat_grad.to(options_.reduce_dtype, /*non_blocking=*/false, /*copy=*/true);
     }
   } else {
-    at::Tensor g = flat_grad.to(options_.reduce_dtype, /*non_blocking=*/false, /*copy=*/true);
+    // The flat gradient is a fresh tensor autograd hands over and never reads again (the concatenation of
+    // the split's gradients, or the recomputation's result): reduce it in place unless a cast is needed.
+    at::Tensor g = flat_grad.to(options_.reduce_dtype);
     if (grad_accum_.defined()) {
       g.add_(grad_accum_);
       grad_accum_ = at::Tensor();

@@ -8,6 +8,8 @@
 #include "common/error.hpp"
 #include "trainer/config.hpp"
 #include "trainer/dist_env.hpp"
+#include "trainer/preemption.hpp"
+#include "trainer/safetensors_export.hpp"
 #include "trainer/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -15,11 +17,24 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   bool help_config = false;
+  std::string resume;
   app.add_option("--config", config_path, "JSON config (configs/NAME.json)");
   app.add_option("--set", overrides, "override a config key: --set train.lr=1e-3 (repeatable)");
+  app.add_option("--resume", resume, "auto (newest complete checkpoint in checkpoint.dir) or a step_<N> folder; "
+                                     "same as --set checkpoint.resume=...");
   app.add_flag("--help-config", help_config, "list every config key with its default and meaning");
+  auto* export_cmd = app.add_subcommand("export", "write a checkpoint's weights as safetensors (Hugging Face Llama names) + config.json");
+  std::string export_checkpoint;
+  std::string export_out;
+  export_cmd->add_option("--checkpoint", export_checkpoint, "a step_<N> folder, or a checkpoint.dir (its newest checkpoint)")->required();
+  export_cmd->add_option("--out", export_out, "output .safetensors file; config.json goes next to it")->required();
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*export_cmd) {
+      meshrun::trainer::export_safetensors(export_checkpoint, export_out);
+      return 0;
+    }
+    if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (help_config) {
       for (const auto& [key, doc] : meshrun::trainer::config_key_docs()) std::printf("%-28s %s\n", key.c_str(), doc.c_str());
       return 0;
@@ -27,7 +42,11 @@ int main(int argc, char** argv) {
     if (config_path.empty()) throw meshrun::UsageError("--config is required (e.g. --config configs/quickstart.json)");
     const auto config = meshrun::trainer::load_config(config_path, overrides);
     const auto env = meshrun::trainer::read_dist_env();
-    meshrun::trainer::train(config, env);
+    const auto summary = meshrun::trainer::train(config, env);
+    if (summary.stopped_by_signal != 0) {
+      std::fprintf(stderr, "meshrun-trainer: checkpointed on signal, exiting with %d\n", meshrun::trainer::kCheckpointedOnSignal);
+      return meshrun::trainer::kCheckpointedOnSignal;
+    }
     return 0;
   } catch (const meshrun::UsageError& e) {
     std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());

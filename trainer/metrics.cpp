@@ -1,5 +1,6 @@
 #include "trainer/metrics.hpp"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,6 +51,11 @@ void MetricsLog::log_eval(int64_t step, double val_loss) {
 
 void MetricsLog::log_event(const nlohmann::json& event) {
   if (file_) file_ << event.dump() << '\n' << std::flush;
+}
+
+int64_t heap_in_use_bytes() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
 }
 
 int64_t peak_rss_bytes() {

@@ -1,6 +1,9 @@
 #include "trainer/sharded_model.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "common/error.hpp"
 
 namespace meshrun::trainer {
 
@@ -13,11 +16,43 @@ at::ScalarType to_scalar_type(DType d) {
   return at::kFloat;
 }
 
-ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, const at::Device& device)
-    : config_(config.model), prefetch_(config.fsdp.prefetch), device_(device) {
+ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, const at::Device& device,
+                           int local_world_size)
+    : config_(config.model),
+      prefetch_(config.fsdp.prefetch),
+      limit_all_gathers_(config.fsdp.limit_all_gathers),
+      ac_every_(config.fsdp.activation_checkpointing),
+      strategy_(config.fsdp.strategy),
+      world_(comm),
+      device_(device) {
   const auto specs = build_unit_specs(config_);
+  Communicator* shard_comm = &comm;
   UnitOptions options;
+  if (config.fsdp.hybrid()) {
+    // 2-D mesh: rank = group * G + position. Shard inside a group (a node), replicate across groups.
+    const int world = comm.world_size();
+    const int g = config.fsdp.shard_group_size > 0 ? static_cast<int>(config.fsdp.shard_group_size) : local_world_size;
+    if (g < 1 || world % g != 0) {
+      throw UsageError("fsdp.strategy=" + to_string(config.fsdp.strategy) + ": shard group size " + std::to_string(g) +
+                       " (fsdp.shard_group_size, or LOCAL_WORLD_SIZE when 0) must divide WORLD_SIZE=" +
+                       std::to_string(world));
+    }
+    const int group = comm.rank() / g;
+    const int position = comm.rank() % g;
+    std::vector<int> shard_ranks;
+    for (int i = 0; i < g; ++i) shard_ranks.push_back(group * g + i);
+    std::vector<int> replica_ranks;
+    for (int i = 0; i < world / g; ++i) replica_ranks.push_back(i * g + position);
+    shard_group_ = comm.new_group(shard_ranks, "shard" + std::to_string(group));
+    replica_group_ = comm.new_group(replica_ranks, "replica" + std::to_string(position));
+    shard_comm = shard_group_.get();
+    options.replicas = replica_group_.get();
+    replica_index_ = group;
+  } else if (config.fsdp.strategy == ShardingStrategy::NoShard) {
+    replica_index_ = comm.rank();
+  }
   options.strategy = config.fsdp.strategy;
+  options.cpu_offload = config.fsdp.cpu_offload;
   options.param_dtype = to_scalar_type(config.fsdp.param_dtype);
   options.reduce_dtype = to_scalar_type(config.fsdp.reduce_dtype);
   options.prefetch = config.fsdp.prefetch;
@@ -26,11 +61,24 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
     unit_options.reshard_after_forward = i != 0;  // the root's backward follows its forward immediately
     // Every rank builds the same full values one unit at a time, then keeps only its chunk.
     at::Tensor full = init_unit(specs[i], config_, config.train.seed, static_cast<int64_t>(i));
-    units_.push_back(std::make_unique<FlatParamUnit>(specs[i], full, comm, unit_options, gathered_, device_));
+    units_.push_back(std::make_unique<FlatParamUnit>(specs[i], full, *shard_comm, unit_options, gathered_, device_));
   }
   // Backward runs blocks last to first; block 0's predecessor is the root, which stays gathered.
-  for (size_t i = 2; i < units_.size(); ++i) units_[i]->set_backward_prefetch(units_[i - 1].get());
+  for (size_t i = 2; i < units_.size(); ++i) {
+    std::vector<FlatParamUnit*> previous;
+    for (size_t j = i - 1; j >= 1 && previous.size() < static_cast<size_t>(limit_all_gathers_); --j) {
+      previous.push_back(units_[j].get());
+    }
+    units_[i]->set_backward_prefetch(previous);
+  }
   rope_ = make_rope(config_, config_.max_seq_len, options.param_dtype, device_);
+  // Stable closures for activation checkpointing (the recompute in backward calls them again).
+  block_fns_.assign(units_.size(), UnitFunction{});
+  for (size_t i = 1; i < units_.size(); ++i) {
+    block_fns_[i] = [this](const at::Tensor& x, const std::vector<at::Tensor>& p) {
+      return block_forward(x, p, rope_, config_);
+    };
+  }
 }
 
 at::Tensor ShardedModel::forward(const at::Tensor& tokens) {
@@ -39,9 +87,15 @@ at::Tensor ShardedModel::forward(const at::Tensor& tokens) {
   if (prefetch_ && units_.size() > 1) units_[1]->prefetch();
   at::Tensor x = embed_forward(tokens.to(device_), root_params);
   for (size_t i = 1; i < units_.size(); ++i) {
-    const auto params = units_[i]->pre_forward();
-    if (prefetch_ && i + 1 < units_.size()) units_[i + 1]->prefetch();  // overlaps with this block's compute
-    x = units_[i]->post_forward(block_forward(x, params, rope_, config_));
+    auto& unit = *units_[i];
+    const at::Tensor flat = unit.pre_forward_flat();
+    if (prefetch_) {
+      // Overlaps with this block's compute; at most limit_all_gathers gathers are in flight.
+      for (size_t j = i + 1; j < units_.size() && j <= i + static_cast<size_t>(limit_all_gathers_); ++j) units_[j]->prefetch();
+    }
+    const bool recompute = ac_every_ > 0 && at::GradMode::is_enabled() && (i - 1) % static_cast<size_t>(ac_every_) == 0;
+    x = unit.post_forward(recompute ? checkpointed_forward(block_fns_[i], unit, x, flat)
+                                    : block_fns_[i](x, unit.views_of(flat)));
   }
   at::Tensor logits = head_forward(x, root_params, config_);
   return root.post_forward(logits);
@@ -52,7 +106,20 @@ void ShardedModel::set_requires_grad_sync(bool sync) {
 }
 
 void ShardedModel::finish_grad_sync() {
+  // Two passes so every unit's all-reduce across replicas is in flight before the first one is waited for.
+  for (auto& u : units_) u->start_replica_reduce();
   for (auto& u : units_) u->finish_grad_sync();
+}
+
+Communicator* ShardedModel::norm_group() {
+  if (strategy_ == ShardingStrategy::NoShard) return nullptr;
+  return shard_group_ ? shard_group_.get() : &world_;
+}
+
+std::string ShardedModel::layout() const {
+  if (!shard_group_) return to_string(strategy_);
+  return to_string(strategy_) + " (" + std::to_string(replica_group_->world_size()) + " replicas x " +
+         std::to_string(shard_group_->world_size()) + " shards)";
 }
 
 void ShardedModel::reshard_all() {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "trainer/activation_checkpoint.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/config.hpp"
 #include "trainer/flat_param_unit.hpp"
@@ -18,7 +20,8 @@ at::ScalarType to_scalar_type(DType d);
 
 class ShardedModel {
  public:
-  ShardedModel(const TrainerConfig& config, Communicator& comm, const at::Device& device);
+  /// `local_world_size` is the default shard group size of the HYBRID_* strategies (ranks per node).
+  ShardedModel(const TrainerConfig& config, Communicator& comm, const at::Device& device, int local_world_size);
 
   /// tokens [B, T] int64 -> logits [B, T, vocab] in param_dtype.
   at::Tensor forward(const at::Tensor& tokens);
@@ -29,6 +32,13 @@ class ShardedModel {
   void reshard_all();
 
   std::vector<FlatParamUnit*> units();
+  /// Where the squared gradient norms of the local shards are summed (nullptr: every rank holds every
+  /// gradient, NO_SHARD).
+  Communicator* norm_group();
+  /// True on the ranks whose shards a checkpoint stores: replicas (NO_SHARD, hybrid) are written once.
+  bool writes_checkpoint() const { return replica_index_ == 0; }
+  /// "HYBRID_SHARD 2 x 2" style description of the layout.
+  std::string layout() const;
   const GatheredBytes& gathered() const { return gathered_; }
   int64_t numel() const;
   /// Sum over units of the padded buffer sizes.
@@ -39,6 +49,14 @@ class ShardedModel {
  private:
   ModelConfig config_;
   bool prefetch_;
+  int64_t limit_all_gathers_ = 1;
+  int64_t ac_every_ = 0;
+  ShardingStrategy strategy_;
+  Communicator& world_;
+  std::unique_ptr<Communicator> shard_group_;    // hybrid only
+  std::unique_ptr<Communicator> replica_group_;  // hybrid only
+  int replica_index_ = 0;
+  std::vector<UnitFunction> block_fns_;
   at::Device device_;
   GatheredBytes gathered_;
   std::vector<std::unique_ptr<FlatParamUnit>> units_;  // [0] root, [1..] blocks

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,9 +16,11 @@
 
 #include "common/error.hpp"
 #include "trainer/adamw.hpp"
+#include "trainer/checkpoint.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/dataset.hpp"
 #include "trainer/metrics.hpp"
+#include "trainer/preemption.hpp"
 #include "trainer/sharded_model.hpp"
 
 namespace meshrun::trainer {
@@ -58,6 +61,25 @@ double mean_over_ranks(Communicator& comm, double local) {
   PendingOp op = comm.all_reduce(t);
   comm.wait(op);
   return t.item<double>() / comm.world_size();
+}
+
+// The step's loss averaged over ranks, and whether any rank got a preemption signal: one all-reduce, so
+// every rank stops after the same step.
+std::pair<double, bool> loss_and_stop(Communicator& comm, double local_loss, bool stop) {
+  at::Tensor t = at::tensor({local_loss, stop ? 1.0 : 0.0}, at::kDouble);
+  PendingOp op = comm.all_reduce(t);
+  comm.wait(op);
+  return {t[0].item<double>() / comm.world_size(), t[1].item<double>() > 0};
+}
+
+void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const CheckpointStats& s) {
+  if (!rank0) return;
+  const double gbps = s.seconds > 0 ? static_cast<double>(s.bytes) / s.seconds / 1e9 : 0.0;
+  std::printf("checkpoint: %s %s (%s in %.3f s, %.2f GB/s)\n", what, s.path.c_str(),
+              format_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds, gbps);
+  std::fflush(stdout);
+  log.log_event({{"event", std::string("checkpoint_") + what}, {"path", s.path}, {"bytes", s.bytes},
+                 {"seconds", s.seconds}, {"gb_per_s", gbps}});
 }
 
 at::Tensor loss_of(ShardedModel& model, const MicroBatch& mb, int64_t vocab) {
@@ -103,6 +125,8 @@ std::vector<int64_t> sample(ShardedModel& model, Communicator& comm, const Train
 }  // namespace
 
 TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
+  // First: the signal mask must be in place before Gloo's and the intra-op pool's threads start.
+  PreemptionWatch preemption(c.checkpoint.on_signal && !c.checkpoint.dir.empty());
   set_threads(c.system, env);
   const at::Device device = pick_device(c.system, env);
   auto comm = Communicator::create(env, c, device);
@@ -120,9 +144,8 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
   }
   if (!c.output.dir.empty()) std::filesystem::create_directories(c.output.dir);
 
-  ShardedModel model(c, *comm, device);
+  ShardedModel model(c, *comm, device, env.local_world_size);
   AdamW optimizer(c.train, model.units());
-  const bool replicated = c.fsdp.strategy == ShardingStrategy::NoShard;
   const double flops_per_token = train_flops_per_token(c.model, c.train.seq_len);
   const int64_t tokens_per_step = c.train.global_batch_size * c.train.seq_len * c.train.grad_accum_steps;
 
@@ -132,15 +155,35 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
     std::printf("meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
                 "data %s (%lld tokens, %zu file(s))\n",
                 c.model.name.c_str(), static_cast<double>(model.numel()) / 1e6, world, comm->backend_name().c_str(),
-                to_string(c.fsdp.strategy).c_str(), to_string(c.fsdp.param_dtype).c_str(),
+                model.layout().c_str(), to_string(c.fsdp.param_dtype).c_str(),
                 to_string(c.fsdp.reduce_dtype).c_str(), static_cast<long long>(tokens_per_step), c.data.path.c_str(),
                 static_cast<long long>(data.size()), data.files().size());
     std::fflush(stdout);
   }
 
   TrainSummary summary;
+  TrainState state;
+  std::string resume_from = c.checkpoint.resume;
+  if (resume_from == "auto") {
+    const auto latest = latest_checkpoint(c.checkpoint.dir);
+    resume_from = latest.value_or("");
+    if (rank0 && !latest) std::printf("checkpoint: nothing to resume in %s, starting fresh\n", c.checkpoint.dir.c_str());
+  }
+  if (!resume_from.empty()) {
+    CheckpointStats loaded;
+    state = load_checkpoint(resume_from, c, model, optimizer, *comm, &loaded);
+    log_checkpoint(log, rank0, "loaded", loaded);
+    summary.first_step = state.step + 1;
+  }
+  auto save = [&](int64_t step) {
+    state.step = step;
+    state.optimizer_steps = optimizer.steps_taken();
+    log_checkpoint(log, rank0, "saved", save_checkpoint(c, model, optimizer, *comm, state));
+  };
+
   int64_t grad_accum_peak = 0;
-  for (int64_t step = 1; step <= c.train.steps; ++step) {
+  int64_t activation_peak = 0;
+  for (int64_t step = summary.first_step; step <= c.train.steps; ++step) {
     const auto start = Clock::now();
     comm->take_comm_seconds();
     const double lr = learning_rate(c.train, step);
@@ -150,7 +193,11 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       model.set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
       const auto mb = sample_micro_batch(data, Split::Train, c.train.seed, step - 1, micro * c.train.global_batch_size,
                                          c.train.global_batch_size, c.train.seq_len, comm->rank(), world);
+      const int64_t heap_before = heap_in_use_bytes();
       at::Tensor loss = loss_of(model, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);
+      // What the forward left alive for backward: saved activations (+ gathered parameters, which
+      // activation checkpointing does not change).
+      activation_peak = std::max(activation_peak, heap_in_use_bytes() - heap_before);
       loss.backward();
       local_loss += loss.item<double>();
       int64_t accum = 0;
@@ -158,10 +205,10 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       grad_accum_peak = std::max(grad_accum_peak, accum);
     }
     model.finish_grad_sync();
-    const double norm = optimizer.global_grad_norm(*comm, replicated);
+    const double norm = optimizer.global_grad_norm(model.norm_group());
     optimizer.clip(norm, c.train.grad_clip);
     optimizer.step(lr);
-    const double loss = mean_over_ranks(*comm, local_loss);
+    const auto [loss, stop] = loss_and_stop(*comm, local_loss, preemption.poll() != 0);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     summary.losses.push_back(loss);
 
@@ -181,6 +228,16 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       summary.last_val_loss = evaluate(model, *comm, data, c);
       if (rank0) log.log_eval(step, summary.last_val_loss);
     }
+    if (stop) {
+      if (rank0) std::printf("checkpoint: preemption signal received, checkpointing after step %lld and stopping\n", static_cast<long long>(step));
+      preemption.stopping();
+      save(step);
+      summary.stopped_by_signal = preemption.poll() != 0 ? preemption.poll() : SIGUSR1;  // another rank's signal
+      return summary;
+    }
+    const bool periodic = c.checkpoint.interval > 0 && step % c.checkpoint.interval == 0;
+    const bool final = step == c.train.steps && c.checkpoint.save_final;
+    if (!c.checkpoint.dir.empty() && (periodic || final)) save(step);
   }
 
   // Memory: what this rank holds, and what the process really peaked at.
@@ -200,6 +257,8 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       {"gathered_param_peak_bytes", model.gathered().peak},
       {"grad_shard_bytes", grad_shard},
       {"grad_accum_peak_bytes", grad_accum_peak},
+      {"activation_peak_bytes", activation_peak},
+      {"layout", model.layout()},
       {"optimizer_bytes", optimizer.state_bytes()},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"losses", summary.losses},

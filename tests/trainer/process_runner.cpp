@@ -57,13 +57,54 @@ int spawn(const std::vector<std::string>& argv, const std::map<std::string, std:
   return pid;
 }
 
+std::vector<std::string> trainer_args(const std::string& dir) {
+  return {MESHRUN_TRAINER_BIN, "--config", std::string(MESHRUN_CONFIG_DIR) + "/tiny.json",
+          "--set", "output.dir=\"" + dir + "\"", "--set", "train.sample_tokens=0",
+          "--set", "system.timeout_s=30"};
+}
+
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+}  // namespace
+
 std::string make_temp_dir() {
   char tmpl[] = "/tmp/meshrun-trainer-test-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   return tmpl;
 }
 
-}  // namespace
+LauncherJob::LauncherJob(const std::string& dir, int nproc, const std::vector<std::string>& sets,
+                         const std::map<std::string, std::string>& env)
+    : log_(dir + "/launcher.txt") {
+  std::vector<std::string> argv = {MESHRUN_LAUNCHER_BIN, "--standalone", "--nproc-per-node", std::to_string(nproc)};
+  for (auto& a : trainer_args(dir)) argv.push_back(a);
+  for (const auto& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  pid_ = spawn(argv, env, log_);
+}
+
+LauncherJob::~LauncherJob() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+}
+
+void LauncherJob::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int LauncherJob::wait() {
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return exit_code_of(status);
+}
+
+std::string LauncherJob::output() const { return read_file(log_); }
 
 Daemon::Daemon() {
   int fds[2];
@@ -105,17 +146,21 @@ std::string RunResult::describe() const {
 }
 
 RunResult run_workers(int world, const std::vector<std::string>& common_sets, std::vector<RankRun> per_rank) {
+  return run_workers_in(make_temp_dir(), world, common_sets, std::move(per_rank));
+}
+
+RunResult run_workers_in(const std::string& dir, int world, const std::vector<std::string>& common_sets,
+                         std::vector<RankRun> per_rank, const std::vector<std::string>& extra_args) {
   RunResult result;
-  result.dir = make_temp_dir();
+  result.dir = dir;
   const int procs = world == 0 ? 1 : world;
   per_rank.resize(static_cast<size_t>(procs));
   std::unique_ptr<Daemon> daemon;
   if (world > 0) daemon = std::make_unique<Daemon>();
   std::vector<int> pids;
   for (int r = 0; r < procs; ++r) {
-    std::vector<std::string> argv = {MESHRUN_TRAINER_BIN, "--config", std::string(MESHRUN_CONFIG_DIR) + "/tiny.json",
-                                     "--set", "output.dir=\"" + result.dir + "\"", "--set", "train.sample_tokens=0",
-                                     "--set", "system.timeout_s=30"};
+    std::vector<std::string> argv = trainer_args(result.dir);
+    for (const auto& a : extra_args) argv.push_back(a);
     for (const auto& s : common_sets) {
       argv.push_back("--set");
       argv.push_back(s);
@@ -136,7 +181,7 @@ RunResult run_workers(int world, const std::vector<std::string>& common_sets, st
   for (int r = 0; r < procs; ++r) {
     int status = 0;
     ::waitpid(pids[static_cast<size_t>(r)], &status, 0);
-    result.exit_codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    result.exit_codes.push_back(exit_code_of(status));
     result.outputs.push_back(read_file(result.dir + "/out" + std::to_string(r) + ".txt"));
   }
   return result;
@@ -147,6 +192,17 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::map<int64_t, double> read_step_losses(const std::string& dir) {
+  std::map<int64_t, double> losses;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j.contains("step")) losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return losses;
 }
 
 std::vector<double> read_losses(const std::string& dir) {

@@ -39,6 +39,33 @@ struct RunResult {
 /// process with no RANK (single process, no store). Output goes to a fresh temporary directory.
 RunResult run_workers(int world, const std::vector<std::string>& common_sets, std::vector<RankRun> per_rank = {});
 
+/// Like run_workers, into an existing directory `dir` (output.dir), with extra trainer arguments.
+RunResult run_workers_in(const std::string& dir, int world, const std::vector<std::string>& common_sets,
+                         std::vector<RankRun> per_rank = {}, const std::vector<std::string>& extra_args = {});
+
+/// A `meshrun --standalone --nproc-per-node N meshrun-trainer ...` job running in the background.
+class LauncherJob {
+ public:
+  LauncherJob(const std::string& dir, int nproc, const std::vector<std::string>& sets,
+              const std::map<std::string, std::string>& env = {});
+  ~LauncherJob();
+  LauncherJob(const LauncherJob&) = delete;
+  LauncherJob& operator=(const LauncherJob&) = delete;
+  /// Sends `sig` to the launcher (it forwards USR1/TERM to the workers).
+  void signal(int sig);
+  /// Waits for the launcher; returns its exit code (128 + signal when killed).
+  int wait();
+  /// Launcher + workers output so far.
+  std::string output() const;
+
+ private:
+  int pid_ = -1;
+  std::string log_;
+};
+
+std::string make_temp_dir();
+/// The `loss` of every step record in metrics.jsonl, keyed by step.
+std::map<int64_t, double> read_step_losses(const std::string& dir);
 std::vector<double> read_losses(const std::string& dir);
 std::vector<float> read_params(const std::string& dir);
 std::string read_file(const std::string& path);

@@ -50,6 +50,24 @@ TEST_CASE("config: bad values name the key", "[trainer][config]") {
   CHECK_THROWS_WITH(make_config(minimal(), {"train.lr"}, "t"), Catch::Contains("KEY=VALUE"));
   CHECK_THROWS_AS(make_config(json::object(), {}, "t"), UsageError);  // data.path is required
   CHECK_THROWS_WITH(load_config("/nonexistent/x.json", {}), Catch::Contains("/nonexistent/x.json"));
+  CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.format=zip"}, "t"), Catch::Contains("checkpoint.format"));
+  CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.resume=auto"}, "t"), Catch::Contains("checkpoint.dir"));
+  CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.limit_all_gathers=0"}, "t"), Catch::Contains("fsdp.limit_all_gathers"));
+  CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.activation_checkpointing=-1"}, "t"),
+                    Catch::Contains("fsdp.activation_checkpointing"));
+}
+
+TEST_CASE("config: hybrid strategies and checkpoint keys parse", "[trainer][config]") {
+  const auto c = make_config(minimal(), {"fsdp.strategy=HYBRID_SHARD_ZERO2", "fsdp.shard_group_size=2",
+                                         "checkpoint.dir=/tmp/ck", "checkpoint.resume=auto", "checkpoint.keep_last=3"},
+                             "t");
+  CHECK(c.fsdp.strategy == ShardingStrategy::HybridShardZero2);
+  CHECK(c.fsdp.hybrid());
+  CHECK(!c.fsdp.reshard_after_forward());
+  CHECK(c.fsdp.shard_group_size == 2);
+  CHECK(c.checkpoint.keep_last == 3);
+  CHECK(c.checkpoint.resume == "auto");
+  CHECK(to_string(c.fsdp.strategy) == "HYBRID_SHARD_ZERO2");
 }
 
 TEST_CASE("config: hash and diff identify what differs between ranks", "[trainer][config]") {

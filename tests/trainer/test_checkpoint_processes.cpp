@@ -1,0 +1,246 @@
+// Checkpoints with real worker processes (tiny config, CPU, Gloo, the real meshrun-rendezvous / meshrun):
+// exact resume, resharding on load across world sizes, strategies and formats, refusal of damaged
+// checkpoints naming the file, a rank killed mid-save, keep_last, and preemption through meshrun.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/trainer/process_runner.hpp"
+
+using namespace meshrun::trainer::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 40 steps with checkpoints at 20 and 40; the LR schedule spans all 40 in every run.
+const std::vector<std::string> kRun = {"train.steps=40", "train.seq_len=32", "train.global_batch_size=8",
+                                       "train.log_interval=100", "checkpoint.interval=20"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+std::string q(const std::string& s) { return "\"" + s + "\""; }
+
+// Largest relative difference over the steps both runs have, and how many steps that was.
+std::pair<double, int> compare(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b, int64_t from) {
+  double worst = 0;
+  int n = 0;
+  for (const auto& [step, loss] : a) {
+    if (step < from || !b.count(step)) continue;
+    worst = std::max(worst, std::abs(loss - b.at(step)) / std::abs(b.at(step)));
+    ++n;
+  }
+  return {worst, n};
+}
+
+std::string step_dir(const std::string& ck, int step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08d", step);
+  return ck + "/" + name;
+}
+
+// A reference run whose checkpoints several tests load: world 4, FULL_SHARD, sharded format.
+struct Saved {
+  std::string dir;
+  std::string ck;
+  std::map<int64_t, double> losses;
+};
+const Saved& saved_world4() {
+  static const Saved s = [] {
+    Saved out;
+    out.dir = make_temp_dir();
+    out.ck = out.dir + "/ck";
+    const auto run = run_workers_in(out.dir, 4, with(kRun, {"checkpoint.dir=" + q(out.ck)}));
+    if (!run.ok()) FAIL(run.describe());
+    out.losses = read_step_losses(out.dir);
+    return out;
+  }();
+  return s;
+}
+
+RunResult resume(int world, const std::string& from, const std::vector<std::string>& sets) {
+  const std::string dir = make_temp_dir();
+  return run_workers_in(dir, world, with(kRun, with(sets, {"checkpoint.dir=" + q(dir + "/ck"), "checkpoint.save_final=false",
+                                                             "checkpoint.interval=0", "checkpoint.resume=" + q(from)})));
+}
+
+}  // namespace
+
+TEST_CASE("resume: 20 steps + save + load + 20 steps equals 40 steps", "[trainer][checkpoint][resume]") {
+  const auto& saved = saved_world4();
+  REQUIRE(saved.losses.size() == 40);
+  REQUIRE(fs::exists(step_dir(saved.ck, 20) + "/metadata.json"));
+  const auto run = resume(4, step_dir(saved.ck, 20), {});
+  INFO(run.describe());
+  REQUIRE(run.ok());
+  const auto losses = read_step_losses(run.dir);
+  REQUIRE(losses.begin()->first == 21);
+  const auto [diff, n] = compare(losses, saved.losses, 21);
+  WARN("resume, same layout (world 4 FULL_SHARD): steps 21..40 max relative loss diff " << diff);
+  CHECK(n == 20);
+  CHECK(diff <= 1e-6);
+}
+
+TEST_CASE("resume: a checkpoint loads on any world size and strategy", "[trainer][checkpoint][reshard]") {
+  const auto& saved = saved_world4();
+  struct Case {
+    int world;
+    std::string strategy;
+    std::vector<std::string> extra;
+  };
+  for (const auto& c : {Case{2, "SHARD_GRAD_OP", {}}, Case{0, "NO_SHARD", {}},
+                        Case{4, "HYBRID_SHARD", {"fsdp.shard_group_size=2"}}}) {
+    const auto run = resume(c.world, step_dir(saved.ck, 20), with({"fsdp.strategy=" + c.strategy}, c.extra));
+    INFO(c.strategy << " world " << c.world << "\n" << run.describe());
+    REQUIRE(run.ok());
+    const auto [diff, n] = compare(read_step_losses(run.dir), saved.losses, 21);
+    WARN("saved on 4 x FULL_SHARD, loaded on " << std::max(1, c.world) << " x " << c.strategy
+                                               << ": steps 21..40 max relative loss diff " << diff);
+    CHECK(n == 20);
+    CHECK(diff < 1e-5);  // other world sizes sum in another order (as in the parity tests)
+  }
+}
+
+TEST_CASE("full format: rank 0's gathered file resumes exactly and reshards", "[trainer][checkpoint][full]") {
+  const std::string dir = make_temp_dir();
+  const std::string ck = dir + "/ck";
+  const auto run = run_workers_in(dir, 2, with(kRun, {"checkpoint.dir=" + q(ck), "checkpoint.format=full"}));
+  INFO(run.describe());
+  REQUIRE(run.ok());
+  CHECK(fs::exists(step_dir(ck, 20) + "/full.bin"));
+  CHECK(!fs::exists(step_dir(ck, 20) + "/rank1.bin"));
+  const auto reference = read_step_losses(dir);
+  const auto same = resume(2, step_dir(ck, 20), {});
+  REQUIRE(same.ok());
+  const auto [diff, n] = compare(read_step_losses(same.dir), reference, 21);
+  WARN("full format, world 2 -> 2: max relative loss diff " << diff);
+  CHECK(n == 20);
+  CHECK(diff <= 1e-6);
+  const auto other = resume(4, step_dir(ck, 20), {"fsdp.strategy=HYBRID_SHARD_ZERO2", "fsdp.shard_group_size=2"});
+  REQUIRE(other.ok());
+  const auto [diff4, n4] = compare(read_step_losses(other.dir), reference, 21);
+  WARN("full format, world 2 FULL_SHARD -> 4 HYBRID_SHARD_ZERO2: max relative loss diff " << diff4);
+  CHECK(n4 == 20);
+  CHECK(diff4 < 1e-5);
+}
+
+TEST_CASE("safety: a missing, truncated or corrupted shard is refused, naming the file", "[trainer][checkpoint][damaged]") {
+  const auto& saved = saved_world4();
+  auto damaged_copy = [&](const std::string& what) {
+    const std::string target = make_temp_dir() + "/step_00000020";
+    fs::copy(step_dir(saved.ck, 20), target);
+    if (what == "missing") fs::remove(target + "/rank1.bin");
+    if (what == "truncated") fs::resize_file(target + "/rank2.bin", fs::file_size(target + "/rank2.bin") - 100);
+    if (what == "corrupted") {
+      std::fstream f(target + "/rank3.bin", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(1000);
+      char byte = 0;
+      f.read(&byte, 1);
+      f.seekp(1000);
+      byte = static_cast<char>(byte ^ 0x10);
+      f.write(&byte, 1);
+    }
+    if (what == "no metadata") fs::remove(target + "/metadata.json");
+    return target;
+  };
+  struct Case {
+    std::string what;
+    std::string names;
+  };
+  for (const auto& c : {Case{"missing", "rank1.bin"}, Case{"truncated", "rank2.bin"}, Case{"corrupted", "rank3.bin"},
+                        Case{"no metadata", "metadata.json"}}) {
+    const auto run = resume(0, damaged_copy(c.what), {});
+    INFO(c.what << "\n" << run.describe());
+    CHECK(run.exit_codes[0] != 0);
+    CHECK_THAT(run.outputs[0], Catch::Contains(c.names));
+  }
+  // With several ranks, the rank that reads the damaged chunk names it and the others stop too.
+  const auto run = resume(2, damaged_copy("corrupted"), {});
+  INFO(run.describe());
+  CHECK(run.exit_codes[0] != 0);
+  CHECK(run.exit_codes[1] != 0);
+  CHECK_THAT(run.outputs[0] + run.outputs[1], Catch::Contains("rank3.bin") && Catch::Contains("corrupted"));
+}
+
+TEST_CASE("safety: kill -9 of a rank mid-save leaves the previous checkpoint loadable", "[trainer][checkpoint][crash]") {
+  const std::string dir = make_temp_dir();
+  const std::string ck = dir + "/ck";
+  const std::vector<std::string> sets = {"train.steps=12", "train.seq_len=32", "train.log_interval=100",
+                                         "checkpoint.interval=6", "checkpoint.dir=" + q(ck)};
+  // Rank 1 SIGKILLs itself halfway through writing its shard of step 12; meshrun stops rank 0.
+  LauncherJob job(dir, 2, sets, {{"MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", "12:1"}});
+  const int code = job.wait();
+  INFO(job.output());
+  CHECK(code != 0);
+  CHECK_THAT(job.output(), Catch::Contains("SIGKILL"));
+  CHECK(fs::exists(step_dir(ck, 6) + "/metadata.json"));
+  CHECK(!fs::exists(step_dir(ck, 12) + "/metadata.json"));
+  const auto crashed = read_step_losses(dir);
+
+  const std::string again = make_temp_dir();
+  const auto run = run_workers_in(again, 2, with(sets, {"checkpoint.resume=auto"}));
+  INFO(run.describe());
+  REQUIRE(run.ok());
+  CHECK_THAT(run.outputs[0], Catch::Contains("loaded " + step_dir(ck, 6)));
+  const auto [diff, n] = compare(read_step_losses(again), crashed, 7);
+  CHECK(n == 6);  // steps 7..12 were all logged before the crash
+  CHECK(diff <= 1e-6);
+  CHECK(fs::exists(step_dir(ck, 12) + "/metadata.json"));
+}
+
+TEST_CASE("keep_last keeps the newest complete checkpoints", "[trainer][checkpoint][keep]") {
+  const std::string dir = make_temp_dir();
+  const std::string ck = dir + "/ck";
+  const auto run = run_workers_in(dir, 0, {"train.steps=8", "train.seq_len=16", "checkpoint.interval=2",
+                                           "checkpoint.keep_last=2", "checkpoint.dir=" + q(ck)});
+  REQUIRE(run.ok());
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"step_00000006", "step_00000008"});
+}
+
+TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact resume", "[trainer][checkpoint][preempt]") {
+  const std::vector<std::string> sets = {"train.steps=150", "train.seq_len=64", "train.log_interval=1000"};
+  const std::string ref_dir = make_temp_dir();
+  const auto reference = run_workers_in(ref_dir, 2, sets);
+  REQUIRE(reference.ok());
+  const auto ref = read_step_losses(ref_dir);
+
+  for (const int sig : {SIGUSR1, SIGTERM}) {
+    const std::string dir = make_temp_dir();
+    const std::string ck = dir + "/ck";
+    LauncherJob job(dir, 2, with(sets, {"checkpoint.dir=" + q(ck), "checkpoint.save_final=false"}));
+    // Signal once training is under way (a few steps logged).
+    for (int i = 0; i < 600 && read_step_losses(dir).size() < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    job.signal(sig);
+    const int code = job.wait();
+    INFO("signal " << sig << "\n" << job.output());
+    CHECK(code == 75);
+    CHECK_THAT(job.output(), Catch::Contains("checkpointed on signal"));
+    const auto stopped = read_step_losses(dir);
+    REQUIRE(!stopped.empty());
+    const int64_t last = stopped.rbegin()->first;
+    CHECK(last < 150);
+    REQUIRE(fs::exists(step_dir(ck, static_cast<int>(last)) + "/metadata.json"));
+    if (sig != SIGUSR1) continue;
+    const std::string again = make_temp_dir();
+    const auto run = run_workers_in(again, 2, with(sets, {"checkpoint.dir=" + q(ck), "checkpoint.resume=auto"}));
+    INFO(run.describe());
+    REQUIRE(run.ok());
+    const auto [diff, n] = compare(read_step_losses(again), ref, last + 1);
+    WARN("preempted at step " << last << ", resumed: max relative loss diff " << diff << " over " << n << " steps");
+    CHECK(n == 150 - last);
+    CHECK(diff <= 1e-6);
+  }
+}
