@@ -200,7 +200,7 @@ void set_dotted(json& root, const std::string& assignment) {
   const auto parts = split_dots(key);
   for (size_t i = 0; i < parts.size(); ++i) {
     if (!node->is_object() || !node->contains(parts[i])) {
-      throw UsageError("--set: unknown config key '" + key + "' (see docs/trainer.md or --help-config)");
+      throw UsageError("--set: unknown config key '" + key + "' (see the README trainer section or --help-config)");
     }
     node = &(*node)[parts[i]];
   }

@@ -54,7 +54,7 @@ int run_check_command(int argc, char** argv) {
   app.add_option("--timeout", timeout_s, "Seconds allowed for each network step")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 120.0));
-  app.add_flag("--json", as_json, "Print one JSON document instead of lines (fields: docs/troubleshooting.md)");
+  app.add_flag("--json", as_json, "Print one JSON document instead of lines (fields: README.md (troubleshooting))");
   app.add_flag("--bandwidth", options.bandwidth, "Also measure TCP throughput (GB/s) and latency (us) to the endpoint");
   app.add_option("--bandwidth-mib", bandwidth_mib, "Value size for --bandwidth, in MiB")
       ->capture_default_str()

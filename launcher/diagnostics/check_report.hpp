@@ -1,6 +1,6 @@
 // CheckReport: the outcome of `meshrun check`, one CheckResult per check, printed either as lines
 //   PASS|WARN|FAIL name: detail (hint)
-// followed by a verdict line, or as one JSON document (fields listed in docs/troubleshooting.md).
+// followed by a verdict line, or as one JSON document (fields listed in README.md (troubleshooting)).
 #pragma once
 
 #include <string>
