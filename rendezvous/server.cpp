@@ -1,23 +1,19 @@
 // The daemon: one io_context thread, an acceptor per store (the main port plus one private port per
-// run), a Session per connection. All shared state (stores, membership, pending waits and awaits) is
-// touched only from the io thread, so it needs no locks.
+// run), a Session per connection (session.cpp). All shared state (stores, membership, pending waits and
+// awaits) is touched only from the io thread, so it needs no locks.
 //
 // NOTE on failure isolation: anything a client sends that cannot be decoded or handled closes that
 // client's connection with a logged reason; no exception escapes a handler into io_context::run().
 #include "rendezvous/server.hpp"
 
-#include <utility>  // before Asio: its awaitable.hpp uses std::exchange
-
-#include <boost/asio.hpp>
-#include <array>
 #include <chrono>
-#include <deque>
-#include <functional>
 #include <list>
 #include <map>
 #include <set>
 #include <thread>
 #include <unordered_map>
+
+#include "rendezvous/session.hpp"  // first Asio include (it orders <utility> before Asio)
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -25,10 +21,7 @@
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/version.hpp"
-#include "proto/byte_codec.hpp"
-#include "proto/request.hpp"
 #include "rendezvous/cidr.hpp"
-#include "rendezvous/kv_store.hpp"
 #include "rendezvous/membership.hpp"
 
 namespace meshrun::rendezvous {
@@ -36,35 +29,16 @@ namespace meshrun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using nlohmann::json;
-using proto::QueryType;
 
 namespace {
 constexpr auto kTickInterval = std::chrono::milliseconds(50);
 constexpr double kMaxAwaitSeconds = 30.0;
-constexpr size_t kReadChunk = 16 * 1024;
-
-std::string address_text(const asio::ip::address& addr) {
-  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
-    return asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6()).to_string();
-  }
-  return addr.to_string();
-}
 
 int64_t unix_time_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 }  // namespace
-
-class Session;
-
-/// One listening port and the store behind it.
-struct Listener {
-  Listener(asio::io_context& io, std::string run) : acceptor(io), run_id(std::move(run)) {}
-  tcp::acceptor acceptor;
-  KvStore store;
-  std::string run_id;  // empty for the main port
-};
 
 /// A client blocked in a meshrun "await" until its round settles or its deadline passes.
 struct PendingAwait {
@@ -74,7 +48,7 @@ struct PendingAwait {
   TimePoint deadline;
 };
 
-class Server::Impl {
+class Server::Impl final : public SessionHost {
  public:
   explicit Impl(const ServerOptions& options);
   void run(bool handle_signals);
@@ -82,15 +56,13 @@ class Server::Impl {
   void stop();
   uint16_t port() const { return port_; }
 
-  // --- called by sessions, on the io thread ---
-  void wake(const std::vector<WaitId>& ids);
-  WaitId register_wait(const std::shared_ptr<Session>& session);
-  void forget_wait(WaitId id) { waits_.erase(id); }
-  /// Handles one meshrun JSON request; nullopt means the reply comes later (await).
-  std::optional<json> handle_meshrun(const std::shared_ptr<Session>& session, const json& request);
-  void on_closed(const std::shared_ptr<Session>& session);
-  const proto::Limits& limits() const { return options_.limits; }
-  asio::io_context& io() { return io_; }
+  // --- SessionHost: called by sessions, on the io thread ---
+  void wake(const std::vector<WaitId>& ids) override;
+  WaitId register_wait(const std::shared_ptr<Session>& session) override;
+  void forget_wait(WaitId id) override { waits_.erase(id); }
+  std::optional<json> handle_meshrun(const std::shared_ptr<Session>& session, const json& request) override;
+  void on_closed(const std::shared_ptr<Session>& session) override;
+  const proto::Limits& limits() const override { return options_.limits; }
 
  private:
   void bind(Listener& listener, const std::string& host, uint16_t port);
@@ -119,356 +91,6 @@ class Server::Impl {
   std::thread thread_;
   uint16_t port_ = 0;
   TimePoint started_ = clock_.now();
-};
-
-// ----------------------------------------------------------------------------------------------
-// Session: one client connection. Reads requests in order; a WAIT/GET on missing keys or an await
-// blocks the session (later requests stay buffered) until it is satisfied or cancelled.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, Server::Impl& server, std::shared_ptr<Listener> listener, bool allowed)
-      : socket_(std::move(socket)), server_(server), listener_(std::move(listener)), allowed_(allowed) {
-    boost::system::error_code ec;
-    const auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? "?" : address_text(remote.address()) + ":" + std::to_string(remote.port());
-    const auto local = socket_.local_endpoint(ec);
-    local_addr_ = ec ? "" : address_text(local.address());
-    socket_.set_option(tcp::no_delay(true), ec);
-    socket_.non_blocking(true, ec);  // replies are written directly when the socket takes them
-  }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  void start() { do_read(); }
-  const std::string& peer() const { return peer_; }
-  const std::string& local_addr() const { return local_addr_; }
-  KvStore& store() { return listener_->store; }
-
-  void close(const std::string& reason) {
-    if (closed_) return;
-    closed_ = true;
-    if (!reason.empty()) spdlog::warn("closing connection from {}: {}", peer_, reason);
-    if (blocked_ == Blocked::kWait) {
-      listener_->store.cancel_wait(wait_id_);
-      server_.forget_wait(wait_id_);
-    }
-    boost::system::error_code ec;
-    if (!pending_.empty()) socket_.write_some(asio::buffer(pending_), ec);  // best effort: a last error reply
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
-    server_.on_closed(shared_from_this());
-  }
-
-  /// The keys of the pending wait exist now.
-  void wake() {
-    if (closed_ || blocked_ != Blocked::kWait) return;
-    blocked_ = Blocked::kNone;
-    server_.forget_wait(wait_id_);
-    auto ready = std::move(on_ready_);
-    on_ready_ = nullptr;
-    guarded([&] { ready(); });
-    process();
-    flush();
-  }
-
-  /// The pending await has its answer.
-  void finish_await(const json& reply) {
-    if (closed_ || blocked_ != Blocked::kAwait) return;
-    blocked_ = Blocked::kNone;
-    send_string(reply.dump());
-    process();
-    flush();
-  }
-
-  bool awaiting() const { return blocked_ == Blocked::kAwait; }
-
- private:
-  enum class Blocked { kNone, kWait, kAwait };
-
-  void do_read() {
-    auto self = shared_from_this();
-    socket_.async_read_some(asio::buffer(chunk_), [this, self](boost::system::error_code ec, size_t n) {
-      if (closed_) return;
-      if (ec) {
-        close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read: " + ec.message());
-        return;
-      }
-      in_.append(chunk_.data(), n);
-      // A client may pipeline while blocked, but not without bound.
-      if (in_.size() > server_.limits().max_value_bytes + 2 * server_.limits().max_key_bytes + 4096) {
-        close("too many bytes buffered while a request is pending");
-        return;
-      }
-      process();
-      flush();
-      if (!closed_) do_read();
-    });
-  }
-
-  void process() {
-    while (!closed_ && !in_.empty()) {
-      proto::Request request;
-      const auto result = proto::decode_request(in_, server_.limits(), request);
-      if (result.status == proto::DecodeStatus::kNeedMore) return;
-      if (result.status == proto::DecodeStatus::kMalformed) {
-        close("malformed request: " + result.error);
-        return;
-      }
-      if (blocked_ != Blocked::kNone) {
-        // Only CANCEL_WAIT may overtake a pending wait; everything else waits its turn.
-        if (blocked_ == Blocked::kWait && request.type == QueryType::kCancelWait) {
-          in_.erase(0, result.consumed);
-          listener_->store.cancel_wait(wait_id_);
-          server_.forget_wait(wait_id_);
-          on_ready_ = nullptr;
-          blocked_ = Blocked::kNone;
-          send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled));
-          continue;
-        }
-        return;
-      }
-      in_.erase(0, result.consumed);
-      SPDLOG_TRACE("{} {}", peer_, proto::query_name(static_cast<uint8_t>(request.type)));
-      if (!guarded([&] { handle(request); })) return;
-    }
-  }
-
-  /// Runs `fn`; an exception closes this session only.
-  template <typename Fn>
-  bool guarded(Fn&& fn) {
-    try {
-      fn();
-      return !closed_;
-    } catch (const std::exception& e) {
-      close(std::string("request failed: ") + e.what());
-      return false;
-    }
-  }
-
-  void handle(const proto::Request& r) {
-    if (!allowed_) {
-      // Rejected peers get a readable answer only if they speak meshrun; anything else is dropped.
-      if (r.type == QueryType::kValidate) return;
-      if (r.type == QueryType::kPing) {  // answered, so a diagnosing client can tell "rejected" from "dead"
-        proto::ByteWriter w;
-        w.put_u32(static_cast<uint32_t>(r.number));
-        send(w.take());
-        return;
-      }
-      if (r.type == QueryType::kMeshrun) {
-        send_string(json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}.dump());
-      }
-      close("peer not allowed by --allow");
-      return;
-    }
-    KvStore& store = listener_->store;
-    switch (r.type) {
-      case QueryType::kValidate:
-        if (static_cast<uint32_t>(r.number) != proto::kValidationMagic) close("bad validation magic: not a TCPStore client");
-        return;
-      case QueryType::kPing: {
-        proto::ByteWriter w;
-        w.put_u32(static_cast<uint32_t>(r.number));
-        send(w.take());
-        return;
-      }
-      case QueryType::kSet:
-        server_.wake(store.set(r.keys[0], r.values[0]));
-        return;
-      case QueryType::kCompareSet: {
-        std::vector<WaitId> woken;
-        send_string(store.compare_set(r.keys[0], r.values[0], r.values[1], woken));
-        server_.wake(woken);
-        return;
-      }
-      case QueryType::kGet:
-        // Clients WAIT before GET; a raw GET of a missing key gets "" (as PyTorch's libuv server does).
-        send_string(store.get(r.keys[0]).value_or(std::string()));
-        return;
-      case QueryType::kAdd: {
-        std::vector<WaitId> woken;
-        const int64_t value = store.add(r.keys[0], r.number, woken);
-        proto::ByteWriter w;
-        w.put_i64(value);
-        send(w.take());
-        server_.wake(woken);
-        return;
-      }
-      case QueryType::kCheck: {
-        bool ready = true;
-        for (const auto& k : r.keys) ready = ready && store.contains(k);
-        send_u8(static_cast<uint8_t>(ready ? proto::CheckResponse::kReady : proto::CheckResponse::kNotReady));
-        return;
-      }
-      case QueryType::kWait:
-        block_until(r.keys, [this] { send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting)); });
-        return;
-      case QueryType::kGetNumKeys: {
-        proto::ByteWriter w;
-        w.put_i64(static_cast<int64_t>(store.size()));
-        send(w.take());
-        return;
-      }
-      case QueryType::kDeleteKey: {
-        proto::ByteWriter w;
-        w.put_i64(store.erase(r.keys[0]) ? 1 : 0);
-        send(w.take());
-        return;
-      }
-      case QueryType::kAppend:
-        server_.wake(store.append(r.keys[0], r.values[0]));
-        return;
-      case QueryType::kMultiGet: {
-        proto::ByteWriter w;
-        for (const auto& k : r.keys) w.put_string(store.get(k).value_or(std::string()));
-        send(w.take());
-        return;
-      }
-      case QueryType::kMultiSet: {
-        std::vector<WaitId> woken;
-        for (size_t i = 0; i < r.keys.size(); ++i) {
-          auto ids = store.set(r.keys[i], r.values[i]);
-          woken.insert(woken.end(), ids.begin(), ids.end());
-        }
-        server_.wake(woken);
-        return;
-      }
-      case QueryType::kCancelWait:
-        send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled));
-        return;
-      case QueryType::kQueuePush:
-        server_.wake(store.queue_push(r.keys[0], r.values[0]));
-        return;
-      case QueryType::kQueuePop: {
-        proto::ByteWriter w;
-        w.put_i64(store.queue_len(r.keys[0]));
-        if (auto value = store.queue_pop(r.keys[0])) w.put_string(*value);
-        send(w.take());
-        return;
-      }
-      case QueryType::kQueueLen: {
-        proto::ByteWriter w;
-        w.put_i64(store.queue_len(r.keys[0]));
-        send(w.take());
-        return;
-      }
-      case QueryType::kListKeys: {
-        const auto keys = store.keys();
-        proto::ByteWriter w;
-        w.put_u64(keys.size());
-        for (const auto& k : keys) w.put_string(k);
-        send(w.take());
-        return;
-      }
-      case QueryType::kBarrier: {
-        // The count lives in the key itself; the last arrival releases everyone parked on it.
-        std::vector<WaitId> woken;
-        const WaitId id = server_.register_wait(shared_from_this());
-        if (store.barrier(r.keys[0], r.number, id, woken)) {
-          server_.forget_wait(id);
-          send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting));
-        } else {
-          wait_id_ = id;
-          on_ready_ = [this] { send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting)); };
-          blocked_ = Blocked::kWait;
-        }
-        server_.wake(woken);
-        return;
-      }
-      case QueryType::kMeshrun: {
-        auto request = json::parse(r.values[0], nullptr, false);
-        if (request.is_discarded() || !request.is_object()) {
-          close("meshrun request is not a JSON object");
-          return;
-        }
-        auto reply = server_.handle_meshrun(shared_from_this(), request);
-        if (reply) {
-          send_string(reply->dump());
-        } else {
-          blocked_ = Blocked::kAwait;
-        }
-        return;
-      }
-    }
-  }
-
-  void block_until(const std::vector<std::string>& keys, std::function<void()> on_ready) {
-    const WaitId id = server_.register_wait(shared_from_this());
-    if (listener_->store.add_wait(id, keys)) {
-      server_.forget_wait(id);
-      on_ready();
-      return;
-    }
-    wait_id_ = id;
-    on_ready_ = std::move(on_ready);
-    blocked_ = Blocked::kWait;
-  }
-
-  void send_u8(uint8_t v) { send(std::string(1, static_cast<char>(v))); }
-  void send_string(const std::string& s) {
-    proto::ByteWriter w;
-    w.put_string(s);
-    send(w.take());
-  }
-  /// Replies are gathered while a batch of requests is processed and written once by flush().
-  void send(const std::string& bytes) { pending_.append(bytes); }
-
-  void flush() {
-    if (closed_ || pending_.empty()) return;
-    if (writing_) {
-      out_.push_back(std::move(pending_));
-      pending_.clear();
-      return;
-    }
-    // Fast path: one non-blocking write, no completion handler; the rest (if any) goes async.
-    boost::system::error_code ec;
-    const size_t n = socket_.write_some(asio::buffer(pending_), ec);
-    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-      close("write: " + ec.message());
-      return;
-    }
-    if (n == pending_.size()) {
-      pending_.clear();
-      return;
-    }
-    out_.push_back(pending_.substr(n));
-    pending_.clear();
-    do_write();
-  }
-
-  void do_write() {
-    writing_ = true;
-    auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(out_.front()), [this, self](boost::system::error_code ec, size_t) {
-      if (closed_) return;
-      if (ec) {
-        close("write: " + ec.message());
-        return;
-      }
-      out_.pop_front();
-      if (out_.empty()) {
-        writing_ = false;
-      } else {
-        do_write();
-      }
-    });
-  }
-
-  tcp::socket socket_;
-  Server::Impl& server_;
-  std::shared_ptr<Listener> listener_;
-  bool allowed_;
-  std::string peer_;
-  std::string local_addr_;
-  std::string in_;
-  std::array<char, kReadChunk> chunk_{};
-  std::string pending_;             // replies not yet handed to the socket
-  std::deque<std::string> out_;     // replies the socket did not take yet (async write in flight)
-  bool writing_ = false;
-  bool closed_ = false;
-  Blocked blocked_ = Blocked::kNone;
-  WaitId wait_id_ = 0;
-  std::function<void()> on_ready_;
 };
 
 // ----------------------------------------------------------------------------------------------

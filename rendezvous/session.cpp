@@ -1,0 +1,335 @@
+#include "rendezvous/session.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "proto/byte_codec.hpp"
+
+namespace meshrun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using proto::QueryType;
+
+std::string address_text(const asio::ip::address& addr) {
+  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6()).to_string();
+  }
+  return addr.to_string();
+}
+
+Session::Session(tcp::socket socket, SessionHost& host, std::shared_ptr<Listener> listener, bool allowed)
+    : socket_(std::move(socket)), host_(host), listener_(std::move(listener)), allowed_(allowed) {
+  boost::system::error_code ec;
+  const auto remote = socket_.remote_endpoint(ec);
+  peer_ = ec ? "?" : address_text(remote.address()) + ":" + std::to_string(remote.port());
+  const auto local = socket_.local_endpoint(ec);
+  local_addr_ = ec ? "" : address_text(local.address());
+  socket_.set_option(tcp::no_delay(true), ec);
+  socket_.non_blocking(true, ec);  // replies are written directly when the socket takes them
+}
+
+void Session::send_u8(uint8_t v) { send(std::string(1, static_cast<char>(v))); }
+
+/// Runs `fn`; an exception closes this session only.
+template <typename Fn>
+bool Session::guarded(Fn&& fn) {
+  try {
+    fn();
+    return !closed_;
+  } catch (const std::exception& e) {
+    close(std::string("request failed: ") + e.what());
+    return false;
+  }
+}
+
+void Session::close(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  if (!reason.empty()) spdlog::warn("closing connection from {}: {}", peer_, reason);
+  if (blocked_ == Blocked::kWait) {
+    listener_->store.cancel_wait(wait_id_);
+    host_.forget_wait(wait_id_);
+  }
+  boost::system::error_code ec;
+  if (!pending_.empty()) socket_.write_some(asio::buffer(pending_), ec);  // best effort: a last error reply
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  host_.on_closed(shared_from_this());
+}
+
+void Session::wake() {
+  if (closed_ || blocked_ != Blocked::kWait) return;
+  blocked_ = Blocked::kNone;
+  host_.forget_wait(wait_id_);
+  auto ready = std::move(on_ready_);
+  on_ready_ = nullptr;
+  guarded([&] { ready(); });
+  process();
+  flush();
+}
+
+void Session::finish_await(const nlohmann::json& reply) {
+  if (closed_ || blocked_ != Blocked::kAwait) return;
+  blocked_ = Blocked::kNone;
+  send_string(reply.dump());
+  process();
+  flush();
+}
+
+void Session::do_read() {
+  auto self = shared_from_this();
+  socket_.async_read_some(asio::buffer(chunk_), [this, self](boost::system::error_code ec, size_t n) {
+    if (closed_) return;
+    if (ec) {
+      close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read: " + ec.message());
+      return;
+    }
+    in_.append(chunk_.data(), n);
+    // A client may pipeline while blocked, but not without bound.
+    if (in_.size() > host_.limits().max_value_bytes + 2 * host_.limits().max_key_bytes + 4096) {
+      close("too many bytes buffered while a request is pending");
+      return;
+    }
+    process();
+    flush();
+    if (!closed_) do_read();
+  });
+}
+
+void Session::process() {
+  while (!closed_ && !in_.empty()) {
+    proto::Request request;
+    const auto result = proto::decode_request(in_, host_.limits(), request);
+    if (result.status == proto::DecodeStatus::kNeedMore) return;
+    if (result.status == proto::DecodeStatus::kMalformed) {
+      close("malformed request: " + result.error);
+      return;
+    }
+    if (blocked_ != Blocked::kNone) {
+      // Only CANCEL_WAIT may overtake a pending wait; everything else waits its turn.
+      if (blocked_ == Blocked::kWait && request.type == QueryType::kCancelWait) {
+        in_.erase(0, result.consumed);
+        listener_->store.cancel_wait(wait_id_);
+        host_.forget_wait(wait_id_);
+        on_ready_ = nullptr;
+        blocked_ = Blocked::kNone;
+        send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled));
+        continue;
+      }
+      return;
+    }
+    in_.erase(0, result.consumed);
+    SPDLOG_TRACE("{} {}", peer_, proto::query_name(static_cast<uint8_t>(request.type)));
+    if (!guarded([&] { handle(request); })) return;
+  }
+}
+
+// Peers outside --allow get a readable answer only if they speak meshrun; anything else is dropped.
+void Session::handle_rejected(const proto::Request& r) {
+  if (r.type == QueryType::kValidate) return;
+  if (r.type == QueryType::kPing) {  // answered, so a diagnosing client can tell "rejected" from "dead"
+    proto::ByteWriter w;
+    w.put_u32(static_cast<uint32_t>(r.number));
+    send(w.take());
+    return;
+  }
+  if (r.type == QueryType::kMeshrun) {
+    send_string(
+        nlohmann::json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}.dump());
+  }
+  close("peer not allowed by --allow");
+}
+
+void Session::handle(const proto::Request& r) {
+  if (!allowed_) return handle_rejected(r);
+  KvStore& store = listener_->store;
+  switch (r.type) {
+    case QueryType::kValidate:
+      if (static_cast<uint32_t>(r.number) != proto::kValidationMagic) close("bad validation magic: not a TCPStore client");
+      return;
+    case QueryType::kPing: {
+      proto::ByteWriter w;
+      w.put_u32(static_cast<uint32_t>(r.number));
+      send(w.take());
+      return;
+    }
+    case QueryType::kSet:
+      host_.wake(store.set(r.keys[0], r.values[0]));
+      return;
+    case QueryType::kCompareSet: {
+      std::vector<WaitId> woken;
+      send_string(store.compare_set(r.keys[0], r.values[0], r.values[1], woken));
+      host_.wake(woken);
+      return;
+    }
+    case QueryType::kGet:
+      // Clients WAIT before GET; a raw GET of a missing key gets "" (as PyTorch's libuv server does).
+      send_string(store.get(r.keys[0]).value_or(std::string()));
+      return;
+    case QueryType::kAdd: {
+      std::vector<WaitId> woken;
+      const int64_t value = store.add(r.keys[0], r.number, woken);
+      proto::ByteWriter w;
+      w.put_i64(value);
+      send(w.take());
+      host_.wake(woken);
+      return;
+    }
+    case QueryType::kCheck: {
+      bool ready = true;
+      for (const auto& k : r.keys) ready = ready && store.contains(k);
+      send_u8(static_cast<uint8_t>(ready ? proto::CheckResponse::kReady : proto::CheckResponse::kNotReady));
+      return;
+    }
+    case QueryType::kWait:
+      block_until(r.keys, [this] { send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting)); });
+      return;
+    case QueryType::kGetNumKeys: {
+      proto::ByteWriter w;
+      w.put_i64(static_cast<int64_t>(store.size()));
+      send(w.take());
+      return;
+    }
+    case QueryType::kDeleteKey: {
+      proto::ByteWriter w;
+      w.put_i64(store.erase(r.keys[0]) ? 1 : 0);
+      send(w.take());
+      return;
+    }
+    case QueryType::kAppend:
+      host_.wake(store.append(r.keys[0], r.values[0]));
+      return;
+    case QueryType::kMultiGet: {
+      proto::ByteWriter w;
+      for (const auto& k : r.keys) w.put_string(store.get(k).value_or(std::string()));
+      send(w.take());
+      return;
+    }
+    case QueryType::kMultiSet: {
+      std::vector<WaitId> woken;
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        auto ids = store.set(r.keys[i], r.values[i]);
+        woken.insert(woken.end(), ids.begin(), ids.end());
+      }
+      host_.wake(woken);
+      return;
+    }
+    case QueryType::kCancelWait:
+      send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled));
+      return;
+    case QueryType::kQueuePush:
+      host_.wake(store.queue_push(r.keys[0], r.values[0]));
+      return;
+    case QueryType::kQueuePop: {
+      proto::ByteWriter w;
+      w.put_i64(store.queue_len(r.keys[0]));
+      if (auto value = store.queue_pop(r.keys[0])) w.put_string(*value);
+      send(w.take());
+      return;
+    }
+    case QueryType::kQueueLen: {
+      proto::ByteWriter w;
+      w.put_i64(store.queue_len(r.keys[0]));
+      send(w.take());
+      return;
+    }
+    case QueryType::kListKeys: {
+      const auto keys = store.keys();
+      proto::ByteWriter w;
+      w.put_u64(keys.size());
+      for (const auto& k : keys) w.put_string(k);
+      send(w.take());
+      return;
+    }
+    case QueryType::kBarrier: {
+      // The count lives in the key itself; the last arrival releases everyone parked on it.
+      std::vector<WaitId> woken;
+      const WaitId id = host_.register_wait(shared_from_this());
+      if (store.barrier(r.keys[0], r.number, id, woken)) {
+        host_.forget_wait(id);
+        send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting));
+      } else {
+        wait_id_ = id;
+        on_ready_ = [this] { send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting)); };
+        blocked_ = Blocked::kWait;
+      }
+      host_.wake(woken);
+      return;
+    }
+    case QueryType::kMeshrun: {
+      auto request = nlohmann::json::parse(r.values[0], nullptr, false);
+      if (request.is_discarded() || !request.is_object()) {
+        close("meshrun request is not a JSON object");
+        return;
+      }
+      auto reply = host_.handle_meshrun(shared_from_this(), request);
+      if (reply) {
+        send_string(reply->dump());
+      } else {
+        blocked_ = Blocked::kAwait;
+      }
+      return;
+    }
+  }
+}
+
+void Session::block_until(const std::vector<std::string>& keys, std::function<void()> on_ready) {
+  const WaitId id = host_.register_wait(shared_from_this());
+  if (listener_->store.add_wait(id, keys)) {
+    host_.forget_wait(id);
+    on_ready();
+    return;
+  }
+  wait_id_ = id;
+  on_ready_ = std::move(on_ready);
+  blocked_ = Blocked::kWait;
+}
+
+void Session::send_string(const std::string& s) {
+  proto::ByteWriter w;
+  w.put_string(s);
+  send(w.take());
+}
+
+void Session::flush() {
+  if (closed_ || pending_.empty()) return;
+  if (writing_) {
+    out_.push_back(std::move(pending_));
+    pending_.clear();
+    return;
+  }
+  // Fast path: one non-blocking write, no completion handler; the rest (if any) goes async.
+  boost::system::error_code ec;
+  const size_t n = socket_.write_some(asio::buffer(pending_), ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+    close("write: " + ec.message());
+    return;
+  }
+  if (n == pending_.size()) {
+    pending_.clear();
+    return;
+  }
+  out_.push_back(pending_.substr(n));
+  pending_.clear();
+  do_write();
+}
+
+void Session::do_write() {
+  writing_ = true;
+  auto self = shared_from_this();
+  asio::async_write(socket_, asio::buffer(out_.front()), [this, self](boost::system::error_code ec, size_t) {
+    if (closed_) return;
+    if (ec) {
+      close("write: " + ec.message());
+      return;
+    }
+    out_.pop_front();
+    if (out_.empty()) {
+      writing_ = false;
+    } else {
+      do_write();
+    }
+  });
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,104 @@
+// Session: one client connection of the daemon. Reads requests in order and answers them; a WAIT on
+// missing keys, a BARRIER or a rendezvous await parks the session (later requests stay buffered) until it
+// is satisfied or cancelled. Failures close this session only.
+#pragma once
+
+#include <utility>  // before Asio: its awaitable.hpp uses std::exchange
+
+#include <boost/asio.hpp>
+#include <array>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/request.hpp"
+#include "rendezvous/kv_store.hpp"
+
+namespace meshrun::rendezvous {
+
+class Session;
+
+/// One listening port and the store behind it.
+struct Listener {
+  Listener(boost::asio::io_context& io, std::string run) : acceptor(io), run_id(std::move(run)) {}
+  boost::asio::ip::tcp::acceptor acceptor;
+  KvStore store;
+  std::string run_id;  // empty for the main port
+};
+
+/// What a session needs from the server that owns it (the server's shared state lives there).
+class SessionHost {
+ public:
+  virtual ~SessionHost() = default;
+  /// Wakes the sessions whose waits are satisfied.
+  virtual void wake(const std::vector<WaitId>& ids) = 0;
+  virtual WaitId register_wait(const std::shared_ptr<Session>& session) = 0;
+  virtual void forget_wait(WaitId id) = 0;
+  /// Handles one meshrun JSON request; nullopt means the reply comes later (await).
+  virtual std::optional<nlohmann::json> handle_meshrun(const std::shared_ptr<Session>& session,
+                                                       const nlohmann::json& request) = 0;
+  virtual void on_closed(const std::shared_ptr<Session>& session) = 0;
+  virtual const proto::Limits& limits() const = 0;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(boost::asio::ip::tcp::socket socket, SessionHost& host, std::shared_ptr<Listener> listener, bool allowed);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start() { do_read(); }
+  /// "ip:port" of the client.
+  const std::string& peer() const { return peer_; }
+  /// The local address the client reached us at (what its workers should use as MASTER_ADDR).
+  const std::string& local_addr() const { return local_addr_; }
+  /// Closes the connection; a non-empty reason is logged.
+  void close(const std::string& reason);
+  /// The keys of the pending wait exist now.
+  void wake();
+  /// The pending await has its answer.
+  void finish_await(const nlohmann::json& reply);
+  bool awaiting() const { return blocked_ == Blocked::kAwait; }
+
+ private:
+  enum class Blocked { kNone, kWait, kAwait };
+
+  void do_read();
+  void process();
+  template <typename Fn>
+  bool guarded(Fn&& fn);
+  void handle(const proto::Request& r);
+  void handle_rejected(const proto::Request& r);
+  void block_until(const std::vector<std::string>& keys, std::function<void()> on_ready);
+  void send_u8(uint8_t v);
+  void send_string(const std::string& s);
+  void send(const std::string& bytes) { pending_.append(bytes); }
+  void flush();
+  void do_write();
+
+  boost::asio::ip::tcp::socket socket_;
+  SessionHost& host_;
+  std::shared_ptr<Listener> listener_;
+  bool allowed_;
+  std::string peer_;
+  std::string local_addr_;
+  std::string in_;
+  std::array<char, 16 * 1024> chunk_{};
+  std::string pending_;             // replies not yet handed to the socket
+  std::deque<std::string> out_;     // replies the socket did not take yet (async write in flight)
+  bool writing_ = false;
+  bool closed_ = false;
+  Blocked blocked_ = Blocked::kNone;
+  WaitId wait_id_ = 0;
+  std::function<void()> on_ready_;
+};
+
+/// "1.2.3.4" for IPv4 and IPv4-mapped IPv6 addresses, the usual text otherwise.
+std::string address_text(const boost::asio::ip::address& addr);
+
+}  // namespace meshrun::rendezvous
