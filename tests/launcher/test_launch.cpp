@@ -13,6 +13,8 @@
 
 using meshrun::testing::Process;
 using meshrun::testing::TempDir;
+using meshrun::testing::free_port;
+using meshrun::testing::unique_marker;
 using meshrun::testing::read_file;
 using meshrun::testing::wait_for_file;
 
@@ -32,28 +34,9 @@ std::map<std::string, std::string> read_env_file(const std::string& path) {
   return m;
 }
 
-// A marker in the launcher's environment that every process of the job inherits.
-std::string unique_marker() {
-  std::random_device rd;
-  return "MESHRUN_TEST_JOB=" + std::to_string(rd()) + std::to_string(::getpid());
-}
-
 std::vector<std::string> meshrun_cmd(std::vector<std::string> args) {
   args.insert(args.begin(), kMeshrun);
   return args;
-}
-
-// A free loopback port (bind to 0, read it back, release it).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace

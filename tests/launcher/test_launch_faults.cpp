@@ -13,6 +13,8 @@
 
 using meshrun::testing::Process;
 using meshrun::testing::TempDir;
+using meshrun::testing::free_port;
+using meshrun::testing::unique_marker;
 using meshrun::testing::read_file;
 using meshrun::testing::wait_for_file;
 
@@ -20,23 +22,6 @@ namespace {
 
 const std::string kMeshrun = MESHRUN_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string unique_marker() {
-  std::random_device rd;
-  return "MESHRUN_TEST_JOB=" + std::to_string(rd()) + std::to_string(::getpid());
-}
 
 // One agent of a 2-node job of `wait` workers; is_host picks who serves the rendezvous.
 std::vector<std::string> agent(const std::string& endpoint, const std::string& run_id, const std::string& nnodes,

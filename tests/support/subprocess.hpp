@@ -2,15 +2,19 @@
 // with a safety deadline, signal it, and scan the process table for leftovers of a job.
 #pragma once
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -36,6 +40,26 @@ class TempDir {
  private:
   std::string path_;
 };
+
+/// A free loopback port (bind to 0, read it back, release it).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+/// An environment entry unique to one test job; every process of the job inherits it, so
+/// processes_with_env() finds survivors.
+inline std::string unique_marker() {
+  std::random_device rd;
+  return "MESHRUN_TEST_JOB=" + std::to_string(rd()) + std::to_string(::getpid());
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
