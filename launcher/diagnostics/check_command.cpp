@@ -44,6 +44,9 @@ int run_check_command(int argc, char** argv) {
   double timeout_s = 2.0;
   double bandwidth_mib = 8;
   bool as_json = false;
+  double peers_timeout_s = 60;
+  double peer_mib = 256;
+  double peer_seconds = 2;
   CheckOptions options;
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint_text, "Rendezvous daemon, HOST[:PORT] (default port 29400)");
   app.add_option("--rdzv-id,--rdzv_id", options.run_id, "Run to inspect on the daemon (joined, missing, stale nodes)");
@@ -59,6 +62,19 @@ int run_check_command(int argc, char** argv) {
   app.add_option("--bandwidth-mib", bandwidth_mib, "Value size for --bandwidth, in MiB")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 64.0));
+  app.add_option("--peers", options.peers,
+                 "Measure every pair of N nodes (implies --bandwidth): start this same command on each of the N "
+                 "nodes; --rdzv-id names the session")
+      ->check(CLI::Range(2, 4096));
+  app.add_option("--peers-timeout", peers_timeout_s, "Seconds the first instance waits for all --peers instances")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--peer-mib", peer_mib, "With --peers: MiB sent per pair and direction, at most")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 65536.0));
+  app.add_option("--peer-seconds", peer_seconds, "With --peers: seconds per pair and direction, at most")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 60.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -68,6 +84,12 @@ int run_check_command(int argc, char** argv) {
     if (!endpoint_text.empty()) options.endpoint = parse_endpoint(endpoint_text, kDefaultRendezvousPort);
     if (!options.run_id.empty() && !options.endpoint) {
       throw UsageError("--rdzv-id needs --rdzv-endpoint (the daemon that knows the run)");
+    }
+    if (options.peers > 0) {
+      options.bandwidth = true;
+      if (options.run_id.empty()) {
+        throw UsageError("--peers needs --rdzv-id: the name every instance of this measurement shares");
+      }
     }
     if (options.bandwidth && !options.endpoint) throw UsageError("--bandwidth needs --rdzv-endpoint");
     if (!nnodes.empty()) parse_nnodes(nnodes, options);
@@ -82,6 +104,9 @@ int run_check_command(int argc, char** argv) {
     options.ports = ports.empty() ? std::vector<uint16_t>{kDefaultRendezvousPort, kDefaultMasterPort} : ports;
     options.timeout = from_seconds(timeout_s);
     options.bandwidth_options.bytes = static_cast<size_t>(bandwidth_mib * 1024 * 1024);
+    options.peer_options.join_timeout = from_seconds(peers_timeout_s);
+    options.peer_options.bytes = static_cast<uint64_t>(peer_mib * 1024 * 1024);
+    options.peer_options.max_transfer = from_seconds(peer_seconds);
   } catch (const UsageError& e) {
     std::cerr << "meshrun check: " << e.what() << "\n";
     return 2;

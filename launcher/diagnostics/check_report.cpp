@@ -39,7 +39,7 @@ std::string CheckReport::to_text() const {
   for (const auto& r : results_) {
     out << status_name(r.status) << " " << r.name << ": " << r.detail;
     if (!r.hint.empty()) out << " (" << r.hint << ")";
-    out << "\n";
+    out << "\n" << r.table;
   }
   const int fails = count(CheckStatus::kFail);
   const int warns = count(CheckStatus::kWarn);

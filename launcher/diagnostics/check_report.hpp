@@ -22,6 +22,7 @@ struct CheckResult {
   std::string hint;    // what to do about it; empty when nothing
   nlohmann::json data = nlohmann::json::object();  // machine-readable facts behind the detail
   double elapsed_ms = 0;
+  std::string table;  // lines printed under the check's line (the bandwidth matrix); --json has them in data
 };
 
 /// One check's outcome (shared by every check family).

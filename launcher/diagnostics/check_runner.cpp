@@ -7,6 +7,7 @@
 #include "common/version.hpp"
 #include "launcher/diagnostics/host_checks.hpp"
 #include "launcher/diagnostics/network_interfaces.hpp"
+#include "launcher/diagnostics/peer_checks.hpp"
 #include "launcher/diagnostics/probe.hpp"
 #include "launcher/diagnostics/resolve.hpp"
 #include "launcher/diagnostics/run_checks.hpp"
@@ -163,7 +164,8 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
   connect.op_timeout = options.timeout;
   connect.retry_refused = false;
 
-  if (!options.run_id.empty()) {
+  // With --peers the id names the bandwidth session, not a launcher run.
+  if (!options.run_id.empty() && options.peers == 0) {
     int master_port = 0;
     timed(report, [&] {
       try {
@@ -216,7 +218,22 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
     }
   }
 
-  if (options.bandwidth) {
+  if (options.peers > 0) {
+    timed(report, [&] {
+      PeerSessionOptions peer = options.peer_options;
+      peer.session = options.run_id;
+      peer.peers = options.peers;
+      peer.op_timeout = options.timeout;
+      try {
+        return judge_peer_session(run_peer_session(numeric, peer), peer);
+      } catch (const Error& e) {
+        auto r = make_result(CheckStatus::kFail, "bandwidth.peers", e.what());
+        r.data = {{"session", peer.session}, {"index", -1}, {"peers", peer.peers}, {"joined", 0},
+                  {"missing", nlohmann::json::array()}};
+        return one(std::move(r));
+      }
+    });
+  } else if (options.bandwidth) {
     timed(report, [&] {
       CheckResult r;
       try {

@@ -4,7 +4,8 @@
 //   endpoint.*  the rendezvous endpoint: DNS, route, TCP, daemon identity, clock skew
 //   rdzv.*      one run (--rdzv-id): joined/expected, missing and duplicate ranks, stale heartbeats,
 //               MASTER_ADDR reachability
-//   bandwidth.* (--bandwidth) throughput and latency to the endpoint
+//   bandwidth.* (--bandwidth) throughput and latency to the endpoint; with --peers N, between every
+//               pair of the N instances started on the nodes instead (peer_session.hpp)
 // Checks that depend on an unreachable endpoint are left out rather than waited for.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include "common/endpoint.hpp"
 #include "launcher/diagnostics/bandwidth.hpp"
 #include "launcher/diagnostics/check_report.hpp"
+#include "launcher/diagnostics/peer_session.hpp"
 
 namespace meshrun::diagnostics {
 
@@ -31,6 +33,8 @@ struct CheckOptions {
   Duration timeout = std::chrono::seconds(2);  // per network step
   bool bandwidth = false;                 // --bandwidth
   BandwidthOptions bandwidth_options;
+  int peers = 0;                          // --peers; > 0: pairwise session named by run_id (no rdzv.* checks)
+  PeerSessionOptions peer_options;        // session, peers and op_timeout are filled from the fields above
 };
 
 /// Runs every applicable check; never throws for what it finds (findings are results).
