@@ -3,12 +3,13 @@
 # configs: same model shape, batch, sequence length, dtype (fp32) and OMP_NUM_THREADS. Prints median
 # tokens/s and peak RSS per rank for both, and the ratios. Not part of ctest.
 #   bench/train.sh [STEPS]        (default 30 steps per run; the first 5 are not timed)
+#   CONFIGS="small" TRAINER=/path/to/meshrun-trainer bench/train.sh 20   (one config; another trainer binary)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STEPS="${1:-30}"
 THREADS="${OMP_NUM_THREADS:-1}"
 PY="$ROOT/.venv/bin/python"
-TRAINER="$ROOT/build/bin/meshrun-trainer"
+TRAINER="${TRAINER:-$ROOT/build/bin/meshrun-trainer}"
 LAUNCHER="$ROOT/build/bin/meshrun"
 [ -x "$TRAINER" ] || { echo "build first: cmake --build build --target meshrun-trainer" >&2; exit 2; }
 [ -x "$LAUNCHER" ] || { echo "build first: cmake --build build --target meshrun" >&2; exit 2; }

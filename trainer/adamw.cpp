@@ -20,17 +20,29 @@ AdamW::AdamW(const TrainConfig& config, std::vector<FlatParamUnit*> units) : con
   for (auto* u : units_) {
     exp_avg_.push_back(at::zeros_like(u->shard()));
     exp_avg_sq_.push_back(at::zeros_like(u->shard()));
+    // The complement of the decay ranges (sorted, disjoint) within the shard.
+    std::vector<std::pair<int64_t, int64_t>> rest;
+    int64_t at = 0;
+    for (const auto& [begin, end] : u->decay_ranges()) {
+      if (begin > at) rest.emplace_back(at, begin);
+      at = end;
+    }
+    if (at < u->shard_numel()) rest.emplace_back(at, u->shard_numel());
+    no_decay_ranges_.push_back(std::move(rest));
   }
 }
 
 void AdamW::zero_grad() {
-  for (auto* u : units_) u->shard_grad().zero_();
+  for (auto* u : units_) u->zero_grad();
+  clip_factor_ = 1.0;
 }
 
 double AdamW::global_grad_norm(Communicator* group) {
   at::Tensor sq = at::zeros({1}, units_.front()->shard().options().dtype(at::kDouble));
   // One pass per shard, accumulated in double without materialising a double copy of the gradient.
-  for (auto* u : units_) sq += at::linalg_vector_norm(u->shard_grad(), 2, {}, false, at::kDouble).square();
+  for (auto* u : units_) {
+    sq += at::linalg_vector_norm(u->shard_grad(), 2, {}, false, at::kDouble).square() * (u->grad_scale() * u->grad_scale());
+  }
   if (group != nullptr && group->world_size() > 1) {
     if (group->backend_name() == "nccl" && !sq.is_cuda()) sq = sq.to(at::kCUDA);  // offloaded shards: NCCL needs device memory
     PendingOp op = group->all_reduce(sq);
@@ -40,30 +52,41 @@ double AdamW::global_grad_norm(Communicator* group) {
 }
 
 void AdamW::clip(double norm, double max_norm) {
+  clip_factor_ = 1.0;
   if (max_norm <= 0 || norm <= max_norm) return;
-  const double scale = max_norm / (norm + 1e-6);
-  for (auto* u : units_) u->shard_grad().mul_(scale);
+  clip_factor_ = max_norm / (norm + 1e-6);
 }
 
 void AdamW::step(double lr) {
   ++step_;
-  const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
-  const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < units_.size(); ++i) {
     at::Tensor& p = units_[i]->shard();
-    const at::Tensor& g = units_[i]->shard_grad();
-    // Decoupled decay, only on matrix ranges (norm gains are excluded).
-    if (config_.weight_decay > 0) {
-      for (const auto& [begin, end] : units_[i]->decay_ranges()) {
-        p.narrow(0, begin, end - begin).mul_(1.0 - lr * config_.weight_decay);
+    at::Tensor& g = units_[i]->shard_grad();
+    const auto opts = p.options().dtype(at::kFloat);
+    // The fused kernel divides the gradient by grad_scale (written back): mean over ranks and clipping.
+    const double scale = units_[i]->grad_scale() * clip_factor_;
+    const std::optional<at::Tensor> grad_scale =
+        scale == 1.0 ? std::nullopt : std::optional<at::Tensor>(at::full({}, 1.0 / scale, opts));
+    const at::Tensor step = at::full({}, static_cast<double>(step_), opts);
+    // Decoupled weight decay on matrix ranges only: one fused call with decay, one without.
+    for (const bool decay : {true, false}) {
+      const auto& ranges = decay ? units_[i]->decay_ranges() : no_decay_ranges_[i];
+      std::vector<at::Tensor> ps, gs, ms, vs, steps;
+      for (const auto& [begin, end] : ranges) {
+        ps.push_back(p.narrow(0, begin, end - begin));
+        gs.push_back(g.narrow(0, begin, end - begin));
+        ms.push_back(exp_avg_[i].narrow(0, begin, end - begin));
+        vs.push_back(exp_avg_sq_[i].narrow(0, begin, end - begin));
+        steps.push_back(step);
       }
+      if (ps.empty()) continue;
+      at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, config_.beta1, config_.beta2,
+                        decay ? config_.weight_decay : 0.0, config_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                        grad_scale, /*found_inf=*/std::nullopt);
     }
-    exp_avg_[i].lerp_(g, 1.0 - config_.beta1);
-    exp_avg_sq_[i].mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(config_.eps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
   }
+  clip_factor_ = 1.0;
 }
 
 int64_t AdamW::state_bytes() const {

@@ -142,12 +142,14 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
   }
   comm->backend_name_ = backend;
   comm->timeout_ = timeout;
+  comm->p2p_ = backend == "gloo" && config.fsdp.p2p_collectives;
   return comm;
 }
 
 std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks, const std::string& name) {
   std::unique_ptr<Communicator> group(new Communicator());
   group->native_reduce_scatter_ = native_reduce_scatter_;
+  group->p2p_ = p2p_;
   if (!backend_) return group;
   const auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) {
@@ -187,6 +189,23 @@ PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) 
     op.output.copy_(in);
     return op;
   }
+  if (p2p_ && in.is_contiguous() && out.is_contiguous()) {
+    // Receives land in the other ranks' slices of `out`; this rank's slice is a local copy.
+    const int tag = static_cast<int>(p2p_tag_++ % (int64_t{1} << 30));
+    const int64_t n = in.numel();
+    for (int peer = 0; peer < world_size_; ++peer) {
+      if (peer == rank_) continue;
+      std::vector<at::Tensor> recv{op.output.narrow(0, peer * n, n)};
+      op.p2p.push_back(backend_->recv(recv, peer, tag));
+    }
+    for (int peer = 0; peer < world_size_; ++peer) {
+      if (peer == rank_) continue;
+      std::vector<at::Tensor> send{op.input};
+      op.p2p.push_back(backend_->send(send, peer, tag));
+    }
+    op.output.narrow(0, rank_ * n, n).copy_(in);
+    return op;
+  }
   op.work = backend_->_allgather_base(op.output, op.input);
   return op;
 }
@@ -195,6 +214,24 @@ PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& 
   PendingOp op{nullptr, out, in, {}};
   if (!backend_) {
     op.output.copy_(in);
+    return op;
+  }
+  if (native_reduce_scatter_ && p2p_ && in.is_contiguous() && out.is_contiguous()) {
+    // Chunk j of `in` goes to rank j; the other ranks' contributions to this rank's chunk are received
+    // into buffers of their own and summed by wait().
+    const int tag = static_cast<int>(p2p_tag_++ % (int64_t{1} << 30));
+    const int64_t n = out.numel();
+    for (int peer = 0; peer < world_size_; ++peer) {
+      if (peer == rank_) continue;
+      op.received.push_back(at::empty({n}, in.options()));
+      std::vector<at::Tensor> recv{op.received.back()};
+      op.p2p.push_back(backend_->recv(recv, peer, tag));
+    }
+    for (int peer = 0; peer < world_size_; ++peer) {
+      if (peer == rank_) continue;
+      std::vector<at::Tensor> send{op.input.narrow(0, peer * n, n)};
+      op.p2p.push_back(backend_->send(send, peer, tag));
+    }
     return op;
   }
   if (native_reduce_scatter_) {
@@ -217,11 +254,20 @@ PendingOp Communicator::all_reduce(const at::Tensor& t) {
 }
 
 void Communicator::wait(PendingOp& op) {
-  if (op.work) {
+  if (op.work || !op.p2p.empty()) {
     const auto start = Clock::now();
-    op.work->wait();
+    if (op.work) op.work->wait();
+    for (auto& w : op.p2p) w->wait();
     comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
     op.work.reset();
+    op.p2p.clear();
+  }
+  if (!op.received.empty()) {
+    // Point-to-point reduce-scatter: own chunk plus every other rank's contribution.
+    const int64_t n = op.output.numel();
+    at::add_out(op.output, op.input.narrow(0, static_cast<int64_t>(rank_) * n, n), op.received[0]);
+    for (size_t i = 1; i < op.received.size(); ++i) op.output.add_(op.received[i]);
+    op.received.clear();
   }
   if (op.staging.defined()) {
     const int64_t n = op.output.numel();

@@ -59,6 +59,7 @@ const std::vector<KeyDoc>& key_table() {
       {"fsdp.reduce_dtype", "fp32", "dtype of gradient reduction: fp32 | bf16 | fp16"},
       {"fsdp.prefetch", true, "issue the next unit's all-gather before the current unit computes"},
       {"fsdp.native_reduce_scatter", true, "false: reduce-scatter as all-reduce + local chunk (2x traffic)"},
+      {"fsdp.p2p_collectives", true, "Gloo: all-gather and reduce-scatter as direct sends/receives into the destination buffers (no staging copy; the reduce-scatter moves 1x the data, Gloo's own 2x)"},
       {"fsdp.shard_group_size", 0, "HYBRID_*: ranks per shard group (replicated across groups); 0 = LOCAL_WORLD_SIZE"},
       {"fsdp.activation_checkpointing", 0, "recompute block activations in backward: 0 none, 1 every block, k every k-th block"},
       {"fsdp.cpu_offload", false, "CUDA: keep shards, gradients and AdamW state in pinned host memory; no-op on CPU"},
@@ -298,6 +299,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   c.fsdp.reduce_dtype = parse_dtype("fsdp.reduce_dtype", get_as<std::string>(merged, "fsdp.reduce_dtype"));
   c.fsdp.prefetch = get_as<bool>(merged, "fsdp.prefetch");
   c.fsdp.native_reduce_scatter = get_as<bool>(merged, "fsdp.native_reduce_scatter");
+  c.fsdp.p2p_collectives = get_as<bool>(merged, "fsdp.p2p_collectives");
   c.fsdp.shard_group_size = get_as<int64_t>(merged, "fsdp.shard_group_size");
   c.fsdp.activation_checkpointing = get_as<int64_t>(merged, "fsdp.activation_checkpointing");
   c.fsdp.cpu_offload = get_as<bool>(merged, "fsdp.cpu_offload");

@@ -68,6 +68,7 @@ struct FsdpConfig {
   DType reduce_dtype = DType::Float32;
   bool prefetch = true;
   bool native_reduce_scatter = true;  // false: all-reduce + local chunk (2x traffic), for comparison
+  bool p2p_collectives = true;        // Gloo: all-gather / reduce-scatter as direct sends and receives
   int64_t shard_group_size = 0;        // hybrid: ranks per shard group; 0 = LOCAL_WORLD_SIZE
   int64_t activation_checkpointing = 0;  // 0 none, k: recompute every k-th block in backward
   bool cpu_offload = false;            // CUDA: shards, grads and AdamW state in pinned host memory

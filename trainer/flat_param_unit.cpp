@@ -77,18 +77,32 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
     if (p.decay) {
       const int64_t begin = std::max(offset, shard_offset_) - shard_offset_;
       const int64_t end = std::min(offset + p.numel(), shard_offset_ + shard_numel_) - shard_offset_;
-      if (begin < end) decay_ranges_.emplace_back(begin, end);
+      if (begin < end && !decay_ranges_.empty() && decay_ranges_.back().second == begin) {
+        decay_ranges_.back().second = end;  // adjacent matrices: one range
+      } else if (begin < end) {
+        decay_ranges_.emplace_back(begin, end);
+      }
     }
     offset += p.numel();
   }
   if (padded_numel_ > numel_) split_sizes_.push_back(padded_numel_ - numel_);
+
+  // fp32 reductions sum, and the optimizer divides by the number of ranks in its fused pass; fp16/bf16
+  // reductions divide first to stay in range.
+  const int replicas = options_.replicas != nullptr ? options_.replicas->world_size() : 1;
+  const int ranks = comm_.world_size() * replicas;
+  grad_scale_ = options_.reduce_dtype == at::kFloat ? 1.0 / ranks : 1.0;
+  // A fresh reduce-scatter result is exactly what shard_grad_ must hold after zero_grad() + add, so the
+  // collective writes it directly (not for hybrid: the replica all-reduce follows).
+  reduce_into_shard_grad_ = sharded_ && options_.reduce_dtype == at::kFloat && options_.replicas == nullptr &&
+                            shard_grad_.device() == device_;
 
   aliased_ = !sharded_ && options_.param_dtype == at::kFloat && shard_.device() == device_;
   if (aliased_) {
     storage_ = shard_.storage();
     materialized_ = true;
   } else {
-    storage_ = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.param_dtype).device(device_)).storage();
+    storage_ = new_unsharded().storage();
     materialized_ = true;
     gathered_.add(static_cast<int64_t>(storage_.nbytes()));
     reshard();
@@ -99,9 +113,17 @@ at::Tensor FlatParamUnit::unsharded_buffer() const {
   return over_storage(storage_, padded_numel_, options_.param_dtype, device_);
 }
 
+at::Tensor FlatParamUnit::new_unsharded() const {
+  const auto opts = at::TensorOptions().dtype(options_.param_dtype).device(device_);
+  if (options_.pool == nullptr || !device_.is_cpu()) return at::empty({padded_numel_}, opts);
+  const size_t nbytes = static_cast<size_t>(padded_numel_) * at::elementSize(options_.param_dtype);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, options_.pool->allocate(nbytes), nullptr, false);
+  return at::empty({0}, opts).set_(storage, 0, {padded_numel_}, {1});
+}
+
 void FlatParamUnit::prefetch() {
   if (materialized_ || pending_gather_.valid()) return;
-  at::Tensor out = at::empty({padded_numel_}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
+  at::Tensor out = new_unsharded();
   // Cast before gathering: the wire carries param_dtype, as FSDP's mixed precision does. An offloaded shard
   // is copied to the device asynchronously (pinned memory) and the collective is ordered after it.
   at::Tensor in = shard_.to(device_, options_.param_dtype, /*non_blocking=*/true);
@@ -189,18 +211,27 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
       g.add_(grad_accum_);
       grad_accum_ = at::Tensor();
     }
-    // Mean over ranks; dividing before the sum keeps low-precision reductions in range.
+    // Mean over ranks: fp32 sums and grad_scale() tells the optimizer to divide; a low-precision reduction
+    // divides before the sum to stay in range.
     const int replicas = options_.replicas != nullptr ? options_.replicas->world_size() : 1;
     const int ranks = comm_.world_size() * replicas;
-    if (ranks > 1) g.div_(ranks);
+    if (ranks > 1 && grad_scale_ == 1.0) g.div_(ranks);
     if (ranks == 1) {
       pending_reduce_ = PendingOp{nullptr, g, {}, {}};
     } else if (!sharded_) {
       // Replicated inside the group: one all-reduce over every rank that holds this unit.
       pending_reduce_ = comm_.world_size() > 1 ? comm_.all_reduce(g) : PendingOp{nullptr, g, {}, {}};
     } else {
-      at::Tensor out = at::empty({shard_numel_}, g.options());
+      // FlatParamUnit::finish_grad_sync() knows the output aliases shard_grad_ and skips the add.
+      const bool direct = reduce_into_shard_grad_ && grad_pending_zero_ && !pending_reduce_.valid();
+      at::Tensor out = direct ? shard_grad_ : at::empty({shard_numel_}, g.options());
+      if (direct) grad_pending_zero_ = false;
       pending_reduce_ = comm_.reduce_scatter(out, g);
+    }
+    // Keep two reductions in flight at most: the previous unit's unsharded gradient is freed now.
+    if (options_.last_reduce != nullptr) {
+      if (*options_.last_reduce != nullptr && *options_.last_reduce != this) (*options_.last_reduce)->release_reduce_input();
+      *options_.last_reduce = this;
     }
   }
   reshard();
@@ -215,7 +246,30 @@ void FlatParamUnit::start_replica_reduce() {
   pending_reduce_ = PendingOp{};
 }
 
+void FlatParamUnit::release_reduce_input() {
+  if (!pending_reduce_.valid()) return;
+  if (options_.replicas == nullptr) {
+    finish_grad_sync();  // the result lands in shard_grad_ and every temporary goes
+    return;
+  }
+  // Hybrid: the all-reduce across replicas still reads the reduce-scatter's output; the input can go.
+  comm_.wait(pending_reduce_);
+  if (!pending_reduce_.input.is_same(pending_reduce_.output)) pending_reduce_.input = at::Tensor();
+}
+
+void FlatParamUnit::zero_grad() {
+  if (reduce_into_shard_grad_) {
+    grad_pending_zero_ = true;
+  } else {
+    shard_grad_.zero_();
+  }
+}
+
 void FlatParamUnit::finish_grad_sync() {
+  if (grad_pending_zero_ && !(pending_reduce_.valid() && pending_reduce_.output.is_same(shard_grad_))) {
+    shard_grad_.zero_();  // no reduction wrote it this step
+  }
+  grad_pending_zero_ = false;
   if (pending_replica_reduce_.valid() && !pending_reduce_.valid()) {
     options_.replicas->wait(pending_replica_reduce_);
     shard_grad_.add_(pending_replica_reduce_.output.to(shard_grad_.device(), at::kFloat));
@@ -224,7 +278,9 @@ void FlatParamUnit::finish_grad_sync() {
   }
   if (!pending_reduce_.valid()) return;
   comm_.wait(pending_reduce_);
-  shard_grad_.add_(pending_reduce_.output.to(shard_grad_.device(), at::kFloat));
+  if (!pending_reduce_.output.is_same(shard_grad_)) {
+    shard_grad_.add_(pending_reduce_.output.to(shard_grad_.device(), at::kFloat));
+  }
   pending_reduce_ = PendingOp{};
 }
 

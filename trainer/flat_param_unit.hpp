@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
+#include "trainer/buffer_pool.hpp"
 #include "trainer/communicator.hpp"
 #include "trainer/config.hpp"
 #include "trainer/model.hpp"
@@ -33,6 +34,8 @@ struct GatheredBytes {
   }
 };
 
+class FlatParamUnit;
+
 struct UnitOptions {
   ShardingStrategy strategy = ShardingStrategy::FullShard;
   at::ScalarType param_dtype = at::kFloat;
@@ -41,6 +44,10 @@ struct UnitOptions {
   bool reshard_after_forward = true;  // false for the root: its backward follows its forward at once
   Communicator* replicas = nullptr;   // HYBRID_*: the ranks holding the same shard, all-reduced after the reduce-scatter
   bool cpu_offload = false;           // CUDA: shards, gradients (and so AdamW state) in pinned host memory
+  BufferPool* pool = nullptr;         // CPU: where gathered buffers come from (nullptr: the default allocator)
+  // Shared by a model's units: the unit whose gradient reduction was issued last. Issuing the next one
+  // completes that one, so at most two unsharded gradients are alive during backward (not all of them).
+  FlatParamUnit** last_reduce = nullptr;
 };
 
 class FlatParamUnit {
@@ -73,9 +80,19 @@ class FlatParamUnit {
   void start_replica_reduce();
   /// Waits for this step's gradient reduction and adds it into shard_grad().
   void finish_grad_sync();
+  /// Waits for the gradient reduction in flight and frees the unsharded gradient it was reading: the
+  /// result goes into shard_grad() (hybrid: it stays pending for start_replica_reduce).
+  void release_reduce_input();
+  /// Starts a step's gradient: shard_grad() reads as zeros after finish_grad_sync() unless a reduction
+  /// wrote it (a unit whose reduce-scatter writes shard_grad() directly skips the memset).
+  void zero_grad();
 
   at::Tensor& shard() { return shard_; }
   at::Tensor& shard_grad() { return shard_grad_; }
+  /// What shard_grad() must be multiplied by to be the mean gradient over ranks: 1/ranks when the fp32
+  /// reduction sums (the optimizer folds the division into its own pass), 1 when gradients were divided
+  /// before a low-precision reduction.
+  double grad_scale() const { return grad_scale_; }
   /// [begin, end) ranges of the local shard that receive weight decay.
   const std::vector<std::pair<int64_t, int64_t>>& decay_ranges() const { return decay_ranges_; }
   /// The full fp32 parameters (collective: every rank must call), without padding.
@@ -98,6 +115,8 @@ class FlatParamUnit {
  private:
   void materialize();
   bool sharded() const { return sharded_; }
+  /// An uninitialised unsharded buffer (param dtype) from the pool, or the default allocator.
+  at::Tensor new_unsharded() const;
 
   UnitSpec spec_;
   Communicator& comm_;
@@ -123,6 +142,9 @@ class FlatParamUnit {
   PendingOp pending_replica_reduce_;
   at::Tensor grad_accum_;  // unsharded gradient kept across micro-batches without sync
   bool sync_ = true;
+  bool reduce_into_shard_grad_ = false;  // the reduce-scatter writes shard_grad_ itself (no copy, no add)
+  bool grad_pending_zero_ = false;       // zero_grad() deferred: nothing has written shard_grad_ this step
+  double grad_scale_ = 1.0;
   std::vector<FlatParamUnit*> backward_prefetch_;
 };
 

@@ -58,6 +58,16 @@ int64_t heap_in_use_bytes() {
   return static_cast<int64_t>(m.uordblks + m.hblkhd);
 }
 
+int64_t current_rss_bytes() {
+  long pages = 0;
+  long resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<int64_t>(resident) * ::sysconf(_SC_PAGESIZE) : 0;
+}
+
 int64_t peak_rss_bytes() {
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);

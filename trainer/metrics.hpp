@@ -41,6 +41,8 @@ class MetricsLog {
 
 /// Peak resident set size of this process (getrusage ru_maxrss), bytes.
 int64_t peak_rss_bytes();
+/// Resident set size of this process right now (/proc/self/statm), bytes; 0 when unreadable.
+int64_t current_rss_bytes();
 /// Bytes of the C heap in use right now (glibc mallinfo2: arenas + mmap'd blocks): CPU tensors live there.
 int64_t heap_in_use_bytes();
 /// "12.3 MiB"

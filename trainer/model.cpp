@@ -83,8 +83,10 @@ Rope make_rope(const ModelConfig& c, int64_t seq_len, at::ScalarType dtype, cons
   auto f64 = at::TensorOptions().dtype(at::kDouble);
   at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, half, f64) / static_cast<double>(half));
   at::Tensor angles = at::outer(at::arange(0, seq_len, f64), inv_freq);  // [T, half]
+  at::Tensor sin = angles.sin();
   angles = at::cat({angles, angles}, -1);                                 // [T, head_dim] (rotate-half layout)
-  return {angles.cos().to(device, dtype), angles.sin().to(device, dtype)};
+  // rotate_half(x) * sin == swap_halves(x) * [-sin, sin]: the sign moves into the table (exactly).
+  return {angles.cos().to(device, dtype), at::cat({-sin, sin}, -1).to(device, dtype)};
 }
 
 namespace {
@@ -96,15 +98,17 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return normed.to(x.scalar_type()) * weight;
 }
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
-  // x: [B, H, T, hd]; tables broadcast over batch and heads.
+  // x: [B, H, T, hd]; tables broadcast over batch and heads. Rotate-half as a swap of the two halves (one
+  // copy forward and backward; the sign is in rope.sin), not a negation and a concatenation of slices,
+  // whose backward zero-fills two full-size buffers.
   const int64_t t = x.size(2);
-  return x * rope.cos.narrow(0, 0, t) + rotate_half(x) * rope.sin.narrow(0, 0, t);
+  const int64_t half = x.size(-1) / 2;
+  std::vector<int64_t> halves(x.sizes().begin(), x.sizes().end() - 1);
+  halves.push_back(2);
+  halves.push_back(half);
+  const at::Tensor swapped = x.reshape(halves).flip(-2).reshape(x.sizes());
+  return x * rope.cos.narrow(0, 0, t) + swapped * rope.sin.narrow(0, 0, t);
 }
 
 }  // namespace

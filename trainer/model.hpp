@@ -41,7 +41,8 @@ int64_t count_params(const ModelConfig& config);
 /// Training FLOPs per token: 6 * (matmul params) + 12 * n_layers * dim * seq_len (attention scores).
 double train_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
-/// cos/sin tables [seq_len, head_dim] for rotary embeddings, in `dtype`.
+/// cos/sin tables [seq_len, head_dim] for rotary embeddings, in `dtype`. `sin` carries the sign of the
+/// rotate-half layout ([-sin, sin] over the two halves), so the rotation is one swap of the halves.
 struct Rope {
   at::Tensor cos;
   at::Tensor sin;

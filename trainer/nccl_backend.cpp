@@ -1,30 +1,86 @@
 #include "trainer/nccl_backend.hpp"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "common/error.hpp"
 
-#if MESHRUN_HAVE_NCCL
-#include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#ifndef MESHRUN_HAVE_NCCL
+#define MESHRUN_HAVE_NCCL 0
 #endif
 
 namespace meshrun::trainer {
+namespace {
+
+constexpr const char* kPluginName = "libmeshrun_trainer_cuda.so";
+constexpr const char* kEntryPoint = "meshrun_trainer_make_nccl_backend";
+
+using MakeBackendFn = int (*)(c10d::Store*, int, int, int, long long, c10d::Backend**, char*, size_t);
+
+// The plugin's entry point once loaded. NOTE: process-wide on purpose: it mirrors the dynamic loader's own
+// state (the handle is never closed, as libtorch_cuda cannot be unloaded); written once, before the process
+// group exists.
+MakeBackendFn& entry_point() {
+  static MakeBackendFn fn = nullptr;
+  return fn;
+}
+
+std::string executable_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+}  // namespace
+
+bool load_cuda_plugin(const std::string& device) {
+  if (entry_point() != nullptr) return true;
+  if (device == "cpu") return false;
+  const bool required = device == "cuda";
+  if (!required && ::access("/proc/driver/nvidia/version", F_OK) != 0) return false;  // no driver, no GPU
+  if (!MESHRUN_HAVE_NCCL) {
+    if (required) throw UsageError("system.device=cuda, but this meshrun-trainer was built without CUDA/NCCL");
+    return false;
+  }
+  // Next to the executable first (the build tree and installs), then the dynamic linker's search path.
+  std::string error;
+  void* handle = nullptr;
+  for (const std::string& path : {executable_dir() + "/" + kPluginName, std::string(kPluginName)}) {
+    handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (handle != nullptr) break;
+    const char* e = ::dlerror();
+    error += (error.empty() ? "" : "; ") + std::string(e != nullptr ? e : path);
+  }
+  auto fn = handle != nullptr ? reinterpret_cast<MakeBackendFn>(::dlsym(handle, kEntryPoint)) : nullptr;
+  if (fn == nullptr) {
+    const std::string why = handle == nullptr ? error : std::string(kEntryPoint) + " missing from " + kPluginName;
+    if (required) throw UsageError("system.device=cuda: cannot load the CUDA plugin: " + why);
+    std::fprintf(stderr, "meshrun-trainer: warning: NVIDIA driver present but the CUDA plugin did not load (%s): "
+                 "running on the CPU\n", why.c_str());
+    return false;
+  }
+  entry_point() = fn;
+  return true;
+}
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int world_size, int local_rank,
                                                     std::chrono::milliseconds timeout) {
-#if MESHRUN_HAVE_NCCL
-  if (local_rank >= c10::cuda::device_count()) {
-    throw UsageError("LOCAL_RANK=" + std::to_string(local_rank) + " but this node has " +
-                     std::to_string(c10::cuda::device_count()) + " CUDA devices: lower --nproc-per-node");
-  }
-  c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
-#else
-  (void)store, (void)rank, (void)world_size, (void)local_rank, (void)timeout;
-  throw UsageError("this meshrun-trainer was built without CUDA/NCCL: use system.backend=gloo");
-#endif
+  if (!MESHRUN_HAVE_NCCL) throw UsageError("this meshrun-trainer was built without CUDA/NCCL: use system.backend=gloo");
+  if (entry_point() == nullptr) throw UsageError("system.backend=nccl needs the CUDA plugin: use system.device=cuda");
+  c10d::Backend* backend = nullptr;
+  char err[1024] = {0};
+  const int rc = entry_point()(store.get(), rank, world_size, local_rank, static_cast<long long>(timeout.count()),
+                               &backend, err, sizeof(err));
+  if (rc == 2) throw UsageError(err);
+  if (rc != 0 || backend == nullptr) throw Error(std::string("ProcessGroupNCCL: ") + err);
+  return c10::intrusive_ptr<c10d::Backend>::reclaim(backend);
 }
 
 }  // namespace meshrun::trainer

@@ -1,5 +1,7 @@
 #include "trainer/sharded_model.hpp"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -56,13 +58,33 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
   options.param_dtype = to_scalar_type(config.fsdp.param_dtype);
   options.reduce_dtype = to_scalar_type(config.fsdp.reduce_dtype);
   options.prefetch = config.fsdp.prefetch;
+  options.pool = &pool_;
+  options.last_reduce = &last_reduce_;
+  const bool frees = config.fsdp.strategy == ShardingStrategy::FullShard ||
+                     config.fsdp.strategy == ShardingStrategy::HybridShard;
   for (size_t i = 0; i < specs.size(); ++i) {
     UnitOptions unit_options = options;
-    unit_options.reshard_after_forward = i != 0;  // the root's backward follows its forward immediately
+    // The root's backward follows its forward immediately, and so does the last block's (only the head runs
+    // in between): freeing them would only re-gather the same bytes at once.
+    unit_options.reshard_after_forward = i != 0 && i + 1 != specs.size();
     // Every rank builds the same full values one unit at a time, then keeps only its chunk.
     at::Tensor full = init_unit(specs[i], config_, config.train.seed, static_cast<int64_t>(i));
     units_.push_back(std::make_unique<FlatParamUnit>(specs[i], full, *shard_comm, unit_options, gathered_, device_));
   }
+  // The pool keeps released buffers up to what the strategy holds gathered at its peak, so a step reuses
+  // mapped pages instead of faulting fresh ones and the cache never raises the peak. FULL_SHARD: the root,
+  // the computing block, the prefetched ones and the last block (kept from its forward to its backward).
+  const size_t elem = at::elementSize(options.param_dtype);
+  size_t all = 0;
+  size_t largest_block = 0;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(units_[i]->padded_numel()) * elem;
+    all += bytes;
+    if (i > 0) largest_block = std::max(largest_block, bytes);
+  }
+  const size_t root = static_cast<size_t>(units_[0]->padded_numel()) * elem;
+  pool_.set_max_cached_bytes(frees ? std::min(all, root + (static_cast<size_t>(limit_all_gathers_) + 2) * largest_block)
+                                   : all);
   // Backward runs blocks last to first; block 0's predecessor is the root, which stays gathered.
   for (size_t i = 2; i < units_.size(); ++i) {
     std::vector<FlatParamUnit*> previous;
@@ -106,6 +128,7 @@ void ShardedModel::set_requires_grad_sync(bool sync) {
 }
 
 void ShardedModel::finish_grad_sync() {
+  last_reduce_ = nullptr;
   // Two passes so every unit's all-reduce across replicas is in flight before the first one is waited for.
   for (auto& u : units_) u->start_replica_reduce();
   for (auto& u : units_) u->finish_grad_sync();
@@ -124,6 +147,7 @@ std::string ShardedModel::layout() const {
 
 void ShardedModel::reshard_all() {
   for (auto& u : units_) u->reshard();
+  pool_.trim();
 }
 
 std::vector<FlatParamUnit*> ShardedModel::units() {

@@ -28,8 +28,10 @@ class ShardedModel {
   void set_requires_grad_sync(bool sync);
   /// Waits for every unit's gradient reduction of this step.
   void finish_grad_sync();
-  /// Frees every gathered buffer (after evaluation / sampling).
+  /// Frees every gathered buffer (after evaluation / sampling) and returns the pool's cache to the OS.
   void reshard_all();
+  /// Bytes of gathered-parameter memory mapped now (in use + cached for reuse).
+  size_t gathered_mapped_bytes() const { return pool_.mapped_bytes(); }
 
   std::vector<FlatParamUnit*> units();
   /// Where the squared gradient norms of the local shards are summed (nullptr: every rank holds every
@@ -59,6 +61,8 @@ class ShardedModel {
   std::vector<UnitFunction> block_fns_;
   at::Device device_;
   GatheredBytes gathered_;
+  BufferPool pool_;  // gathered buffers (CPU): mmap'd, cached up to what the strategy holds at its peak
+  FlatParamUnit* last_reduce_ = nullptr;  // the unit whose gradient reduction was issued last
   std::vector<std::unique_ptr<FlatParamUnit>> units_;  // [0] root, [1..] blocks
   Rope rope_;
 };

@@ -20,6 +20,7 @@
 #include "trainer/communicator.hpp"
 #include "trainer/dataset.hpp"
 #include "trainer/metrics.hpp"
+#include "trainer/nccl_backend.hpp"
 #include "trainer/preemption.hpp"
 #include "trainer/sharded_model.hpp"
 
@@ -29,7 +30,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 at::Device pick_device(const SystemConfig& system, const DistEnv& env) {
-  const bool cuda_available = at::hasCUDA();
+  // libtorch_cuda comes with the CUDA plugin: a CPU run never loads it.
+  const bool cuda_available = load_cuda_plugin(system.device) && at::hasCUDA();
   if (system.device == "cuda" && !cuda_available) {
     throw UsageError("system.device=cuda but no CUDA device is usable in this process: use system.device=cpu");
   }
@@ -130,6 +132,7 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
   set_threads(c.system, env);
   const at::Device device = pick_device(c.system, env);
   auto comm = Communicator::create(env, c, device);
+  const int64_t start_rss = current_rss_bytes();  // LibTorch + process group, before any model memory
   const bool rank0 = comm->rank() == 0;
   const int world = comm->world_size();
   if (c.train.global_batch_size % world != 0) {
@@ -261,6 +264,7 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       {"layout", model.layout()},
       {"optimizer_bytes", optimizer.state_bytes()},
       {"peak_rss_bytes", peak_rss_bytes()},
+      {"start_rss_bytes", start_rss},
       {"losses", summary.losses},
       {"last_val_loss", summary.last_val_loss},
   };
