@@ -6,15 +6,8 @@
 # Ratios > 1 mean meshrun is faster. Not part of ctest.
 #   bench/checkpoint.sh [REPS]      (default 3)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
 REPS="${1:-3}"
-PY="$ROOT/.venv/bin/python"
-TRAINER="$ROOT/build/bin/meshrun-trainer"
-LAUNCHER="$ROOT/build/bin/meshrun"
-[ -x "$TRAINER" ] && [ -x "$LAUNCHER" ] || { echo "build first: cmake --build build --target meshrun-trainer meshrun" >&2; exit 2; }
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
 
 printf '# checkpoint speed, small config (fp32 params + AdamW moments), CPU, OMP_NUM_THREADS=1, median of %s\n' "$REPS"
 printf '# %-5s %-8s %9s %9s %9s %9s | %9s %9s | %10s %10s\n' world format "save s" "save GB/s" "load s" "load GB/s" \

@@ -7,15 +7,8 @@
 # (parameter shard + gathered peak + gradients + AdamW state, from rank<R>.json), and s/step. Not in ctest.
 #   bench/memory.sh [STEPS]     (default 2)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
 STEPS="${1:-2}"
-PY="$ROOT/.venv/bin/python"
-TRAINER="${TRAINER:-$ROOT/build/bin/meshrun-trainer}"
-LAUNCHER="$ROOT/build/bin/meshrun"
-[ -x "$TRAINER" ] && [ -x "$LAUNCHER" ] || { echo "build first: cmake --build build --target meshrun-trainer meshrun" >&2; exit 2; }
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
 
 printf '# 150m config (152M params), CPU, Gloo, fp32, 2 ranks, 1 x 128 tokens per rank, OMP_NUM_THREADS=1, %s steps\n' "$STEPS"
 printf '| %-24s | %5s | %17s | %15s | %13s | %16s | %6s |\n' strategy ranks "peak RSS MB/rank" "start RSS MB" "state MB/rank" "peak - start MB" "s/step"

@@ -6,15 +6,8 @@
 # first 3 steps skipped). Not part of ctest.
 #   bench/strategies.sh [STEPS]     (default 15)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
 STEPS="${1:-15}"
-PY="$ROOT/.venv/bin/python"
-TRAINER="$ROOT/build/bin/meshrun-trainer"
-LAUNCHER="$ROOT/build/bin/meshrun"
-[ -x "$TRAINER" ] && [ -x "$LAUNCHER" ] || { echo "build first: cmake --build build --target meshrun-trainer meshrun" >&2; exit 2; }
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
 
 printf '# small config, CPU, Gloo, fp32, global batch 8 x 256 tokens, OMP_NUM_THREADS=1, %s steps\n' "$STEPS"
 printf '| %-34s | %5s | %16s | %16s | %18s | %6s |\n' strategy ranks "peak RSS MB/rank" "state MB/rank" "activations MB/rank" "it/s"

@@ -5,17 +5,10 @@
 #   bench/train.sh [STEPS]        (default 30 steps per run; the first 5 are not timed)
 #   CONFIGS="small" TRAINER=/path/to/meshrun-trainer bench/train.sh 20   (one config; another trainer binary)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+THREADS="${OMP_NUM_THREADS:-1}"  # the caller's choice, applied to both sides
+source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
 STEPS="${1:-30}"
-THREADS="${OMP_NUM_THREADS:-1}"
-PY="$ROOT/.venv/bin/python"
-TRAINER="${TRAINER:-$ROOT/build/bin/meshrun-trainer}"
-LAUNCHER="$ROOT/build/bin/meshrun"
-[ -x "$TRAINER" ] || { echo "build first: cmake --build build --target meshrun-trainer" >&2; exit 2; }
-[ -x "$LAUNCHER" ] || { echo "build first: cmake --build build --target meshrun" >&2; exit 2; }
 export OMP_NUM_THREADS="$THREADS"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
 
 for cfg in ${CONFIGS:-tiny small}; do
   out="$WORK/$cfg"
