@@ -162,13 +162,6 @@ bool WorkerGroup::all_exited() const {
   return true;
 }
 
-bool WorkerGroup::all_succeeded() const {
-  for (const auto& w : workers_) {
-    if (!w.process || w.process->running() || !w.process->status()->ok()) return false;
-  }
-  return true;
-}
-
 void WorkerGroup::signal_all(int sig) {
   for (auto& w : workers_) {
     if (w.process && w.process->running()) w.process->signal_group(sig);

@@ -71,7 +71,6 @@ class WorkerGroup {
   /// Index of the first worker observed failing, if any.
   std::optional<size_t> first_failure() const { return first_failure_; }
   bool all_exited() const;
-  bool all_succeeded() const;
   /// Sends `sig` to every running worker's process group.
   void signal_all(int sig);
   /// Sends `first_signal` (0: none, the caller already did) to the running workers, gives them up to

@@ -126,7 +126,6 @@ StoreClient StoreClient::connect(const Endpoint& endpoint, const ConnectOptions&
       ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
       set_socket_timeout(fd.get(), SO_SNDTIMEO, options.op_timeout);
       StoreClient client(std::move(fd), endpoint, options);
-      client.connect_seconds_ = to_seconds(std::chrono::steady_clock::now() - start);
       ByteWriter w;
       w.put_u8(static_cast<uint8_t>(QueryType::kValidate));
       w.put_u32(kValidationMagic);

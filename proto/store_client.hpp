@@ -81,8 +81,6 @@ class StoreClient {
 
   /// The endpoint as given, for messages.
   const Endpoint& endpoint() const { return endpoint_; }
-  /// Seconds spent in connect() until the TCP connection was up (for ping / check).
-  double connect_seconds() const { return connect_seconds_; }
 
  private:
   StoreClient(UniqueFd fd, Endpoint endpoint, ConnectOptions options)
@@ -102,7 +100,6 @@ class StoreClient {
   Duration recv_timeout_ = Duration::zero();  // SO_RCVTIMEO currently set on fd_
   Endpoint endpoint_;
   ConnectOptions options_;
-  double connect_seconds_ = 0;
 };
 
 }  // namespace meshrun::proto
