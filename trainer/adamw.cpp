@@ -44,7 +44,7 @@ double AdamW::global_grad_norm(Communicator* group) {
     sq += at::linalg_vector_norm(u->shard_grad(), 2, {}, false, at::kDouble).square() * (u->grad_scale() * u->grad_scale());
   }
   if (group != nullptr && group->world_size() > 1) {
-    if (group->backend_name() == "nccl" && !sq.is_cuda()) sq = sq.to(at::kCUDA);  // offloaded shards: NCCL needs device memory
+    sq = sq.to(group->device());  // offloaded shards live in host memory; the collective needs the device
     PendingOp op = group->all_reduce(sq);
     group->wait(op);
   }

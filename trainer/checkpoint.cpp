@@ -90,9 +90,11 @@ void write_unit_range(AtomicFile& f, const std::string& file, const UnitSpec& sp
 // The full padded fp32 tensor of a unit, gathered over its shard group (replicated units: a copy).
 at::Tensor gather_full(FlatParamUnit& u, const at::Tensor& local) {
   if (u.shard_numel() == u.padded_numel()) return local.to(at::kCPU).contiguous();
-  at::Tensor out = at::empty({u.padded_numel()}, local.options().device(local.device()));
-  PendingOp op = u.shard_group().all_gather(out, local);
-  u.shard_group().wait(op);
+  // On the communicator's device: an offloaded (pinned host) shard goes to the GPU for NCCL.
+  Communicator& group = u.shard_group();
+  at::Tensor out = at::empty({u.padded_numel()}, local.options().device(group.device()));
+  PendingOp op = group.all_gather(out, local.to(group.device()));
+  group.wait(op);
   return out.to(at::kCPU).contiguous();
 }
 
@@ -292,12 +294,8 @@ TrainState load_checkpoint(const std::string& path, const TrainerConfig& config,
     error = e.what();
   }
   // Agree before anyone trains on it: one rank's refusal stops every rank instead of hanging the others.
-  at::Tensor verdict = at::tensor({error.empty() ? 0.0 : 1.0, static_cast<double>(bytes)}, at::kDouble);
-  if (world.world_size() > 1) {
-    PendingOp op = world.all_reduce(verdict);
-    world.wait(op);
-  }
-  if (verdict[0].item<double>() > 0) {
+  const auto verdict = world.sum_over_ranks({error.empty() ? 0.0 : 1.0, static_cast<double>(bytes)});
+  if (verdict[0] > 0) {
     if (!error.empty()) throw Error(error);
     throw Error("checkpoint " + path + " was refused by another rank (its error names the file)");
   }
@@ -305,7 +303,7 @@ TrainState load_checkpoint(const std::string& path, const TrainerConfig& config,
   model.reshard_all();
   optimizer.set_steps_taken(state.optimizer_steps);
   if (stats != nullptr) {
-    *stats = {path, static_cast<int64_t>(verdict[1].item<double>()),
+    *stats = {path, static_cast<int64_t>(verdict[1]),
               std::chrono::duration<double>(Clock::now() - start).count()};
   }
   return state;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -103,7 +104,7 @@ void check_rank_consistency(c10d::Store& store, const DistEnv& env, const Traine
 
 std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const TrainerConfig& config,
                                                    const at::Device& device) {
-  std::unique_ptr<Communicator> comm(new Communicator());
+  std::unique_ptr<Communicator> comm(new Communicator(device));
   comm->native_reduce_scatter_ = config.fsdp.native_reduce_scatter;
   if (!env.distributed) return comm;
   comm->rank_ = env.rank;
@@ -133,7 +134,6 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
     comm->backend_ = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", comm->store_), env.rank,
                                        env.world_size, env.local_rank, timeout);
   } else {
-    if (cuda) throw UsageError("system.backend=gloo with system.device=cuda is not supported: use nccl");
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     gloo_options->devices.push_back(make_gloo_device(env));
     gloo_options->threads = 2;
@@ -147,7 +147,7 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
 }
 
 std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks, const std::string& name) {
-  std::unique_ptr<Communicator> group(new Communicator());
+  std::unique_ptr<Communicator> group(new Communicator(device_));
   group->native_reduce_scatter_ = native_reduce_scatter_;
   group->p2p_ = p2p_;
   if (!backend_) return group;
@@ -176,19 +176,47 @@ std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
 
 void Communicator::barrier() {
   if (!backend_) return;
-  at::Tensor t = at::zeros({1}, at::kFloat);
+  at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
   PendingOp op = all_reduce(t);
   wait(op);
+  (void)t.item<float>();  // NCCL: wait() only orders the stream; the host blocks here
 }
+
+std::vector<double> Communicator::sum_over_ranks(std::vector<double> values) {
+  if (!backend_ || values.empty()) return values;
+  at::Tensor t = at::tensor(values, at::kDouble).to(device_);
+  PendingOp op = all_reduce(t);
+  wait(op);
+  const at::Tensor host = t.to(at::kCPU);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = host[static_cast<int64_t>(i)].item<double>();
+  return values;
+}
+
+int64_t Communicator::broadcast_value(int64_t value, int root) {
+  if (!backend_) return value;
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kLong).device(device_));
+  broadcast(t, root);
+  return t.item<int64_t>();
+}
+
+Communicator::Communicator(const at::Device& device) : device_(device) {}
 
 Communicator::~Communicator() = default;
 
 PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) {
-  PendingOp op{nullptr, out, in, {}};
   if (!backend_) {
-    op.output.copy_(in);
-    return op;
+    out.copy_(in);
+    return PendingOp{nullptr, out, in, {}};
   }
+  if (!stages_through_host(out)) return all_gather_on_backend(out, in);
+  PendingOp op = all_gather_on_backend(at::empty(out.sizes(), out.options().device(at::kCPU)), in.to(at::kCPU));
+  op.host_output = std::exchange(op.output, out);
+  op.host_input = std::exchange(op.input, in);
+  return op;
+}
+
+PendingOp Communicator::all_gather_on_backend(const at::Tensor& out, const at::Tensor& in) {
+  PendingOp op{nullptr, out, in, {}};
   if (p2p_ && in.is_contiguous() && out.is_contiguous()) {
     // Receives land in the other ranks' slices of `out`; this rank's slice is a local copy.
     const int tag = static_cast<int>(p2p_tag_++ % (int64_t{1} << 30));
@@ -211,11 +239,19 @@ PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) 
 }
 
 PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& in) {
-  PendingOp op{nullptr, out, in, {}};
   if (!backend_) {
-    op.output.copy_(in);
-    return op;
+    out.copy_(in);
+    return PendingOp{nullptr, out, in, {}};
   }
+  if (!stages_through_host(out)) return reduce_scatter_on_backend(out, in);
+  PendingOp op = reduce_scatter_on_backend(at::empty(out.sizes(), out.options().device(at::kCPU)), in.to(at::kCPU));
+  op.host_output = std::exchange(op.output, out);
+  op.host_input = std::exchange(op.input, in);
+  return op;
+}
+
+PendingOp Communicator::reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in) {
+  PendingOp op{nullptr, out, in, {}};
   if (native_reduce_scatter_ && p2p_ && in.is_contiguous() && out.is_contiguous()) {
     // Chunk j of `in` goes to rank j; the other ranks' contributions to this rank's chunk are received
     // into buffers of their own and summed by wait().
@@ -248,7 +284,8 @@ PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& 
 PendingOp Communicator::all_reduce(const at::Tensor& t) {
   PendingOp op{nullptr, t, {}, {}};
   if (!backend_) return op;
-  std::vector<at::Tensor> tensors{t};
+  if (stages_through_host(t)) op.host_output = t.to(at::kCPU);
+  std::vector<at::Tensor> tensors{op.host_output.defined() ? op.host_output : t};
   op.work = backend_->allreduce(tensors);
   return op;
 }
@@ -256,39 +293,76 @@ PendingOp Communicator::all_reduce(const at::Tensor& t) {
 void Communicator::wait(PendingOp& op) {
   if (op.work || !op.p2p.empty()) {
     const auto start = Clock::now();
-    if (op.work) op.work->wait();
+    if (op.work) {
+      if (backend_name_ == "nccl") {
+        wait_timed(*op.work);
+      } else {
+        op.work->wait();
+      }
+    }
     for (auto& w : op.p2p) w->wait();
-    comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    if (backend_name_ != "nccl") comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
     op.work.reset();
     op.p2p.clear();
   }
+  // Host-staged (Gloo on CUDA tensors): the arithmetic below runs on the host copies.
+  at::Tensor out = op.host_output.defined() ? op.host_output : op.output;
+  const at::Tensor in = op.host_input.defined() ? op.host_input : op.input;
   if (!op.received.empty()) {
     // Point-to-point reduce-scatter: own chunk plus every other rank's contribution.
-    const int64_t n = op.output.numel();
-    at::add_out(op.output, op.input.narrow(0, static_cast<int64_t>(rank_) * n, n), op.received[0]);
-    for (size_t i = 1; i < op.received.size(); ++i) op.output.add_(op.received[i]);
+    const int64_t n = out.numel();
+    at::add_out(out, in.narrow(0, static_cast<int64_t>(rank_) * n, n), op.received[0]);
+    for (size_t i = 1; i < op.received.size(); ++i) out.add_(op.received[i]);
     op.received.clear();
   }
   if (op.staging.defined()) {
-    const int64_t n = op.output.numel();
-    op.output.copy_(op.staging.narrow(0, static_cast<int64_t>(rank_) * n, n));
+    const int64_t n = out.numel();
+    out.copy_(op.staging.narrow(0, static_cast<int64_t>(rank_) * n, n));
     op.staging = at::Tensor();
   }
+  if (op.host_output.defined()) {
+    op.output.copy_(op.host_output);
+    op.host_output = at::Tensor();
+    op.host_input = at::Tensor();
+  }
+}
+
+void Communicator::wait_timed(c10d::Work& work) {
+  const c10::impl::VirtualGuardImpl cuda(device_.type());
+  const c10::Stream stream = cuda.getStream(device_);
+  c10::Event before(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+  c10::Event after(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+  before.record(stream);
+  work.wait();
+  after.record(stream);
+  device_waits_.emplace_back(std::move(before), std::move(after));
 }
 
 void Communicator::broadcast(const at::Tensor& t, int root) {
   if (!backend_) return;
-  std::vector<at::Tensor> tensors{t};
+  const at::Tensor host = stages_through_host(t) ? t.to(at::kCPU) : at::Tensor();
+  std::vector<at::Tensor> tensors{host.defined() ? host : t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   const auto start = Clock::now();
-  backend_->broadcast(tensors, opts)->wait();
-  comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  auto work = backend_->broadcast(tensors, opts);
+  if (backend_name_ == "nccl") {
+    wait_timed(*work);
+  } else {
+    work->wait();
+    comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  if (host.defined()) t.copy_(host);
 }
 
 double Communicator::take_comm_seconds() {
-  const double s = comm_seconds_;
+  double s = comm_seconds_;
   comm_seconds_ = 0.0;
+  for (auto& [before, after] : device_waits_) {
+    after.synchronize();
+    s += before.elapsedTime(after) / 1e3;
+  }
+  device_waits_.clear();
   return s;
 }
 

@@ -1,10 +1,12 @@
 // libmeshrun_trainer_cuda.so: the only code of meshrun-trainer that links libtorch_cuda, c10_cuda and NCCL.
-// meshrun-trainer dlopens it for GPU runs (see nccl_backend.hpp). One C entry point; errors come back as
-// text so no C++ exception crosses the dlopen boundary.
+// meshrun-trainer dlopens it for GPU runs (see nccl_backend.hpp). C entry points only: the process group,
+// and the caching allocator's memory figures; errors come back as text or codes so no C++ exception
+// crosses the dlopen boundary.
 #include <cstdio>
 #include <exception>
 #include <string>
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -39,6 +41,29 @@ __attribute__((visibility("default"))) int meshrun_trainer_make_nccl_backend(c10
     std::snprintf(err, err_len, "%s", e.what());
   }
   return 1;
+}
+
+/// The caching allocator's aggregate figures for `device`: out = {allocated now, peak allocated, reserved}.
+/// Returns 0, or 1 when the allocator cannot answer.
+__attribute__((visibility("default"))) int meshrun_trainer_cuda_memory_stats(int device, long long* out) {
+  try {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+    constexpr size_t kAggregate = 0;  // StatType::AGGREGATE: every pool together
+    out[0] = stats.allocated_bytes[kAggregate].current;
+    out[1] = stats.allocated_bytes[kAggregate].peak;
+    out[2] = stats.reserved_bytes[kAggregate].current;
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+__attribute__((visibility("default"))) void meshrun_trainer_cuda_reset_peak_memory(int device) {
+  try {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  } catch (const std::exception&) {
+    // No allocator state yet: nothing to reset.
+  }
 }
 
 }  // extern "C"

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include <c10/util/intrusive_ptr.h>
@@ -32,5 +33,16 @@ bool load_cuda_plugin(const std::string& device);
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                     int world_size, int local_rank,
                                                     std::chrono::milliseconds timeout);
+
+/// The CUDA caching allocator's figures for one device, in bytes.
+struct CudaMemoryStats {
+  int64_t allocated = 0;       // held by live tensors now
+  int64_t peak_allocated = 0;  // since the start or the last reset_cuda_peak_memory
+  int64_t reserved = 0;        // taken from the driver (allocated + cached)
+};
+
+/// All zero when the plugin is not loaded.
+CudaMemoryStats cuda_memory_stats(int device);
+void reset_cuda_peak_memory(int device);
 
 }  // namespace meshrun::trainer

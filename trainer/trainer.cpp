@@ -13,6 +13,7 @@
 #include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "common/error.hpp"
 #include "trainer/adamw.hpp"
@@ -35,10 +36,27 @@ at::Device pick_device(const SystemConfig& system, const DistEnv& env) {
   if (system.device == "cuda" && !cuda_available) {
     throw UsageError("system.device=cuda but no CUDA device is usable in this process: use system.device=cpu");
   }
-  if (system.device == "cuda" || (system.device == "auto" && cuda_available)) {
-    return {at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)};
+  if (system.device != "cuda" && !(system.device == "auto" && cuda_available)) return {at::kCPU};
+  const auto* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  const int count = static_cast<int>(cuda->deviceCount());
+  int index = env.local_rank;
+  if (index >= count) {
+    // NCCL refuses two ranks on one GPU; Gloo (through host memory) does not, which tests use.
+    if (system.backend != "gloo") {
+      throw UsageError("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this process sees " + std::to_string(count) +
+                       " CUDA device(s): lower --nproc-per-node (or check CUDA_VISIBLE_DEVICES); ranks can share a GPU "
+                       "only with system.backend=gloo");
+    }
+    index %= count;
   }
-  return {at::kCPU};
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+  cuda->setDevice(device);  // kernels and the caching allocator default to this rank's GPU
+  return device;
+}
+
+// Bytes held by tensors now: the CUDA caching allocator's count on a GPU, the C heap on the CPU.
+int64_t tensor_bytes_in_use(const at::Device& device) {
+  return device.is_cuda() ? cuda_memory_stats(device.index()).allocated : heap_in_use_bytes();
 }
 
 void set_threads(const SystemConfig& system, const DistEnv& env) {
@@ -59,19 +77,14 @@ at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) 
 }
 
 double mean_over_ranks(Communicator& comm, double local) {
-  at::Tensor t = at::full({1}, local, at::kDouble);
-  PendingOp op = comm.all_reduce(t);
-  comm.wait(op);
-  return t.item<double>() / comm.world_size();
+  return comm.sum_over_ranks({local})[0] / comm.world_size();
 }
 
 // The step's loss averaged over ranks, and whether any rank got a preemption signal: one all-reduce, so
 // every rank stops after the same step.
 std::pair<double, bool> loss_and_stop(Communicator& comm, double local_loss, bool stop) {
-  at::Tensor t = at::tensor({local_loss, stop ? 1.0 : 0.0}, at::kDouble);
-  PendingOp op = comm.all_reduce(t);
-  comm.wait(op);
-  return {t[0].item<double>() / comm.world_size(), t[1].item<double>() > 0};
+  const auto sums = comm.sum_over_ranks({local_loss, stop ? 1.0 : 0.0});
+  return {sums[0] / comm.world_size(), sums[1] > 0};
 }
 
 void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const CheckpointStats& s) {
@@ -115,9 +128,8 @@ std::vector<int64_t> sample(ShardedModel& model, Communicator& comm, const Train
     at::Tensor logits = model.forward(to_tensor(tail, 1, window));
     at::Tensor last = logits.select(1, window - 1).to(at::kCPU, at::kFloat).squeeze(0);
     at::Tensor probs = at::softmax(last / 0.8, -1);
-    at::Tensor next = at::multinomial(probs, 1, false, gen).to(at::kLong);
-    comm.broadcast(next, 0);
-    context.push_back(next.item<int64_t>());
+    const int64_t next = at::multinomial(probs, 1, false, gen).item<int64_t>();
+    context.push_back(comm.broadcast_value(next, 0));
     produced.push_back(context.back());
   }
   model.reshard_all();
@@ -196,11 +208,11 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       model.set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
       const auto mb = sample_micro_batch(data, Split::Train, c.train.seed, step - 1, micro * c.train.global_batch_size,
                                          c.train.global_batch_size, c.train.seq_len, comm->rank(), world);
-      const int64_t heap_before = heap_in_use_bytes();
+      const int64_t bytes_before = tensor_bytes_in_use(device);
       at::Tensor loss = loss_of(model, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);
       // What the forward left alive for backward: saved activations (+ gathered parameters, which
       // activation checkpointing does not change).
-      activation_peak = std::max(activation_peak, heap_in_use_bytes() - heap_before);
+      activation_peak = std::max(activation_peak, tensor_bytes_in_use(device) - bytes_before);
       loss.backward();
       local_loss += loss.item<double>();
       int64_t accum = 0;
@@ -250,8 +262,10 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
     param_shard += static_cast<int64_t>(u->shard().nbytes());
     grad_shard += static_cast<int64_t>(u->shard_grad().nbytes());
   }
-  const nlohmann::json report = {
+  const CudaMemoryStats gpu = device.is_cuda() ? cuda_memory_stats(device.index()) : CudaMemoryStats{};
+  nlohmann::json report = {
       {"rank", comm->rank()},
+      {"device", device.str()},
       {"world_size", world},
       {"strategy", to_string(c.fsdp.strategy)},
       {"numel", model.numel()},
@@ -268,13 +282,19 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       {"losses", summary.losses},
       {"last_val_loss", summary.last_val_loss},
   };
-  std::printf("rank %d memory: params %s (shard %s + gathered peak %s) | grads %s | optimizer %s | peak RSS %s\n",
+  if (device.is_cuda()) {
+    report["device_peak_allocated_bytes"] = gpu.peak_allocated;
+    report["device_reserved_bytes"] = gpu.reserved;
+  }
+  const std::string gpu_peak =
+      device.is_cuda() ? " | peak GPU " + format_bytes(static_cast<double>(gpu.peak_allocated)) : std::string();
+  std::printf("rank %d memory: params %s (shard %s + gathered peak %s) | grads %s | optimizer %s | peak RSS %s%s\n",
               comm->rank(), format_bytes(static_cast<double>(param_shard + model.gathered().peak)).c_str(),
               format_bytes(static_cast<double>(param_shard)).c_str(),
               format_bytes(static_cast<double>(model.gathered().peak)).c_str(),
               format_bytes(static_cast<double>(grad_shard + grad_accum_peak)).c_str(),
               format_bytes(static_cast<double>(optimizer.state_bytes())).c_str(),
-              format_bytes(static_cast<double>(peak_rss_bytes())).c_str());
+              format_bytes(static_cast<double>(peak_rss_bytes())).c_str(), gpu_peak.c_str());
   std::fflush(stdout);
   if (!c.output.dir.empty()) {
     std::ofstream(c.output.dir + "/rank" + std::to_string(comm->rank()) + ".json") << report.dump(2) << '\n';

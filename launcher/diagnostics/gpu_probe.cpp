@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <fstream>
 #include <memory>
+#include <regex>
 #include <sstream>
 
 namespace meshrun::diagnostics {
@@ -37,6 +39,16 @@ std::string nccl_version_text(int code) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
+std::string parse_driver_release(const std::string& proc_version_text) {
+  static const std::regex kRelease(R"(Kernel Module(?: for [^ ]+)?\s+(\d+\.\d+(?:\.\d+)?))");
+  std::smatch m;
+  return std::regex_search(proc_version_text, m, kRelease) ? m[1].str() : std::string();
+}
+
+std::string cuda_version_text(int code) {
+  return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10);
+}
+
 int count_visible_devices(const std::string& value) {
   std::stringstream in(value);
   std::string item;
@@ -69,6 +81,11 @@ GpuInfo probe_gpus() {
         info.driver_error = "cuDeviceGetCount failed with CUresult " + std::to_string(rc2);
       }
     }
+  }
+  if (std::ifstream proc("/proc/driver/nvidia/version"); proc) {
+    std::stringstream text;
+    text << proc.rdbuf();
+    info.driver_release = parse_driver_release(text.str());
   }
   LibraryHandle nccl(::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL));
   if (!nccl) {

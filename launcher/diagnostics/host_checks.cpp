@@ -141,6 +141,21 @@ CheckResult check_ports(const std::vector<uint16_t>& ports, std::optional<uint16
   return r;
 }
 
+CheckResult judge_driver(int cuda_version, const std::string& release) {
+  // CUDA 13 needs the R580 driver branch; PyTorch's PyPI wheels are CUDA 13 builds (cu130) since 2.9.
+  constexpr int kCuda13 = 13000;
+  const std::string driver = "driver " + (release.empty() ? std::string("(release unknown)") : release) +
+                             " runs CUDA up to " + cuda_version_text(cuda_version);
+  if (cuda_version >= kCuda13) {
+    return make_result(CheckStatus::kPass, "gpu.driver", driver + ": CUDA 13 builds (PyTorch's cu130 wheels) run");
+  }
+  return make_result(CheckStatus::kWarn, "gpu.driver",
+                     driver + ": CUDA 13 builds, which PyTorch's default wheels are, need driver R580 or newer "
+                              "(they fail with 'driver too old' / no CUDA device)",
+                     "upgrade the NVIDIA driver to R580+, or install a CUDA 12 build of torch "
+                     "(pip install torch --index-url https://download.pytorch.org/whl/cu126)");
+}
+
 std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   std::vector<CheckResult> out;
   const GpuInfo gpu = probe_gpus();
@@ -149,6 +164,7 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   nlohmann::json data = {{"driver_found", gpu.driver_found},
                          {"device_count", gpu.device_count},
                          {"driver_version", gpu.driver_version},
+                         {"driver_release", gpu.driver_release},
                          {"cuda_visible_devices", cvd_set ? nlohmann::json(cvd_raw) : nlohmann::json(nullptr)},
                          {"nccl_found", gpu.nccl_found},
                          {"nccl_version", gpu.nccl_version}};
@@ -162,8 +178,12 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   } else {
     auto r = make_result(CheckStatus::kPass, "gpu.devices",
                     std::to_string(gpu.device_count) + " GPU(s) visible to CUDA (driver API " +
-                        std::to_string(gpu.driver_version / 1000) + "." + std::to_string(gpu.driver_version % 1000 / 10) +
-                        ")" + (cvd_set ? ", CUDA_VISIBLE_DEVICES='" + cvd_raw + "'" : ""));
+                        cuda_version_text(gpu.driver_version) + ")" + (cvd_set ? ", CUDA_VISIBLE_DEVICES='" + cvd_raw + "'" : ""));
+    r.data = data;
+    out.push_back(std::move(r));
+  }
+  if (gpu.driver_found && gpu.driver_version > 0) {
+    auto r = judge_driver(gpu.driver_version, gpu.driver_release);
     r.data = data;
     out.push_back(std::move(r));
   }

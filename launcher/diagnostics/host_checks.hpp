@@ -24,7 +24,11 @@ std::vector<CheckResult> check_socket_ifname_env();
 /// host.ports: who listens on each port; `endpoint_port` owned by meshrun-rendezvous is expected.
 CheckResult check_ports(const std::vector<uint16_t>& ports, std::optional<uint16_t> endpoint_port);
 
-/// gpu.devices, gpu.visible_devices (when it applies), gpu.nccl.
+/// gpu.devices, gpu.driver and gpu.visible_devices (when they apply), gpu.nccl.
 std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node);
+
+/// gpu.driver: whether a driver that runs CUDA up to `cuda_version` (cuDriverGetVersion's integer) runs
+/// CUDA 13 builds, the default of PyTorch's wheels; WARN naming the release and the two ways out otherwise.
+CheckResult judge_driver(int cuda_version, const std::string& release);
 
 }  // namespace meshrun::diagnostics

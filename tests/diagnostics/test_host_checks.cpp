@@ -142,6 +142,26 @@ TEST_CASE("GPU helpers", "[gpu]") {
   }
 }
 
+TEST_CASE("driver release and the CUDA 13 driver floor", "[gpu]") {
+  // Real /proc/driver/nvidia/version texts: the H100 machine this was first run on, and an older one.
+  CHECK(parse_driver_release("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  9 2025\n"
+                             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n") == "580.159.04");
+  CHECK(parse_driver_release("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.104.05  Release Build\n") ==
+        "535.104.05");
+  CHECK(parse_driver_release("garbage") == "");
+  CHECK(cuda_version_text(13000) == "13.0");
+  CHECK(cuda_version_text(12040) == "12.4");
+
+  const auto ok = judge_driver(13000, "580.159.04");
+  CHECK(ok.name == "gpu.driver");
+  CHECK(ok.status == CheckStatus::kPass);
+  const auto old = judge_driver(12020, "535.104.05");
+  CHECK(old.status == CheckStatus::kWarn);
+  CHECK(old.detail.find("535.104.05 runs CUDA up to 12.2") != std::string::npos);
+  CHECK(old.detail.find("R580") != std::string::npos);
+  CHECK(old.hint.find("cu126") != std::string::npos);
+}
+
 TEST_CASE("report lines and verdict", "[report]") {
   CheckReport report;
   report.add({.status = CheckStatus::kPass, .name = "a.ok", .detail = "fine", .hint = "", .data = {}, .elapsed_ms = 1,
