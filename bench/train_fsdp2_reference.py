@@ -61,6 +61,9 @@ class Llama(nn.Module):
         self.norm = nn.RMSNorm(m["dim"], eps=1e-5)
         self.output = nn.Linear(m["dim"], m["vocab_size"], bias=False)
         self.output.weight = self.tok_embeddings.weight  # tied, as the meshrun configs
+        for p in self.parameters():  # meshrun-trainer's init_std: nn.Embedding's N(0, 1) would start at loss ~100
+            if p.dim() == 2:
+                nn.init.normal_(p, std=m.get("init_std", 0.02))
         hd = m["dim"] // m["n_heads"]
         inv = m.get("rope_theta", 10000.0) ** (-torch.arange(0, hd // 2, dtype=torch.float64) / (hd // 2))
         ang = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv)
@@ -124,6 +127,9 @@ def main():
     fully_shard(model, **shard_args)
     opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], betas=(0.9, 0.95), weight_decay=0.1,
                             fused=cuda and not a.cpu_offload)
+    # The trainer's linear warm-up (its cosine decay changes nothing over a benchmark's few steps).
+    warmup = max(1, t.get("warmup_steps", 0))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
     data = load_tokens(cfg["data"], a.data)
     g = torch.Generator().manual_seed(0)
     local = gb // world
@@ -137,6 +143,7 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sched.step()
         opt.zero_grad()
         dist.all_reduce(loss.detach())
         loss.item()  # CUDA: the step is done when the host has its loss

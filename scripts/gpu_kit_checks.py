@@ -217,7 +217,9 @@ def check_nccl_bench(kit):
         return "fail", "meshrun-nccl-bench was not built (CMake found no CUDA+NCCL)", {}
     rc, text, _ = kit.run("nccl_bench", kit.meshrun("gpu", "--no-python", bench, "-b", "8", "-e", "256M", "-f", "4",
                                                     "-w", "3", "-n", "10"))
-    rows = [l for l in text.splitlines() if l.strip() and l.split()[0].isdigit()]
+    # Rank 0's lines carry meshrun's "[rank0]:" prefix; a table row starts with the message size.
+    lines = [l.split("]:", 1)[1] if l.startswith("[rank") else l for l in text.splitlines()]
+    rows = [l for l in lines if l.strip() and l.split()[0].isdigit()]
     figures = {"rows": len(rows), "table": tail(text, len(rows) + 4)}
     if rc != 0 or not rows:
         return "fail", f"exit {rc}: {tail(text, 3)}", figures

@@ -68,7 +68,8 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   const bool offload = options_.cpu_offload && device_.is_cuda();
   shard_ = padded.narrow(0, shard_offset_, shard_numel_).clone();
   shard_ = offload ? shard_.pin_memory() : shard_.to(device_);
-  shard_grad_ = at::zeros_like(shard_);
+  // Pinned as well when offloaded: the device-to-host copy of each step's gradient is then one DMA.
+  shard_grad_ = offload ? at::zeros_like(shard_).pin_memory() : at::zeros_like(shard_);
   anchor_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)).requires_grad_(true);
 
   int64_t offset = 0;
@@ -125,8 +126,9 @@ void FlatParamUnit::prefetch() {
   if (materialized_ || pending_gather_.valid()) return;
   at::Tensor out = new_unsharded();
   // Cast before gathering: the wire carries param_dtype, as FSDP's mixed precision does. An offloaded shard
-  // is copied to the device asynchronously (pinned memory) and the collective is ordered after it.
-  at::Tensor in = shard_.to(device_, options_.param_dtype, /*non_blocking=*/true);
+  // is copied to the device asynchronously (pinned memory) and cast there: a host-to-device copy that also
+  // changes the dtype converts on the CPU into pageable memory first, and then cannot be asynchronous.
+  at::Tensor in = shard_.to(device_, /*non_blocking=*/true).to(options_.param_dtype);
   if (!sharded_) {
     out.copy_(in);
     pending_gather_ = PendingOp{nullptr, out, in, {}};
@@ -206,15 +208,17 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
   } else {
     // The flat gradient is a fresh tensor autograd hands over and never reads again (the concatenation of
     // the split's gradients, or the recomputation's result): reduce it in place unless a cast is needed.
-    at::Tensor g = flat_grad.to(options_.reduce_dtype);
+    // Alone (one rank), nothing is reduced: the gradient goes as it is, cast on its way into shard_grad().
+    const int replicas = options_.replicas != nullptr ? options_.replicas->world_size() : 1;
+    const int ranks = comm_.world_size() * replicas;
+    const bool alone = ranks == 1 && !grad_accum_.defined();
+    at::Tensor g = alone ? flat_grad : flat_grad.to(options_.reduce_dtype);
     if (grad_accum_.defined()) {
       g.add_(grad_accum_);
       grad_accum_ = at::Tensor();
     }
     // Mean over ranks: fp32 sums and grad_scale() tells the optimizer to divide; a low-precision reduction
     // divides before the sum to stay in range.
-    const int replicas = options_.replicas != nullptr ? options_.replicas->world_size() : 1;
-    const int ranks = comm_.world_size() * replicas;
     if (ranks > 1 && grad_scale_ == 1.0) g.div_(ranks);
     if (ranks == 1) {
       pending_reduce_ = PendingOp{nullptr, g, {}, {}};
@@ -258,28 +262,37 @@ void FlatParamUnit::release_reduce_input() {
 }
 
 void FlatParamUnit::zero_grad() {
-  if (reduce_into_shard_grad_) {
-    grad_pending_zero_ = true;
+  // Deferred: the step's first result is copied into shard_grad_ (or written there by the collective), so
+  // the memset and the add of a zeroed buffer are saved; finish_grad_sync() zeroes only if nothing came.
+  grad_pending_zero_ = true;
+}
+
+void FlatParamUnit::accumulate_grad(const at::Tensor& g) {
+  if (grad_pending_zero_) {
+    shard_grad_.copy_(g, /*non_blocking=*/false);  // casts and moves (device to pinned host) in one pass
   } else {
-    shard_grad_.zero_();
+    shard_grad_.add_(g.to(shard_grad_.device(), at::kFloat));
   }
+  grad_pending_zero_ = false;
 }
 
 void FlatParamUnit::finish_grad_sync() {
-  if (grad_pending_zero_ && !(pending_reduce_.valid() && pending_reduce_.output.is_same(shard_grad_))) {
-    shard_grad_.zero_();  // no reduction wrote it this step
-  }
-  grad_pending_zero_ = false;
   if (pending_replica_reduce_.valid() && !pending_reduce_.valid()) {
     options_.replicas->wait(pending_replica_reduce_);
-    shard_grad_.add_(pending_replica_reduce_.output.to(shard_grad_.device(), at::kFloat));
+    accumulate_grad(pending_replica_reduce_.output);
     pending_replica_reduce_ = PendingOp{};
     return;
   }
-  if (!pending_reduce_.valid()) return;
+  if (!pending_reduce_.valid()) {
+    if (grad_pending_zero_) shard_grad_.zero_();  // no reduction wrote it this step
+    grad_pending_zero_ = false;
+    return;
+  }
   comm_.wait(pending_reduce_);
-  if (!pending_reduce_.output.is_same(shard_grad_)) {
-    shard_grad_.add_(pending_reduce_.output.to(shard_grad_.device(), at::kFloat));
+  if (pending_reduce_.output.is_same(shard_grad_)) {
+    grad_pending_zero_ = false;  // the reduce-scatter wrote it directly
+  } else {
+    accumulate_grad(pending_reduce_.output);
   }
   pending_reduce_ = PendingOp{};
 }

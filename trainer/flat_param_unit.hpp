@@ -84,7 +84,7 @@ class FlatParamUnit {
   /// result goes into shard_grad() (hybrid: it stays pending for start_replica_reduce).
   void release_reduce_input();
   /// Starts a step's gradient: shard_grad() reads as zeros after finish_grad_sync() unless a reduction
-  /// wrote it (a unit whose reduce-scatter writes shard_grad() directly skips the memset).
+  /// wrote it (the first result of the step is copied in, or written there by the reduce-scatter: no memset).
   void zero_grad();
 
   at::Tensor& shard() { return shard_; }
@@ -114,6 +114,8 @@ class FlatParamUnit {
 
  private:
   void materialize();
+  /// shard_grad_ <- g (the step's first result) or shard_grad_ += g.
+  void accumulate_grad(const at::Tensor& g);
   bool sharded() const { return sharded_; }
   /// An uninitialised unsharded buffer (param dtype) from the pool, or the default allocator.
   at::Tensor new_unsharded() const;

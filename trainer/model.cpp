@@ -92,23 +92,22 @@ Rope make_rope(const ModelConfig& c, int64_t seq_len, at::ScalarType dtype, cons
 namespace {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  // Normalise in fp32 even for bf16 compute: the mean of squares loses too much in 8 bits of mantissa.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight;
+  // ATen's rms_norm accumulates in fp32 whatever the compute dtype (the mean of squares loses too much in
+  // bf16's 8 bits of mantissa), and on CUDA it is one fused kernel that saves only the input and 1/rms for
+  // backward: written out as pow/mean/rsqrt/mul it kept two fp32 copies of every normalised activation
+  // (measured on an H100: 2.2 GB more peak memory than PyTorch's nn.RMSNorm for the 150m config).
+  return at::rms_norm(x, {x.size(-1)}, weight, eps);
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
-  // x: [B, H, T, hd]; tables broadcast over batch and heads. Rotate-half as a swap of the two halves (one
-  // copy forward and backward; the sign is in rope.sin), not a negation and a concatenation of slices,
-  // whose backward zero-fills two full-size buffers.
-  const int64_t t = x.size(2);
+  // x: [B, T, H, hd], contiguous (straight out of the projection, before heads move forward), so the swap
+  // of the two halves is a view plus one copy. Rotate-half as that swap (the sign is in rope.sin), not a
+  // negation and a concatenation of slices, whose backward zero-fills two full-size buffers.
+  const int64_t t = x.size(1);
   const int64_t half = x.size(-1) / 2;
-  std::vector<int64_t> halves(x.sizes().begin(), x.sizes().end() - 1);
-  halves.push_back(2);
-  halves.push_back(half);
-  const at::Tensor swapped = x.reshape(halves).flip(-2).reshape(x.sizes());
-  return x * rope.cos.narrow(0, 0, t) + swapped * rope.sin.narrow(0, 0, t);
+  const at::Tensor swapped = x.view({x.size(0), t, x.size(2), 2, half}).flip(-2).view(x.sizes());
+  // Tables [T, hd] broadcast over batch and heads as [T, 1, hd].
+  return x * rope.cos.narrow(0, 0, t).unsqueeze(1) + swapped * rope.sin.narrow(0, 0, t).unsqueeze(1);
 }
 
 }  // namespace
@@ -123,11 +122,9 @@ at::Tensor block_forward(const at::Tensor& x, const std::vector<at::Tensor>& p, 
   const int64_t t = x.size(1);
   const int64_t hd = c.head_dim();
   at::Tensor h = rms_norm(x, p[0], c.norm_eps);
-  at::Tensor q = at::linear(h, p[1]).view({b, t, c.n_heads, hd}).transpose(1, 2);
-  at::Tensor k = at::linear(h, p[2]).view({b, t, c.kv_heads(), hd}).transpose(1, 2);
-  at::Tensor v = at::linear(h, p[3]).view({b, t, c.kv_heads(), hd}).transpose(1, 2);
-  q = apply_rope(q, rope);
-  k = apply_rope(k, rope);
+  const at::Tensor q = apply_rope(at::linear(h, p[1]).view({b, t, c.n_heads, hd}), rope).transpose(1, 2);
+  const at::Tensor k = apply_rope(at::linear(h, p[2]).view({b, t, c.kv_heads(), hd}), rope).transpose(1, 2);
+  const at::Tensor v = at::linear(h, p[3]).view({b, t, c.kv_heads(), hd}).transpose(1, 2);
   at::Tensor attn = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                      /*is_causal=*/true, /*scale=*/std::nullopt,
                                                      /*enable_gqa=*/c.kv_heads() != c.n_heads);

@@ -98,10 +98,11 @@ void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const Checkpo
 }
 
 at::Tensor loss_of(ShardedModel& model, const MicroBatch& mb, int64_t vocab) {
-  at::Tensor logits = model.forward(to_tensor(mb.inputs, mb.batch, mb.seq_len));
+  // The loss is always computed in fp32, whatever the compute dtype. The compute-dtype logits are not kept:
+  // at the loss's peak they would sit beside their fp32 copy and its log-softmax (4 GB for 1b at 16k tokens).
+  at::Tensor logits = model.forward(to_tensor(mb.inputs, mb.batch, mb.seq_len)).to(at::kFloat);
   at::Tensor targets = to_tensor(mb.targets, mb.batch, mb.seq_len).to(logits.device());
-  // The loss is always computed in fp32, whatever the compute dtype.
-  return at::cross_entropy_loss(logits.to(at::kFloat).view({-1, vocab}), targets.view({-1}));
+  return at::cross_entropy_loss(logits.view({-1, vocab}), targets.view({-1}));
 }
 
 double evaluate(ShardedModel& model, Communicator& comm, const TokenDataset& data, const TrainerConfig& c) {
