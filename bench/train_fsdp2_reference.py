@@ -99,6 +99,7 @@ def main():
     p.add_argument("--global-batch-size", type=int, default=0, help="instead of the config's train.global_batch_size")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute every block in backward")
     p.add_argument("--cpu-offload", action="store_true", help="FSDP2 CPUOffloadPolicy (CUDA)")
+    p.add_argument("--profile", action="store_true", help="print where GPU time goes over 3 steady steps")
     a = p.parse_args()
     cfg = json.load(open(a.config))
     m, t = cfg["model"], cfg["train"]
@@ -134,7 +135,11 @@ def main():
     g = torch.Generator().manual_seed(0)
     local = gb // world
     times = []
+    profiler = None
     for step in range(a.steps):
+        if a.profile and step == a.steps - 3:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            profiler.__enter__()
         starts = torch.randint(0, len(data) - seq - 1, (gb,), generator=g)[rank * local:(rank + 1) * local]
         x = torch.stack([data[s:s + seq] for s in starts]).to(device)
         y = torch.stack([data[s + 1:s + seq + 1] for s in starts]).to(device)
@@ -148,6 +153,9 @@ def main():
         dist.all_reduce(loss.detach())
         loss.item()  # CUDA: the step is done when the host has its loss
         times.append(time.perf_counter() - t0)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        print(profiler.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
     steady = times[min(5, len(times) - 1):]
     result = {"rank": rank, "tokens_per_s": gb * seq / statistics.median(steady), "final_loss": loss.item(),
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

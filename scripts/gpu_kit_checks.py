@@ -295,10 +295,31 @@ def check_offload_ac(kit):
         figures[tag] = {"tokens_per_s": round(tps), "peak_gpu_gib": gib(peak), "peak_rss_gib": gib(run["ranks"][0]["peak_rss_bytes"]),
                         "speed_vs_plain": round(tps / plain["tokens_per_s"], 3),
                         "memory_vs_plain": round(gib(peak) / plain["peak_gpu_gib"], 3)}
+    # FSDP2's CPUOffloadPolicy as the anchor for the offloaded run (its AdamW also steps on the host).
+    rrc, rout, ref = kit.reference("offload_1b_fsdp2", "1b.json", ["--data", data, "--global-batch-size", "8",
+                                                                     "--cpu-offload"], steps=8)
+    if ref is not None and "offload" in figures:
+        figures["offload"]["fsdp2_tokens_per_s"] = round(ref["tokens_per_s"])
+        figures["offload"]["fsdp2_peak_gpu_gib"] = gib(ref["device_peak_allocated_bytes"])
+    elif ref is None:
+        failed.append(f"FSDP2 offload reference exit {rrc}: {rout}")
     if failed:
         return "fail", "; ".join(failed), figures
     return "pass", "; ".join(f"{t}: x{figures[t]['speed_vs_plain']} speed, x{figures[t]['memory_vs_plain']} GPU memory"
-                             for t in ("offload", "ac")), figures
+                             for t in ("offload", "ac")) + \
+        f" (FSDP2 offloaded: {figures['offload'].get('fsdp2_tokens_per_s')} tok/s)", figures
+
+
+@check("profile_1b_fsdp2", needs_gpu=True, about="where GPU time goes in the 1b step (PyTorch profiler on the FSDP2 twin)")
+def check_profile(kit):
+    data = kit.tokens("tokens_u32.bin", 128256)
+    rc, out, ref = kit.reference("profile_1b_fsdp2", "1b.json", ["--data", data, "--global-batch-size", "8", "--profile"],
+                                 steps=10)
+    if ref is None:
+        return "fail", f"exit {rc}: {out}", {}
+    log = open(os.path.join(kit.work, "profile_1b_fsdp2.log")).read()
+    table = [l for l in log.splitlines() if l.startswith(("-", "Name", " ")) or "  " in l][:40]
+    return "pass", "kernel time table (3 steps) in figures", {"table": "\n".join(table)}
 
 
 def tiny_sets(kit, *extra):

@@ -70,6 +70,11 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   shard_ = offload ? shard_.pin_memory() : shard_.to(device_);
   // Pinned as well when offloaded: the device-to-host copy of each step's gradient is then one DMA.
   shard_grad_ = offload ? at::zeros_like(shard_).pin_memory() : at::zeros_like(shard_);
+  // On a GPU the gradient shard exists only from its unit's backward to the optimizer step, as PyTorch's
+  // zero_grad(set_to_none=True) does: the caching allocator makes that free, and the backward's peak (the
+  // loss's logits) then does not sit on top of every unit's gradient. On the CPU, freeing and re-faulting
+  // those pages every step would cost time; pinned (offloaded) host memory is slow to allocate.
+  release_grad_between_steps_ = device_.is_cuda() && !offload;
   anchor_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)).requires_grad_(true);
 
   int64_t offset = 0;
@@ -228,6 +233,7 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
     } else {
       // FlatParamUnit::finish_grad_sync() knows the output aliases shard_grad_ and skips the add.
       const bool direct = reduce_into_shard_grad_ && grad_pending_zero_ && !pending_reduce_.valid();
+      if (direct && !shard_grad_.defined()) shard_grad_ = at::empty({shard_numel_}, g.options());
       at::Tensor out = direct ? shard_grad_ : at::empty({shard_numel_}, g.options());
       if (direct) grad_pending_zero_ = false;
       pending_reduce_ = comm_.reduce_scatter(out, g);
@@ -265,10 +271,14 @@ void FlatParamUnit::zero_grad() {
   // Deferred: the step's first result is copied into shard_grad_ (or written there by the collective), so
   // the memset and the add of a zeroed buffer are saved; finish_grad_sync() zeroes only if nothing came.
   grad_pending_zero_ = true;
+  if (release_grad_between_steps_) shard_grad_ = at::Tensor();
 }
 
 void FlatParamUnit::accumulate_grad(const at::Tensor& g) {
-  if (grad_pending_zero_) {
+  if (grad_pending_zero_ && !shard_grad_.defined()) {
+    // A fresh fp32 result on the device (a reduction's own output) becomes the shard gradient as it is.
+    shard_grad_ = g.to(device_, at::kFloat);
+  } else if (grad_pending_zero_) {
     shard_grad_.copy_(g, /*non_blocking=*/false);  // casts and moves (device to pinned host) in one pass
   } else {
     shard_grad_.add_(g.to(shard_grad_.device(), at::kFloat));
@@ -284,7 +294,9 @@ void FlatParamUnit::finish_grad_sync() {
     return;
   }
   if (!pending_reduce_.valid()) {
-    if (grad_pending_zero_) shard_grad_.zero_();  // no reduction wrote it this step
+    if (grad_pending_zero_) {  // no reduction wrote it this step
+      shard_grad_ = shard_grad_.defined() ? shard_grad_.zero_() : at::zeros_like(shard_, shard_.options().device(device_));
+    }
     grad_pending_zero_ = false;
     return;
   }

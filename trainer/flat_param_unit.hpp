@@ -88,6 +88,7 @@ class FlatParamUnit {
   void zero_grad();
 
   at::Tensor& shard() { return shard_; }
+  /// Defined from the unit's gradient reduction until the next zero_grad() (on CUDA; always on the CPU).
   at::Tensor& shard_grad() { return shard_grad_; }
   /// What shard_grad() must be multiplied by to be the mean gradient over ranks: 1/ranks when the fp32
   /// reduction sums (the optimizer folds the division into its own pass), 1 when gradients were divided
@@ -146,6 +147,7 @@ class FlatParamUnit {
   bool sync_ = true;
   bool reduce_into_shard_grad_ = false;  // the reduce-scatter writes shard_grad_ itself (no copy, no add)
   bool grad_pending_zero_ = false;       // zero_grad() deferred: nothing has written shard_grad_ this step
+  bool release_grad_between_steps_ = false;  // CUDA: shard_grad_ is freed by zero_grad(), made by the backward
   double grad_scale_ = 1.0;
   std::vector<FlatParamUnit*> backward_prefetch_;
 };
