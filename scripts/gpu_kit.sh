@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_kit.sh fetch              HERE (Debian 12, network): the .deb files of the header/dev
 #                                         dependencies (~11 MB) into .gpu-kit/debs (git-ignored; carry it)
-#   scripts/gpu_kit.sh build [--hide-system-deps]
+#   scripts/gpu_kit.sh build [--hide-system-deps] [--no-trainer]
 #                                         THERE: unpack the .debs into a local prefix (never into /), configure
 #                                         against that prefix and the machine's own LibTorch, build meshrun,
 #                                         meshrun-rendezvous, meshrun-trainer (+ CUDA plugin), meshrun-nccl-bench
@@ -15,7 +15,8 @@
 #
 # --hide-system-deps (root): builds in a private mount namespace in which the system's copies of Boost,
 # CLI11, spdlog, fmt, nlohmann-json and zlib headers are hidden, proving the build uses the kit's prefix
-# alone (run it on the Debian machine, where those packages are installed).
+# alone (run it on the Debian machine, where those packages are installed). --no-trainer leaves LibTorch
+# out (the launcher, the daemon and, with CUDA, meshrun-nccl-bench: what tests/tools/gpu_kit_test.sh builds).
 # Environment: PYTHON (python3; its torch is the LibTorch built against), KIT_BUILD (build-gpu), JOBS (nproc).
 set -euo pipefail
 
@@ -76,6 +77,7 @@ configure_and_build() {
               "-DZLIB_ROOT=$PREFIX/usr" -DMESHRUN_BUILD_TESTS=OFF
               # Another compiler than Debian's may warn where ours does not: a first light must not stop there.
               -DMESHRUN_WERROR=OFF "-DPython3_EXECUTABLE=$(command -v "$PYTHON")")
+  [ "${KIT_NO_TRAINER:-0}" = 1 ] && args+=(-DMESHRUN_BUILD_TRAINER=OFF)
   if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
     # The NCCL of torch's wheel: the one libtorch_cuda was linked against (the toolkit may have none).
     args+=("-DNCCL_LIBRARY=$nccl_dir/lib/libnccl.so.2" "-DNCCL_INCLUDE_DIR=$nccl_dir/include")
@@ -122,8 +124,16 @@ build_hiding_system_deps() {
 }
 
 build() {
+  local hide=0
+  for arg in "$@"; do
+    case "$arg" in
+      --hide-system-deps) hide=1 ;;
+      --no-trainer) export KIT_NO_TRAINER=1 ;;
+      *) die "build: unknown option '$arg' (--hide-system-deps, --no-trainer)" ;;
+    esac
+  done
   unpack
-  if [ "${1:-}" = "--hide-system-deps" ]; then
+  if ((hide)); then
     export ROOT KIT DEBS PREFIX BUILD PYTHON JOBS
     build_hiding_system_deps
   else

@@ -208,8 +208,12 @@ PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) 
     out.copy_(in);
     return PendingOp{nullptr, out, in, {}};
   }
-  if (!stages_through_host(out)) return all_gather_on_backend(out, in);
-  PendingOp op = all_gather_on_backend(at::empty(out.sizes(), out.options().device(at::kCPU)), in.to(at::kCPU));
+  return stages_through_host(out) ? on_host_copies(&Communicator::all_gather_on_backend, out, in)
+                                   : all_gather_on_backend(out, in);
+}
+
+PendingOp Communicator::on_host_copies(CollectiveFn collective, const at::Tensor& out, const at::Tensor& in) {
+  PendingOp op = (this->*collective)(at::empty(out.sizes(), out.options().device(at::kCPU)), in.to(at::kCPU));
   op.host_output = std::exchange(op.output, out);
   op.host_input = std::exchange(op.input, in);
   return op;
@@ -243,11 +247,8 @@ PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& 
     out.copy_(in);
     return PendingOp{nullptr, out, in, {}};
   }
-  if (!stages_through_host(out)) return reduce_scatter_on_backend(out, in);
-  PendingOp op = reduce_scatter_on_backend(at::empty(out.sizes(), out.options().device(at::kCPU)), in.to(at::kCPU));
-  op.host_output = std::exchange(op.output, out);
-  op.host_input = std::exchange(op.input, in);
-  return op;
+  return stages_through_host(out) ? on_host_copies(&Communicator::reduce_scatter_on_backend, out, in)
+                                   : reduce_scatter_on_backend(out, in);
 }
 
 PendingOp Communicator::reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in) {

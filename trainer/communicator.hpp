@@ -99,8 +99,11 @@ class Communicator {
   explicit Communicator(const at::Device& device);  // out of line: members need c10d's complete types
   /// Gloo cannot read CUDA memory: collectives on CUDA tensors run on host copies.
   bool stages_through_host(const at::Tensor& t) const { return backend_name_ == "gloo" && t.is_cuda(); }
+  using CollectiveFn = PendingOp (Communicator::*)(const at::Tensor& out, const at::Tensor& in);
   PendingOp all_gather_on_backend(const at::Tensor& out, const at::Tensor& in);
   PendingOp reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in);
+  /// Runs `collective` on host copies of `out` and `in`; wait() copies the result back into `out`.
+  PendingOp on_host_copies(CollectiveFn collective, const at::Tensor& out, const at::Tensor& in);
   /// NCCL: records the compute stream's wait for `work` between two timing events.
   void wait_timed(c10d::Work& work);
 

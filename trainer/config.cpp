@@ -72,7 +72,7 @@ const std::vector<KeyDoc>& key_table() {
       {"checkpoint.on_signal", true, "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"},
       {"checkpoint.save_final", true, "save a checkpoint after the last step (needs checkpoint.dir)"},
       {"system.device", "auto", "auto | cpu | cuda (cuda uses device LOCAL_RANK)"},
-      {"system.backend", "auto", "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu)"},
+      {"system.backend", "auto", "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host memory and lets ranks share a GPU)"},
       {"system.threads", 0, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"},
       {"system.peak_flops", 1e11, "peak FLOP/s of one rank's device, for MFU"},
       {"system.timeout_s", 120.0, "store and collective timeout (start-up check included)"},
