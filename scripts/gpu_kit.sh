@@ -3,7 +3,8 @@
 # downloads), e.g. the device machine some developer sessions are lent. Two halves:
 #
 #   scripts/gpu_kit.sh fetch              HERE (Debian 12, network): the .deb files of the header/dev
-#                                         dependencies (~11 MB) into .gpu-kit/debs (git-ignored; carry it)
+#                                         dependencies (~11 MB) into .gpu-kit/debs (git-ignored; carry that
+#                                         folder alone: .gpu-kit/prefix, unpacked, is ~170 MB)
 #   scripts/gpu_kit.sh build [--hide-system-deps] [--no-trainer]
 #                                         THERE: unpack the .debs into a local prefix (never into /), configure
 #                                         against that prefix and the machine's own LibTorch, build meshrun,
@@ -39,7 +40,10 @@ fetch() {
   command -v apt-get >/dev/null || die "fetch runs on the Debian machine (it needs apt-get); 'build' runs there"
   mkdir -p "$DEBS"
   rm -f "$DEBS"/*.deb
-  (cd "$DEBS" && apt-get download "${PACKAGES[@]}" >/dev/null)
+  # An image whose package lists were cleaned knows no package: refresh them once and try again.
+  (cd "$DEBS" && apt-get download "${PACKAGES[@]}" >/dev/null 2>&1) ||
+    { apt-get update -qq && (cd "$DEBS" && apt-get download "${PACKAGES[@]}" >/dev/null); } ||
+    die "apt-get download ${PACKAGES[*]} failed (network, or run as root for apt-get update)"
   log "$(ls "$DEBS" | wc -l) packages, $(du -sh "$DEBS" | cut -f1) in $DEBS"
 }
 
