@@ -39,9 +39,11 @@ void AdamW::zero_grad() {
 
 double AdamW::global_grad_norm(Communicator* group) {
   at::Tensor sq = at::zeros({1}, units_.front()->shard().options().dtype(at::kDouble));
-  // One pass per shard, accumulated in double without materialising a double copy of the gradient.
+  // One fp32 pass per shard (ATen's cascade summation keeps it accurate), the shards summed in double. A
+  // norm computed in double converts every element: 4x slower on the CPU, where offloaded shards live
+  // (measured on 1.15B elements: 1.47 s vs 0.38 s).
   for (auto* u : units_) {
-    sq += at::linalg_vector_norm(u->shard_grad(), 2, {}, false, at::kDouble).square() * (u->grad_scale() * u->grad_scale());
+    sq += at::linalg_vector_norm(u->shard_grad(), 2).to(at::kDouble).square() * (u->grad_scale() * u->grad_scale());
   }
   if (group != nullptr && group->world_size() > 1) {
     sq = sq.to(group->device());  // offloaded shards live in host memory; the collective needs the device

@@ -115,8 +115,8 @@ class FlatParamUnit {
 
  private:
   void materialize();
-  /// shard_grad_ <- g (the step's first result) or shard_grad_ += g.
-  void accumulate_grad(const at::Tensor& g);
+  /// shard_grad_ <- result (the step's first) or shard_grad_ += result.
+  void accumulate_grad(const at::Tensor& result);
   bool sharded() const { return sharded_; }
   /// An uninitialised unsharded buffer (param dtype) from the pool, or the default allocator.
   at::Tensor new_unsharded() const;
