@@ -9,9 +9,9 @@
 
 #include "common/error.hpp"
 #include "launcher/node_rendezvous.hpp"
-#include "launcher/signal_set.hpp"
-#include "launcher/worker_env.hpp"
-#include "launcher/worker_group.hpp"
+#include "launcher/workers/signal_set.hpp"
+#include "launcher/workers/worker_env.hpp"
+#include "launcher/workers/worker_group.hpp"
 
 namespace meshrun::launcher {
 namespace {

@@ -14,8 +14,8 @@
 
 #include <string>
 
-#include "launcher/options.hpp"
-#include "launcher/worker_command.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/workers/worker_command.hpp"
 
 namespace meshrun::launcher {
 

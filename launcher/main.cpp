@@ -10,15 +10,12 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "launcher/agent.hpp"
-#include "launcher/options.hpp"
-#include "launcher/signal_set.hpp"
-#include "launcher/ssh_fanout.hpp"
-#include "launcher/worker_command.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/workers/signal_set.hpp"
+#include "launcher/hosts/ssh_fanout.hpp"
+#include "launcher/workers/worker_command.hpp"
 
-// Defined by launcher/CMakeLists.txt when the meshrun_diagnostics library is built.
-#ifdef MESHRUN_HAVE_DIAGNOSTICS
-#include "launcher/diagnostics/diagnostics.hpp"
-#endif
+#include "diagnostics/diagnostics.hpp"
 
 namespace {
 
@@ -40,13 +37,8 @@ int main(int argc, char** argv) {
 
   // Subcommands. `meshrun run ...` is the launcher itself; ping and check are the diagnostics.
   if (argc > 1 && (std::string(argv[1]) == "ping" || std::string(argv[1]) == "check")) {
-#ifdef MESHRUN_HAVE_DIAGNOSTICS
     return std::string(argv[1]) == "ping" ? diagnostics::run_ping_command(argc - 1, argv + 1)
                                           : diagnostics::run_check_command(argc - 1, argv + 1);
-#else
-    // DISPATCH POINT: launcher/diagnostics provides run_ping_command / run_check_command.
-    return fail(2, "`meshrun ping` and `meshrun check` are not built into this meshrun");
-#endif
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args.front() == "run") args.erase(args.begin());

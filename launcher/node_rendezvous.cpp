@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/error.hpp"
-#include "launcher/signal_set.hpp"
+#include "launcher/workers/signal_set.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::launcher {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "common/endpoint.hpp"
-#include "launcher/options.hpp"
+#include "launcher/cli/options.hpp"
 #include "proto/rendezvous_client.hpp"
 #include "proto/rendezvous_messages.hpp"
 

@@ -7,9 +7,9 @@
 
 #include "common/error.hpp"
 #include "trainer/config.hpp"
-#include "trainer/dist_env.hpp"
+#include "trainer/distributed/dist_env.hpp"
 #include "trainer/preemption.hpp"
-#include "trainer/safetensors_export.hpp"
+#include "trainer/checkpoint/safetensors_export.hpp"
 #include "trainer/trainer.hpp"
 
 int main(int argc, char** argv) {

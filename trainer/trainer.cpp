@@ -16,14 +16,14 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "common/error.hpp"
-#include "trainer/adamw.hpp"
-#include "trainer/checkpoint.hpp"
-#include "trainer/communicator.hpp"
-#include "trainer/dataset.hpp"
+#include "trainer/fsdp/adamw.hpp"
+#include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/distributed/communicator.hpp"
+#include "trainer/data/dataset.hpp"
 #include "trainer/metrics.hpp"
-#include "trainer/nccl_backend.hpp"
+#include "trainer/distributed/nccl_backend.hpp"
 #include "trainer/preemption.hpp"
-#include "trainer/sharded_model.hpp"
+#include "trainer/fsdp/sharded_model.hpp"
 
 namespace meshrun::trainer {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "trainer/config.hpp"
-#include "trainer/dist_env.hpp"
+#include "trainer/distributed/dist_env.hpp"
 
 namespace meshrun::trainer {
 

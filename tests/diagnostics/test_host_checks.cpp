@@ -10,12 +10,12 @@
 #include <cstdlib>
 
 #include "common/unique_fd.hpp"
-#include "launcher/diagnostics/check_report.hpp"
-#include "launcher/diagnostics/gpu_probe.hpp"
-#include "launcher/diagnostics/host_checks.hpp"
-#include "launcher/diagnostics/network_interfaces.hpp"
-#include "launcher/diagnostics/port_owner.hpp"
-#include "launcher/diagnostics/sample_stats.hpp"
+#include "diagnostics/check/check_report.hpp"
+#include "diagnostics/check/gpu_probe.hpp"
+#include "diagnostics/check/host_checks.hpp"
+#include "diagnostics/check/network_interfaces.hpp"
+#include "diagnostics/check/port_owner.hpp"
+#include "diagnostics/ping/sample_stats.hpp"
 
 using namespace meshrun;
 using namespace meshrun::diagnostics;

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "common/error.hpp"
-#include "launcher/diagnostics/peer_checks.hpp"
-#include "launcher/diagnostics/peer_matrix.hpp"
-#include "launcher/diagnostics/peer_schedule.hpp"
+#include "diagnostics/peers/peer_checks.hpp"
+#include "diagnostics/peers/peer_matrix.hpp"
+#include "diagnostics/peers/peer_schedule.hpp"
 
 using namespace meshrun;
 using namespace meshrun::diagnostics;

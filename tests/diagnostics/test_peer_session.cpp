@@ -1,7 +1,6 @@
 // run_peer_session against an in-process daemon on 127.0.0.1, one thread per instance: every pair
 // measured and the keys cleaned up, a peer that never comes (named, bounded wait), a peer whose
-// published address refuses connections (reported as such), a session that is already full; and the
-// NCCL unique id exchange of meshrun-nccl-bench.
+// published address refuses connections (reported as such), a session that is already full.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -12,9 +11,8 @@
 
 #include "common/error.hpp"
 #include "common/unique_fd.hpp"
-#include "launcher/diagnostics/nccl_id_exchange.hpp"
-#include "launcher/diagnostics/peer_checks.hpp"
-#include "launcher/diagnostics/peer_session.hpp"
+#include "diagnostics/peers/peer_checks.hpp"
+#include "diagnostics/peers/peer_session.hpp"
 #include "support/daemon.hpp"
 
 using namespace meshrun;
@@ -143,30 +141,5 @@ TEST_CASE("an instance beyond --peers is refused with the reason", "[peers][sess
     FAIL("a third instance of a 2-peer session was let in");
   } catch (const RemoteError& e) {
     CHECK(std::string(e.what()).find("already has 2 instance(s)") != std::string::npos);
-  }
-}
-
-TEST_CASE("the NCCL unique id travels from rank 0 through the store", "[nccl][store]") {
-  test::TestDaemon daemon;
-  auto rank0 = daemon.client();
-  auto rank1 = daemon.client();
-  const std::string id(128, '\x5a');
-  auto waiting = std::async(std::launch::async, [&] {
-    return exchange_unique_id(rank1, "meshrun/nccl-bench/0/unique_id", 1, "", 128, 10s);
-  });
-  CHECK(exchange_unique_id(rank0, "meshrun/nccl-bench/0/unique_id", 0, id, 128, 10s) == id);
-  CHECK(waiting.get() == id);
-
-  SECTION("a rank whose id never comes is told which key and rank 0") {
-    try {
-      exchange_unique_id(rank1, "meshrun/nccl-bench/9/unique_id", 3, "", 128, std::chrono::milliseconds(200));
-      FAIL("no timeout");
-    } catch (const TimeoutError& e) {
-      CHECK(std::string(e.what()).find("rank 3 did not receive the NCCL unique id (key 'meshrun/nccl-bench/9/unique_id'") == 0);
-    }
-  }
-  SECTION("an id of the wrong size is refused") {
-    rank0.set("meshrun/nccl-bench/7/unique_id", "short");
-    CHECK_THROWS_AS(exchange_unique_id(rank1, "meshrun/nccl-bench/7/unique_id", 1, "", 128, 1s), ProtocolError);
   }
 }

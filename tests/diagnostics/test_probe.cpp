@@ -2,7 +2,7 @@
 // named correctly.
 #include <catch2/catch.hpp>
 
-#include "launcher/diagnostics/probe.hpp"
+#include "diagnostics/ping/probe.hpp"
 #include "support/daemon.hpp"
 #include "tests/diagnostics/fake_peer.hpp"
 

@@ -3,10 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
-#include "launcher/env_file.hpp"
-#include "launcher/hostfile.hpp"
-#include "launcher/options.hpp"
-#include "launcher/ssh_fanout.hpp"
+#include "launcher/cli/env_file.hpp"
+#include "launcher/hosts/hostfile.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/hosts/ssh_fanout.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;

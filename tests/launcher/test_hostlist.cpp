@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
-#include "launcher/hostlist.hpp"
+#include "launcher/hosts/hostlist.hpp"
 #include "support/subprocess.hpp"
 
 using namespace meshrun;

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "common/error.hpp"
-#include "launcher/options.hpp"
+#include "launcher/cli/options.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;

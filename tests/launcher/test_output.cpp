@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "launcher/failure_summary.hpp"
-#include "launcher/output_pump.hpp"
+#include "launcher/workers/failure_summary.hpp"
+#include "launcher/workers/output_pump.hpp"
 #include "support/subprocess.hpp"
 
 using namespace meshrun;

@@ -3,8 +3,8 @@
 #include <map>
 
 #include "common/error.hpp"
-#include "launcher/options.hpp"
-#include "launcher/slurm_env.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/hosts/slurm_env.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;

@@ -2,8 +2,8 @@
 #include <catch2/catch.hpp>
 #include <map>
 
-#include "launcher/worker_command.hpp"
-#include "launcher/worker_env.hpp"
+#include "launcher/workers/worker_command.hpp"
+#include "launcher/workers/worker_env.hpp"
 
 using namespace meshrun::launcher;
 

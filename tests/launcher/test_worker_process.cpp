@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 
-#include "launcher/worker_process.hpp"
+#include "launcher/workers/worker_process.hpp"
 #include "support/subprocess.hpp"
 
 using namespace meshrun::launcher;

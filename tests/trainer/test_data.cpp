@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "common/error.hpp"
-#include "trainer/adamw.hpp"
-#include "trainer/dataset.hpp"
-#include "trainer/model.hpp"
+#include "trainer/fsdp/adamw.hpp"
+#include "trainer/data/dataset.hpp"
+#include "trainer/model/model.hpp"
 
 using namespace meshrun::trainer;
 

@@ -1,0 +1,123 @@
+// `meshrun check`: CLI wiring for run_checks (flags -> CheckOptions -> report on stdout).
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <iostream>
+
+#include "common/endpoint.hpp"
+#include "common/error.hpp"
+#include "diagnostics/check/check_suite.hpp"
+#include "diagnostics/diagnostics.hpp"
+
+namespace meshrun::diagnostics {
+namespace {
+
+int parse_count(const std::string& text, const std::string& spec) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 1) {
+    throw UsageError("--nnodes '" + spec + "': expected N or MIN:MAX with positive integers");
+  }
+  return value;
+}
+
+// "--nnodes 2" or "--nnodes 1:4", as torchrun takes it.
+void parse_nnodes(const std::string& spec, CheckOptions& options) {
+  const auto colon = spec.find(':');
+  options.min_nodes = parse_count(spec.substr(0, colon), spec);
+  options.max_nodes = colon == std::string::npos ? options.min_nodes : parse_count(spec.substr(colon + 1), spec);
+  if (options.max_nodes < options.min_nodes) {
+    throw UsageError("--nnodes '" + spec + "': MAX is smaller than MIN");
+  }
+  options.nnodes_given = true;
+}
+
+}  // namespace
+
+int run_check_command(int argc, char** argv) {
+  CLI::App app{"meshrun check: say why a multi-node job cannot start (this node, the endpoint, the run)",
+               "meshrun check"};
+  std::string endpoint_text;
+  std::string nnodes;
+  std::string nproc;
+  std::vector<uint16_t> ports;
+  double timeout_s = 2.0;
+  double bandwidth_mib = 8;
+  bool as_json = false;
+  double peers_timeout_s = 60;
+  double peer_mib = 256;
+  double peer_seconds = 2;
+  CheckOptions options;
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint_text, "Rendezvous daemon, HOST[:PORT] (default port 29400)");
+  app.add_option("--rdzv-id,--rdzv_id", options.run_id, "Run to inspect on the daemon (joined, missing, stale nodes)");
+  app.add_option("--nnodes", nnodes, "Nodes the job expects, N or MIN:MAX (multi-node enables reachability warnings)");
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc, "Workers per node, compared with the visible GPUs");
+  app.add_option("--port", ports, "Local port(s) that must be free for a daemon/master on this host "
+                                  "(default: 29400 and 29500)");
+  app.add_option("--timeout", timeout_s, "Seconds allowed for each network step")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 120.0));
+  app.add_flag("--json", as_json, "Print one JSON document instead of lines (fields: README.md (troubleshooting))");
+  app.add_flag("--bandwidth", options.bandwidth, "Also measure TCP throughput (GB/s) and latency (us) to the endpoint");
+  app.add_option("--bandwidth-mib", bandwidth_mib, "Value size for --bandwidth, in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 64.0));
+  app.add_option("--peers", options.peers,
+                 "Measure every pair of N nodes (implies --bandwidth): start this same command on each of the N "
+                 "nodes; --rdzv-id names the session")
+      ->check(CLI::Range(2, 4096));
+  app.add_option("--peers-timeout", peers_timeout_s, "Seconds the first instance waits for all --peers instances")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--peer-mib", peer_mib, "With --peers: MiB sent per pair and direction, at most")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 65536.0));
+  app.add_option("--peer-seconds", peer_seconds, "With --peers: seconds per pair and direction, at most")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 60.0));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (!endpoint_text.empty()) options.endpoint = parse_endpoint(endpoint_text, kDefaultRendezvousPort);
+    if (!options.run_id.empty() && !options.endpoint) {
+      throw UsageError("--rdzv-id needs --rdzv-endpoint (the daemon that knows the run)");
+    }
+    if (options.peers > 0) {
+      options.bandwidth = true;
+      if (options.run_id.empty()) {
+        throw UsageError("--peers needs --rdzv-id: the name every instance of this measurement shares");
+      }
+    }
+    if (options.bandwidth && !options.endpoint) throw UsageError("--bandwidth needs --rdzv-endpoint");
+    if (!nnodes.empty()) parse_nnodes(nnodes, options);
+    if (!nproc.empty() && nproc != "auto" && nproc != "gpu" && nproc != "cpu") {
+      int n = 0;
+      auto [ptr, ec] = std::from_chars(nproc.data(), nproc.data() + nproc.size(), n);
+      if (ec != std::errc() || ptr != nproc.data() + nproc.size() || n < 1) {
+        throw UsageError("--nproc-per-node '" + nproc + "': expected a positive integer, auto, gpu or cpu");
+      }
+      options.nproc_per_node = n;
+    }
+    options.ports = ports.empty() ? std::vector<uint16_t>{kDefaultRendezvousPort, kDefaultMasterPort} : ports;
+    options.timeout = from_seconds(timeout_s);
+    options.bandwidth_options.bytes = static_cast<size_t>(bandwidth_mib * 1024 * 1024);
+    options.peer_options.join_timeout = from_seconds(peers_timeout_s);
+    options.peer_options.bytes = static_cast<uint64_t>(peer_mib * 1024 * 1024);
+    options.peer_options.max_transfer = from_seconds(peer_seconds);
+  } catch (const UsageError& e) {
+    std::cerr << "meshrun check: " << e.what() << "\n";
+    return 2;
+  }
+  const CheckReport report = run_checks(options);
+  if (as_json) {
+    std::cout << report.to_json().dump(2) << std::endl;
+  } else {
+    std::cout << report.to_text() << std::flush;
+  }
+  return report.exit_code();
+}
+
+}  // namespace meshrun::diagnostics

@@ -1,0 +1,568 @@
+#include "launcher/cli/options.hpp"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "common/version.hpp"
+#include "launcher/hosts/slurm_env.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+constexpr uint16_t kDefaultRdzvPort = 29400;
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t pos = text.find(sep, start);
+    parts.push_back(text.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+std::optional<int> to_int(const std::string& text) {
+  int value = 0;
+  const auto* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+std::optional<double> to_double(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used != text.size()) return std::nullopt;
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool truthy(const std::string& v) {
+  std::string s = v;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s == "1" || s == "true" || s == "yes" || s == "on";
+}
+
+// One torchrun option: the dashed spelling (the underscore one is derived) and whether it is a flag.
+struct OptionName {
+  const char* dashed;  // "--nproc-per-node"
+  bool flag;
+};
+
+// Options that torchrun reads from PET_<DEST> when absent from argv.
+constexpr OptionName kEnvOptions[] = {
+    {"--nnodes", false},           {"--nproc-per-node", false},
+    {"--rdzv-backend", false},     {"--rdzv-endpoint", false},
+    {"--rdzv-id", false},          {"--rdzv-conf", false},
+    {"--standalone", true},        {"--max-restarts", false},
+    {"--monitor-interval", false}, {"--start-method", false},
+    {"--event-log-handler", false}, {"--role", false},
+    {"--module", true},            {"--no-python", true},
+    {"--run-path", true},          {"--log-dir", false},
+    {"--redirects", false},        {"--tee", false},
+    {"--log-line-prefix-template", false}, {"--local-ranks-filter", false},
+    {"--duplicate-stdout-filters", false}, {"--duplicate-stderr-filters", false},
+    {"--node-rank", false},        {"--master-addr", false},
+    {"--master-port", false},      {"--local-addr", false},
+    {"--signals-to-handle", false}, {"--shutdown-timeout", false},
+    {"--virtual-local-rank", true},
+};
+
+// "--nproc-per-node" -> "PET_NPROC_PER_NODE"
+std::string pet_name(const char* dashed) {
+  std::string name = "PET_";
+  for (const char* p = dashed + 2; *p; ++p) name += (*p == '-') ? '_' : static_cast<char>(std::toupper(*p));
+  return name;
+}
+
+// "--nproc-per-node" -> "--nproc-per-node,--nproc_per_node" (plus a short alias when torchrun has one).
+std::string both_spellings(const std::string& dashed, const char* short_name = nullptr) {
+  std::string underscored = dashed;
+  std::replace(underscored.begin() + 2, underscored.end(), '-', '_');
+  std::string names = short_name ? std::string(short_name) + "," + dashed : dashed;
+  if (underscored != dashed) names += "," + underscored;
+  return names;
+}
+
+// The argv that PET_* variables stand for; placed before the user's argv so explicit flags win.
+std::vector<std::string> env_arguments(const EnvLookup& env) {
+  std::vector<std::string> out;
+  for (const auto& opt : kEnvOptions) {
+    const auto value = env(pet_name(opt.dashed));
+    if (!value) continue;
+    if (opt.flag) {
+      if (truthy(*value)) out.emplace_back(opt.dashed);
+    } else {
+      out.push_back(std::string(opt.dashed) + "=" + *value);
+    }
+  }
+  return out;
+}
+
+double require_positive(double v, const std::string& what) {
+  if (!(v > 0)) throw UsageError(what + " must be greater than 0 (got " + std::to_string(v) + ")");
+  return v;
+}
+
+std::string help_footer() {
+  return "\nENTRYPOINT: a .py file or -m MODULE runs under `python -u` from PATH (or $PYTHON_EXEC); anything\n"
+         "else is executed directly. Everything after ENTRYPOINT goes to the workers untouched.\n"
+         "Also: `meshrun run ...` (same as meshrun ...), `meshrun ping`, `meshrun check`.\n"
+         "Exit codes: 0 success; the first failed worker's exit code (128+N when killed by signal N);\n"
+         "128+N when meshrun itself got signal N; 1 rendezvous/launcher errors; 2 bad options;\n"
+         "127 entrypoint not found. See the README.\n";
+}
+
+// Fills the rendezvous settings from SLURM's environment (see slurm_env.hpp); warns instead when SLURM
+// variables are present but srun did not start this process (e.g. meshrun run from the batch script).
+void apply_slurm(ParseResult& result, const EnvLookup& env) {
+  const auto job = detect_slurm_job(env);
+  if (!job) return;
+  LaunchOptions& o = result.options;
+  if (!job->under_srun) {
+    result.warnings.push_back("SLURM job " + job->job_id + " detected (SLURM_JOB_ID) but meshrun was not started by "
+                              "srun (no SLURM_STEP_ID): running a single node here; to use every node of the job, "
+                              "run `srun --ntasks-per-node=1 meshrun ...`");
+    return;
+  }
+  if (job->num_tasks > 0 && job->num_tasks != job->num_nodes) {
+    throw UsageError("srun started " + std::to_string(job->num_tasks) + " tasks on " + std::to_string(job->num_nodes) +
+                     " node(s), but meshrun needs exactly one task per node (it starts the workers itself): use "
+                     "`srun --ntasks-per-node=1 meshrun ...` (or pass --rdzv-endpoint to opt out of SLURM detection)");
+  }
+  if (job->first_host.empty()) {
+    throw UsageError("SLURM job " + job->job_id + ": SLURM_JOB_NODELIST is empty, cannot tell the rendezvous host; "
+                     "pass --rdzv-endpoint HOST:PORT");
+  }
+  o.backend = RdzvBackend::kC10d;
+  o.rdzv_endpoint = Endpoint{.host = job->first_host, .port = slurm_rdzv_port(job->job_id)};
+  if (!o.run_id_given) o.run_id = job->job_id;
+  if (!o.nnodes_given) o.min_nodes = o.max_nodes = job->num_nodes;
+  o.node_rank = job->node_id;
+  o.node_rank_given = true;
+  if (!o.nproc_given && job->gpus && *job->gpus > 0) o.nproc_per_node = *job->gpus;
+  o.slurm = true;
+  result.notes.push_back("SLURM job " + job->job_id + ": node " + std::to_string(job->node_id) + " of " +
+                         std::to_string(o.max_nodes) + ", rendezvous at " + o.rdzv_endpoint->to_string() + ", " +
+                         std::to_string(o.nproc_per_node) + " worker(s) per node");
+}
+
+}  // namespace
+
+int StreamMask::for_rank(int local_rank) const {
+  const auto it = by_rank.find(local_rank);
+  return it != by_rank.end() ? it->second : all;
+}
+
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const auto parts = split(text, ':');
+  const auto bad = [&](const std::string& why) {
+    return UsageError("--nnodes '" + text + "': " + why + " (expected N or MIN:MAX, e.g. --nnodes 2 or --nnodes 1:4)");
+  };
+  if (parts.size() > 2) throw bad("too many ':'");
+  const auto lo = to_int(trim(parts[0]));
+  const auto hi = parts.size() == 2 ? to_int(trim(parts[1])) : lo;
+  if (!lo || !hi) throw bad("not a number");
+  if (*lo <= 0) throw bad("the minimum number of nodes must be greater than 0");
+  if (*lo > *hi) throw bad("MIN is greater than MAX");
+  return {*lo, *hi};
+}
+
+StreamMask parse_stream_mask(const std::string& text, const std::string& flag) {
+  StreamMask mask;
+  const auto bad = [&](const std::string& why) {
+    return UsageError(flag + " '" + text + "': " + why +
+                      " (expected 0-3, or LOCAL_RANK:MASK pairs like 0:1,1:2; 1=stdout, 2=stderr, 3=both)");
+  };
+  const auto parse_bits = [&](const std::string& s) {
+    const auto v = to_int(trim(s));
+    if (!v || *v < 0 || *v > 3) throw bad("'" + s + "' is not a stream mask");
+    return *v;
+  };
+  if (trim(text).empty()) return mask;
+  if (text.find(':') == std::string::npos) {
+    mask.all = parse_bits(text);
+    return mask;
+  }
+  for (const auto& item : split(text, ',')) {
+    const auto kv = split(item, ':');
+    if (kv.size() != 2) throw bad("'" + item + "' is not LOCAL_RANK:MASK");
+    const auto rank = to_int(trim(kv[0]));
+    if (!rank || *rank < 0) throw bad("'" + kv[0] + "' is not a local rank");
+    mask.by_rank[*rank] = parse_bits(kv[1]);
+  }
+  return mask;
+}
+
+RdzvConf parse_rdzv_conf(const std::string& text) {
+  RdzvConf conf;
+  if (trim(text).empty()) return conf;
+  for (const auto& item : split(text, ',')) {
+    if (trim(item).empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw UsageError("--rdzv-conf: '" + item + "' is not KEY=VALUE (e.g. --rdzv-conf join_timeout=900)");
+    }
+    const std::string key = trim(item.substr(0, eq));
+    const std::string value = trim(item.substr(eq + 1));
+    const auto seconds = [&](double& field) {
+      const auto v = to_double(value);
+      if (!v || *v <= 0) throw UsageError("--rdzv-conf " + key + "='" + value + "': expected a positive number of seconds");
+      field = *v;
+    };
+    if (key == "join_timeout" || key == "timeout") {
+      seconds(conf.join_timeout_s);
+    } else if (key == "last_call_timeout") {
+      seconds(conf.last_call_timeout_s);
+    } else if (key == "close_timeout") {
+      seconds(conf.close_timeout_s);
+    } else if (key == "read_timeout") {
+      seconds(conf.read_timeout_s);
+    } else if (key == "heartbeat_timeout") {
+      seconds(conf.heartbeat_timeout_s);
+    } else if (key == "keep_alive_interval") {
+      seconds(conf.keep_alive_interval_s);
+    } else if (key == "keep_alive_max_attempt") {
+      const auto v = to_int(value);
+      if (!v || *v <= 0) throw UsageError("--rdzv-conf keep_alive_max_attempt='" + value + "': expected a positive integer");
+      conf.keep_alive_max_attempt = *v;
+    } else if (key == "is_host") {
+      conf.is_host = truthy(value);
+    } else if (key == "store_type" || key == "use_libuv" || key == "local_addr") {
+      // torchrun knobs of its own TCPStore; our daemon has one implementation, so they change nothing.
+    } else {
+      throw UsageError("--rdzv-conf: unknown key '" + key +
+                       "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
+                       "keep_alive_interval, keep_alive_max_attempt, is_host, store_type, use_libuv)");
+    }
+  }
+  return conf;
+}
+
+std::vector<int> parse_signal_list(const std::string& text) {
+  static constexpr std::pair<const char*, int> kNames[] = {
+      {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},   {"QUIT", SIGQUIT},
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"ALRM", SIGALRM}, {"CONT", SIGCONT},
+  };
+  std::vector<int> out;
+  for (const auto& raw : split(text, ',')) {
+    std::string name = trim(raw);
+    if (name.empty()) continue;
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
+    if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+    int sig = 0;
+    for (const auto& [n, s] : kNames) {
+      if (name == n) sig = s;
+    }
+    if (sig == 0) {
+      const auto num = to_int(name);
+      if (num && *num > 0 && *num < NSIG && *num != SIGKILL && *num != SIGSTOP && *num != SIGCHLD) sig = *num;
+    }
+    if (sig == 0) {
+      throw UsageError("--signals-to-handle: '" + raw +
+                       "' is not a signal that can be forwarded (use names like SIGTERM,SIGINT,SIGUSR1)");
+    }
+    if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
+  }
+  return out;
+}
+
+std::vector<int> default_forwarded_signals() { return {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}; }
+
+int resolve_nproc_per_node(const std::string& spec, const HostInfo& host) {
+  if (spec == "cpu") return std::max(1, host.cpu_count);
+  if (spec == "gpu" || spec == "cuda") {
+    if (host.gpu_count <= 0) {
+      throw UsageError("--nproc-per-node gpu: no GPU found on this host (use a number, or 'cpu')");
+    }
+    return host.gpu_count;
+  }
+  if (spec == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
+  if (spec == "xpu") throw UsageError("--nproc-per-node xpu: meshrun does not detect XPUs; give a number");
+  const auto n = to_int(spec);
+  if (!n || *n <= 0) {
+    throw UsageError("--nproc-per-node '" + spec + "': expected a positive number, auto, gpu or cpu");
+  }
+  return *n;
+}
+
+HostInfo detect_host_info() {
+  HostInfo info;
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  info.cpu_count = cpus > 0 ? static_cast<int>(cpus) : 1;
+  std::error_code ec;
+  int gpus = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)entry;
+    ++gpus;
+  }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr && gpus > 0) {
+    // The workers see only these; an empty value hides every GPU.
+    const std::string v = visible;
+    gpus = v.empty() ? 0 : std::min<int>(gpus, static_cast<int>(split(v, ',').size()));
+  }
+  info.gpu_count = gpus;
+  return info;
+}
+
+ParseResult parse_launch_options(const std::vector<std::string>& user_args, const EnvLookup& env,
+                                 const HostInfo& host) {
+  ParseResult result;
+  LaunchOptions& o = result.options;
+
+  CLI::App app{"meshrun: a drop-in torchrun replacement; starts workers in milliseconds and supervises them.",
+               "meshrun"};
+  app.footer(help_footer());
+  // Stop at the entrypoint: everything from it on belongs to the worker.
+  app.prefix_command();
+  // argparse semantics: a repeated option takes its last value (PET_* values come first, argv wins).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_version_flag("--version", std::string("meshrun ") + kVersion);
+
+  std::string nnodes = "1:1", backend = "static", endpoint, run_id = "none", conf, redirects = "0", tee = "0";
+  std::string filter, master_port, signals = "", start_method = "spawn", event_log_handler = "null";
+  std::string logs_specs, numa_binding, print_completion, dup_out, dup_err;
+  std::optional<double> shutdown_timeout;
+
+  auto* nnodes_opt = app.add_option(both_spellings("--nnodes"), nnodes, "Number of nodes: N or MIN:MAX (elastic)")
+      ->default_str("1:1");
+  auto* nproc_opt = app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
+      ->default_str("1");
+  auto* backend_opt =
+      app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d or static")->default_str("static");
+  auto* endpoint_opt =
+      app.add_option(both_spellings("--rdzv-endpoint"), endpoint, "Rendezvous endpoint HOST[:PORT] (port 29400)");
+  auto* id_opt = app.add_option(both_spellings("--rdzv-id"), run_id, "Job id shared by all nodes")->default_str("none");
+  app.add_option(both_spellings("--rdzv-conf"), conf,
+                 "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
+                 "keep_alive_max_attempt, heartbeat_timeout, is_host");
+  app.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
+  app.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("0");
+  app.add_option(both_spellings("--monitor-interval"), o.monitor_interval_s, "Seconds between worker checks")
+      ->default_str("0.1");
+  app.add_option(both_spellings("--start-method"), start_method, "Accepted for torchrun compatibility (no effect)")
+      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+  app.add_option(both_spellings("--event-log-handler"), event_log_handler,
+                 "Accepted for torchrun compatibility (no effect)");
+  app.add_option("--role", o.role, "Worker role name (ROLE_NAME)")->default_str("default");
+  auto* module_opt = app.add_flag("-m,--module", o.module, "Run ENTRYPOINT as `python -m ENTRYPOINT`");
+  auto* nopy_opt = app.add_flag(both_spellings("--no-python"), o.no_python, "Execute ENTRYPOINT directly");
+  auto* runpath_opt = app.add_flag(both_spellings("--run-path"), o.run_path, "Run ENTRYPOINT as a Python file");
+  app.add_option(both_spellings("--log-dir"), o.log_dir, "Write per-attempt, per-rank stdout/stderr files here");
+  app.add_option(both_spellings("--redirects", "-r"), redirects,
+                 "Send streams to log files only: 1=stdout 2=stderr 3=both, or 0:1,1:2 per local rank");
+  app.add_option(both_spellings("--tee", "-t"), tee, "Like --redirects but also to the console");
+  app.add_option(both_spellings("--log-line-prefix-template"), o.log_line_prefix_template,
+                 "Console line prefix; ${rank} ${local_rank} ${role_name} ${hostname}; default [rank${rank}]:");
+  app.add_option(both_spellings("--local-ranks-filter"), filter, "Only show these local ranks on the console: 0,1");
+  app.add_option(both_spellings("--duplicate-stdout-filters"), dup_out, "Accepted for torchrun compatibility (ignored)");
+  app.add_option(both_spellings("--duplicate-stderr-filters"), dup_err, "Accepted for torchrun compatibility (ignored)");
+  auto* node_rank_opt =
+      app.add_option(both_spellings("--node-rank"), o.node_rank, "This node's rank (static backend; c10d: requested)")
+          ->check(CLI::NonNegativeNumber);
+  auto* master_addr_opt =
+      app.add_option(both_spellings("--master-addr"), o.master_addr, "Static backend: node 0's address")
+          ->default_str("127.0.0.1");
+  auto* master_port_opt =
+      app.add_option(both_spellings("--master-port"), master_port, "Static backend: the daemon's port on node 0 (29500)");
+  app.add_option(both_spellings("--local-addr"), o.local_addr, "The address other nodes reach this node at");
+  app.add_option(both_spellings("--logs-specs"), logs_specs, "Accepted for torchrun compatibility (ignored)");
+  app.add_option(both_spellings("--numa-binding"), numa_binding, "Accepted for torchrun compatibility (ignored)");
+  app.add_option(both_spellings("--signals-to-handle"), signals,
+                 "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)");
+  app.add_option(both_spellings("--shutdown-timeout"), shutdown_timeout,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  app.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
+               "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
+  app.add_option(both_spellings("--print-completion"), print_completion, "Not supported by meshrun");
+  auto* hostfile_opt = app.add_option("-H,--hostfile", o.fanout.hostfile,
+                                      "Start one meshrun per host of FILE over ssh (lines: `host slots=N`)");
+  app.add_option("-i,--include", o.fanout.include, "With --hostfile: only these hosts/slots, e.g. node1@node2:0,1");
+  app.add_option("-e,--exclude", o.fanout.exclude, "With --hostfile: skip these hosts/slots, e.g. node3");
+  // One value per use (--export A --export B): a vector option would otherwise swallow the entrypoint.
+  app.add_option("--export", o.fanout.exports, "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--ssh-opts", o.fanout.ssh_opts, "With --hostfile: extra ssh arguments, e.g. \"-i ~/.ssh/k -p 2222\"");
+  app.add_option("--remote-meshrun", o.fanout.remote_meshrun,
+                 "With --hostfile: meshrun's path on the hosts (default: this binary's path)");
+  app.add_option("--ssh-connect-timeout", o.fanout.connect_timeout_s, "With --hostfile: ssh ConnectTimeout seconds")
+      ->default_str("10");
+  app.add_option(both_spellings("--log-level"), o.log_level, "meshrun's own log level: trace..error, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->default_str("warn");
+
+  std::vector<std::string> argv = env_arguments(env);
+  argv.insert(argv.end(), user_args.begin(), user_args.end());
+  // CLI11 wants the arguments in reverse order.
+  std::vector<std::string> reversed(argv.rbegin(), argv.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    result.print_and_exit = app.help();
+    return result;
+  } catch (const CLI::CallForAllHelp&) {
+    result.print_and_exit = app.help();
+    return result;
+  } catch (const CLI::CallForVersion&) {
+    result.print_and_exit = std::string("meshrun ") + kVersion + "\n";
+    return result;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  // The entrypoint and its arguments.
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") {
+    rest.erase(rest.begin());
+  } else if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-') {
+    throw UsageError("unknown option '" + rest.front() + "' (see meshrun --help; put the program after `--` if it "
+                     "really starts with '-')");
+  }
+  if (rest.empty()) throw UsageError("missing ENTRYPOINT: meshrun [OPTIONS] ENTRYPOINT [ARGS...] (see meshrun --help)");
+  o.entrypoint = rest.front();
+  o.args.assign(rest.begin() + 1, rest.end());
+  // What precedes the entrypoint (and a `--`) in the user's argv: meshrun's own options.
+  {
+    const size_t tail = o.args.size() + 1 + (user_args.size() >= o.args.size() + 2 &&
+                                                     user_args[user_args.size() - o.args.size() - 2] == "--"
+                                                 ? 1
+                                                 : 0);
+    if (user_args.size() >= tail) o.launcher_args.assign(user_args.begin(), user_args.end() - static_cast<long>(tail));
+  }
+
+  // Values that need more than a type check.
+  std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(nnodes);
+  o.nproc_per_node = resolve_nproc_per_node(o.nproc_spec, host);
+  if (backend == "c10d") {
+    o.backend = RdzvBackend::kC10d;
+  } else if (backend == "static") {
+    o.backend = RdzvBackend::kStatic;
+  } else if (backend == "etcd" || backend == "etcd-v2") {
+    throw UsageError("--rdzv-backend " + backend + ": etcd is not supported by meshrun; use c10d (meshrun hosts the "
+                     "rendezvous itself, or point --rdzv-endpoint at meshrun-rendezvous)");
+  } else {
+    throw UsageError("--rdzv-backend '" + backend + "': expected c10d or static");
+  }
+  if (!endpoint.empty()) o.rdzv_endpoint = parse_endpoint(endpoint, kDefaultRdzvPort);
+  o.run_id = run_id;
+  o.rdzv_conf = parse_rdzv_conf(conf);
+  require_positive(o.monitor_interval_s, "--monitor-interval");
+  o.redirects = parse_stream_mask(redirects, "--redirects");
+  o.tee = parse_stream_mask(tee, "--tee");
+  if (!trim(filter).empty()) {
+    std::set<int> ranks;
+    for (const auto& item : split(filter, ',')) {
+      const auto r = to_int(trim(item));
+      if (!r || *r < 0) throw UsageError("--local-ranks-filter '" + filter + "': '" + item + "' is not a local rank");
+      ranks.insert(*r);
+    }
+    o.local_ranks_filter = ranks;
+  }
+  o.node_rank_given = node_rank_opt->count() > 0;
+  if (master_port_opt->count() > 0) o.master_port = parse_port(master_port, "--master-port");
+  o.signals_to_handle = signals.empty() ? default_forwarded_signals() : parse_signal_list(signals);
+  if (shutdown_timeout) {
+    o.shutdown_timeout_s = *shutdown_timeout;
+  } else if (const auto v = env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+    const auto parsed = to_double(*v);
+    if (!parsed || *parsed < 0) throw UsageError("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='" + *v + "': expected seconds");
+    o.shutdown_timeout_s = *parsed;
+  }
+  if (o.shutdown_timeout_s < 0) throw UsageError("--shutdown-timeout must not be negative");
+
+  o.nnodes_given = nnodes_opt->count() > 0;
+  o.nproc_given = nproc_opt->count() > 0;
+  o.run_id_given = id_opt->count() > 0;
+
+  // Inside srun with no rendezvous flags: take nodes, rank, endpoint and run id from SLURM.
+  const bool rdzv_flags = o.standalone || backend_opt->count() > 0 || endpoint_opt->count() > 0 ||
+                          master_addr_opt->count() > 0 || master_port_opt->count() > 0 || o.node_rank_given;
+  if (!rdzv_flags && !hostfile_opt->count()) apply_slurm(result, env);
+
+  // Contradictions: fail now rather than hang later.
+  if (o.module && o.no_python) {
+    throw UsageError("--module and --no-python contradict each other: a module needs Python");
+  }
+  if (o.run_path && o.module) throw UsageError("--run-path and --module contradict each other: pick one");
+  if (o.run_path && o.no_python) {
+    result.warnings.push_back("--run-path takes precedence over --no-python (as in torchrun)");
+    o.no_python = false;
+  }
+  (void)module_opt;
+  (void)nopy_opt;
+  (void)runpath_opt;
+  if (o.standalone) {
+    if (o.max_nodes > 1) {
+      throw UsageError("--standalone runs a single node but --nnodes is " + nnodes +
+                       "; drop --standalone and give --rdzv-endpoint for multi-node runs");
+    }
+    if (backend_opt->count() > 0 && o.backend == RdzvBackend::kStatic) {
+      throw UsageError("--standalone uses the c10d rendezvous but --rdzv-backend static was given; drop one of them");
+    }
+    if (endpoint_opt->count() > 0 || id_opt->count() > 0) {
+      result.warnings.push_back("--standalone: --rdzv-endpoint and --rdzv-id are ignored (a local rendezvous on a "
+                                "free port with a random id is used, as in torchrun)");
+    }
+    o.backend = RdzvBackend::kC10d;
+    o.rdzv_endpoint.reset();
+  }
+  if (o.backend == RdzvBackend::kStatic) {
+    if (o.min_nodes != o.max_nodes) {
+      throw UsageError("--nnodes " + nnodes + ": the static backend needs a fixed node count; use --rdzv-backend c10d "
+                       "for an elastic range");
+    }
+    if (o.node_rank >= o.max_nodes) {
+      throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + nnodes +
+                       " (valid: 0.." + std::to_string(o.max_nodes - 1) + ")");
+    }
+    if (endpoint_opt->count() > 0 && master_addr_opt->count() == 0 && o.rdzv_endpoint) {
+      // torchrun's static backend takes the master from --rdzv-endpoint when given.
+      o.master_addr = o.rdzv_endpoint->host;
+      if (!o.master_port && endpoint.find(':') != std::string::npos) o.master_port = o.rdzv_endpoint->port;
+    }
+  } else if (!o.standalone && !o.rdzv_endpoint && o.max_nodes > 1) {
+    throw UsageError("--rdzv-backend c10d with --nnodes " + nnodes +
+                     " needs --rdzv-endpoint HOST[:PORT] (otherwise every node would form a world of its own)");
+  }
+  if (o.node_rank_given && o.backend == RdzvBackend::kC10d && o.node_rank >= o.max_nodes) {
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + nnodes);
+  }
+  if (!print_completion.empty()) {
+    throw UsageError("--print-completion is not supported by meshrun");
+  }
+  if (event_log_handler != "null") {
+    result.warnings.push_back("--event-log-handler " + event_log_handler + " is ignored by meshrun");
+  }
+  if (!logs_specs.empty()) result.warnings.push_back("--logs-specs is a Python plugin hook; meshrun ignores it");
+  if (!numa_binding.empty()) result.warnings.push_back("--numa-binding is not implemented by meshrun; ignored");
+  if (!dup_out.empty() || !dup_err.empty()) {
+    result.warnings.push_back("--duplicate-stdout/stderr-filters are not implemented by meshrun; ignored");
+  }
+  if (o.standalone) o.run_id.clear();  // the agent picks a random id, as torchrun does
+  return result;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,33 @@
+// WorkerCommand: the program and argv each worker runs, resolved once before launch (PATH search included,
+// so a missing entrypoint fails before any rendezvous and the fork child never searches PATH).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "launcher/cli/options.hpp"
+
+namespace meshrun::launcher {
+
+/// The entrypoint (or the Python to run it) cannot be found or executed. main() exits 127.
+class EntrypointError : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
+struct WorkerCommand {
+  std::string executable;          // path handed to execve
+  std::vector<std::string> argv;   // argv[0] included
+};
+
+/// .py entrypoints, -m and --run-path run under `<python> -u`; --no-python and anything else run directly.
+/// `path_env` is $PATH; `python_exec` is $PYTHON_EXEC when set. Throws EntrypointError.
+WorkerCommand build_worker_command(const LaunchOptions& options, const std::string& path_env,
+                                   const std::optional<std::string>& python_exec);
+
+/// The first executable `name` in the ':'-separated `path_env`; names with a '/' are checked as given.
+std::optional<std::string> find_executable(const std::string& name, const std::string& path_env);
+
+}  // namespace meshrun::launcher

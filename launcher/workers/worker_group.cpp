@@ -1,0 +1,245 @@
+#include "launcher/workers/worker_group.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "launcher/workers/signal_set.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+constexpr size_t kTailLines = 20;
+constexpr const char* kDefaultPrefix = "[rank${rank}]:";
+
+UniqueFd open_log(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
+    throw SpawnError("cannot open log file " + path + ": " + std::strerror(errno) + " (check --log-dir)", errno);
+  }
+  return fd;
+}
+
+std::pair<UniqueFd, UniqueFd> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw SpawnError(std::string("cannot create a pipe for worker output: ") + std::strerror(errno), errno);
+  }
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// Where one stream of one worker goes.
+struct StreamRoute {
+  bool console = false;
+  bool file = false;
+};
+
+StreamRoute route(const GroupSpec& spec, int local_rank, int bit) {
+  const bool redirect = (spec.redirects.for_rank(local_rank) & bit) != 0;
+  const bool tee = (spec.tee.for_rank(local_rank) & bit) != 0;
+  const bool shown = !spec.local_ranks_filter || spec.local_ranks_filter->count(local_rank) > 0;
+  return {.console = (!redirect || tee) && shown, .file = spec.log_files || redirect || tee};
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(const GroupSpec& spec)
+    : attempt_(spec.attempt), role_(spec.settings.role), hostname_(spec.hostname) {
+  const WorkerEnvironment env(spec.base_env, spec.settings);
+  const std::string& tmpl = spec.prefix_template.empty() ? std::string(kDefaultPrefix) : spec.prefix_template;
+  const int n = spec.settings.local_world_size;
+  workers_.resize(static_cast<size_t>(n));
+  UniqueFd dev_null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  // A terminal stays with the launcher: workers run in background process groups, where reading it would stop them.
+  const int stdin_fd = ::isatty(0) ? -1 : 0;
+  try {
+    for (int lr = 0; lr < n; ++lr) {
+      Worker& w = workers_[static_cast<size_t>(lr)];
+      w.local_rank = lr;
+      w.rank = spec.settings.rank_offset + lr;
+      w.dir = spec.attempt_dir + "/" + std::to_string(w.rank);
+      std::error_code ec;
+      std::filesystem::create_directories(w.dir, ec);
+      if (ec) throw SpawnError("cannot create " + w.dir + ": " + ec.message() + " (check --log-dir)", ec.value());
+      w.error_file = w.dir + "/error.json";
+      const std::string prefix = expand_prefix(tmpl, w.rank, lr, spec.settings.role, spec.hostname);
+
+      SpawnSpec s{.executable = spec.command.executable,
+                  .argv = spec.command.argv,
+                  .env = env.for_worker({.local_rank = lr, .error_file = w.error_file}),
+                  .stdin_fd = stdin_fd,
+                  .stdout_fd = 1,
+                  .stderr_fd = 2,
+                  .child_sigmask = spec.child_sigmask};
+      // The child ends of pipes/files must stay open until fork() has copied them.
+      UniqueFd child_out, child_err;
+      const auto plan = [&](int bit, int console_fd, std::string& log_path, std::unique_ptr<OutputPump>& pump,
+                            UniqueFd& child_end, int& spec_fd) {
+        const StreamRoute r = route(spec, lr, bit);
+        const bool keep_tail = (bit == 2);
+        UniqueFd file;
+        if (r.file) {
+          log_path = w.dir + (bit == 1 ? "/stdout.log" : "/stderr.log");
+          file = open_log(log_path);
+        }
+        if (r.console || (keep_tail && !r.file)) {
+          auto [read_end, write_end] = make_pipe();
+          pump = std::make_unique<OutputPump>(std::move(read_end), prefix, r.console ? console_fd : -1,
+                                              std::move(file), keep_tail ? kTailLines : 0);
+          child_end = std::move(write_end);
+        } else if (r.file) {
+          child_end = std::move(file);  // file only: the worker writes it directly
+        } else {
+          spec_fd = dev_null.get();
+          return;
+        }
+        spec_fd = child_end.get();
+      };
+      plan(1, 1, w.stdout_log, w.out, child_out, s.stdout_fd);
+      plan(2, 2, w.stderr_log, w.err, child_err, s.stderr_fd);
+      w.process.emplace(WorkerProcess::spawn(s));
+    }
+    // Each exec is confirmed after all forks, so the workers start in parallel.
+    for (auto& w : workers_) w.process->confirm_exec();
+  } catch (...) {
+    finish();
+    throw;
+  }
+}
+
+WorkerGroup::~WorkerGroup() { finish(); }
+
+void WorkerGroup::observe_exits() {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = workers_[i];
+    if (!w.process || !w.process->running()) continue;
+    if (w.process->poll()) {
+      w.exit_time = std::chrono::system_clock::now();
+      if (!w.process->status()->ok() && !first_failure_) first_failure_ = i;
+    }
+  }
+}
+
+std::vector<int> WorkerGroup::wait(SignalSet& signals, std::chrono::milliseconds timeout) {
+  std::vector<pollfd> fds;
+  fds.reserve(workers_.size() * 2 + 1);
+  fds.push_back({signals.fd(), POLLIN, 0});
+  std::vector<OutputPump*> pumps;
+  for (auto& w : workers_) {
+    for (OutputPump* p : {w.out.get(), w.err.get()}) {
+      if (p != nullptr && p->open()) {
+        fds.push_back({p->fd(), POLLIN, 0});
+        pumps.push_back(p);
+      }
+    }
+  }
+  const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+  std::vector<int> received;
+  if (ready > 0) {
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) pumps[i - 1]->on_readable();
+    }
+    if (fds[0].revents != 0) {
+      for (int sig : signals.drain()) {
+        if (sig != SIGCHLD) received.push_back(sig);
+      }
+    }
+  }
+  observe_exits();
+  return received;
+}
+
+bool WorkerGroup::all_exited() const {
+  for (const auto& w : workers_) {
+    if (w.process && w.process->running()) return false;
+  }
+  return true;
+}
+
+void WorkerGroup::signal_all(int sig) {
+  for (auto& w : workers_) {
+    if (w.process && w.process->running()) w.process->signal_group(sig);
+  }
+}
+
+std::vector<int> WorkerGroup::stop(SignalSet& signals, std::chrono::milliseconds grace, int first_signal) {
+  std::vector<int> received;
+  observe_exits();
+  if (!all_exited()) {
+    if (first_signal != 0) signal_all(first_signal);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    while (!all_exited()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      bool urgent = false;
+      for (int sig : wait(signals, std::min(left, std::chrono::milliseconds(100)))) {
+        received.push_back(sig);
+        if (sig == SIGINT || sig == SIGTERM) urgent = true;  // asked twice: no more grace
+      }
+      if (urgent) break;
+    }
+  }
+  finish();
+  return received;
+}
+
+void WorkerGroup::finish() {
+  if (finished_) return;
+  finished_ = true;
+  observe_exits();
+  // Group-wide SIGKILL also ends whatever the workers forked, then the leaders are reaped.
+  for (auto& w : workers_) {
+    if (!w.process) continue;
+    const bool was_running = w.process->running();
+    w.process->reap();
+    if (was_running) w.exit_time = std::chrono::system_clock::now();
+  }
+  // The pipes have no writers left: read what remains.
+  for (auto& w : workers_) {
+    for (OutputPump* p : {w.out.get(), w.err.get()}) {
+      if (p == nullptr) continue;
+      while (p->open() && p->on_readable()) {
+        // A live writer outside the group (it escaped with setsid) could keep the pipe open forever.
+        if (p->open()) {
+          pollfd pfd{p->fd(), POLLIN, 0};
+          if (::poll(&pfd, 1, 0) <= 0) break;
+        }
+      }
+      p->finish();
+    }
+  }
+}
+
+FailureInfo WorkerGroup::failure_info(size_t index) const {
+  const Worker& w = workers_.at(index);
+  FailureInfo f;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.role = role_;
+  f.host = hostname_;
+  f.pid = w.process ? w.process->pid() : 0;
+  if (w.process && w.process->status()) f.status = *w.process->status();
+  f.time = w.exit_time;
+  f.attempt = attempt_;
+  f.error_file = w.error_file;
+  if (std::ifstream in(w.error_file); in) {
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    f.error_file_contents = ss.str();
+  }
+  if (w.err) {
+    f.stderr_tail.assign(w.err->tail().begin(), w.err->tail().end());
+  } else if (!w.stderr_log.empty()) {
+    f.stderr_tail = read_tail(w.stderr_log, kTailLines);
+  }
+  f.stderr_log = w.stderr_log;
+  return f;
+}
+
+}  // namespace meshrun::launcher

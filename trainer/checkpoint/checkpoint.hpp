@@ -1,0 +1,72 @@
+// Checkpoints: <checkpoint.dir>/step_<N>/ holds the data files and one metadata.json, written last.
+//
+//   sharded: every rank that owns a distinct shard writes rank<R>.bin (its fp32 parameter chunk and AdamW
+//            moments, padding excluded) in parallel; replicas (NO_SHARD, HYBRID_*) write once.
+//   full:    rank 0 writes full.bin, gathered one unit (and one tensor kind) at a time.
+//
+// metadata.json maps every tensor's global name ("model.block3.wq", "optim.exp_avg.block3.wq", ...),
+// shape and dtype to chunks: {file, byte offset, element range of the flattened tensor, CRC-32}. Chunks
+// are 1-D ranges of the row-major tensor (our shards are flat), so any layout can read any other: a
+// loading rank computes its own range under its own world size and strategy and reads just the chunks
+// that overlap it (resharding on load, no communication). A step folder without metadata.json is an
+// interrupted save and is never loaded.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/fsdp/adamw.hpp"
+#include "trainer/distributed/communicator.hpp"
+#include "trainer/config.hpp"
+#include "trainer/fsdp/sharded_model.hpp"
+
+namespace meshrun::trainer {
+
+/// Where training stands; everything else (data position, learning rate) is a function of it and the config.
+struct TrainState {
+  int64_t step = 0;             // optimizer steps completed
+  int64_t optimizer_steps = 0;  // AdamW's bias-correction count
+};
+
+struct CheckpointStats {
+  std::string path;
+  int64_t bytes = 0;  // data bytes written or read, all ranks together
+  double seconds = 0;
+};
+
+/// Saves the model and optimizer as <config.checkpoint.dir>/step_<N>. Collective over `world`; returns once
+/// the checkpoint is complete (metadata.json committed). Rank 0 then drops all but the newest keep_last.
+CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
+                                Communicator& world, const TrainState& state);
+
+/// Loads a checkpoint saved with any world size, strategy or format into this layout. Collective over
+/// `world`: if any rank refuses the checkpoint (missing, truncated or corrupted file, other model shape),
+/// every rank throws, and the refusing rank's message names the file.
+TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model,
+                           AdamW& optimizer, Communicator& world, CheckpointStats* stats = nullptr);
+
+/// The newest step_<N> folder under `dir` that has a metadata.json, if any.
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+/// Reads tensors of a checkpoint by global name, checking sizes and CRCs (export, tests).
+class CheckpointReader {
+ public:
+  /// Throws meshrun::Error naming the file when metadata.json or a data file is missing or truncated.
+  explicit CheckpointReader(std::string path);
+  const nlohmann::json& metadata() const { return meta_; }
+  /// Global names in metadata order.
+  std::vector<std::string> names() const;
+  std::vector<int64_t> shape(const std::string& name) const;
+  /// Elements [begin, begin + count) of the flattened tensor into dst; throws naming the file on a CRC mismatch.
+  void read(const std::string& name, int64_t begin, int64_t count, float* dst) const;
+
+ private:
+  std::string path_;
+  nlohmann::json meta_;
+};
+
+}  // namespace meshrun::trainer
