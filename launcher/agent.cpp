@@ -2,10 +2,10 @@
 
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
 #include "launcher/node_rendezvous.hpp"
@@ -26,7 +26,15 @@ void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c
 // How one attempt ended.
 struct AttemptResult {
   // kRunFailed: the daemon declared the whole run failed; kRendezvousLost: the daemon stopped answering.
-  enum Kind { kSucceeded, kWorkerFailed, kRemoteRestart, kScaleUp, kRunFailed, kRendezvousLost, kSignaled } kind = kSucceeded;
+  enum Kind {
+    kSucceeded,
+    kWorkerFailed,
+    kRemoteRestart,
+    kScaleUp,
+    kRunFailed,
+    kRendezvousLost,
+    kSignaled
+  } kind = kSucceeded;
   int exit_code = 0;   // kWorkerFailed: the worker's code; kSignaled: 128+signal
   std::string reason;  // for the daemon and the user
 };
@@ -144,8 +152,9 @@ int Agent::run() {
             break;
           }
           std::fputs(format_failure_summary(info).c_str(), stderr);
-          result = {AttemptResult::kWorkerFailed, info.status.exit_code(),
-                    "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe()};
+          result = {
+              AttemptResult::kWorkerFailed, info.status.exit_code(),
+              "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe()};
           break;
         }
         if (group.all_exited()) {
@@ -179,8 +188,8 @@ int Agent::run() {
                          options_.rdzv_conf.keep_alive_max_attempt, e.what());
             if (heartbeat_failures >= options_.rdzv_conf.keep_alive_max_attempt) {
               const std::string reason = "lost the rendezvous at " + rdzv.endpoint().to_string() + ": " +
-                                         std::to_string(heartbeat_failures) + " heartbeats in a row failed (last: " +
-                                         e.what() + ")";
+                                         std::to_string(heartbeat_failures) +
+                                         " heartbeats in a row failed (last: " + e.what() + ")";
               say(reason + "; stopping the workers (is the rendezvous host up? see `meshrun ping " +
                   rdzv.endpoint().to_string() + "`)");
               group.stop(signals_, grace);
@@ -200,15 +209,12 @@ int Agent::run() {
         rdzv.leave(result.reason, true);
         rdzv.wait_for_other_nodes();
         return rdzv.interrupted_by() ? 128 + rdzv.interrupted_by() : 0;
-      case AttemptResult::kSignaled:
-        rdzv.leave(result.reason, false);
-        return result.exit_code;
+      case AttemptResult::kSignaled: rdzv.leave(result.reason, false); return result.exit_code;
       case AttemptResult::kRunFailed:
         rdzv.leave(result.reason, false);
         rdzv.linger_for_others();
         return result.exit_code;
-      case AttemptResult::kRendezvousLost:
-        return result.exit_code;  // nobody to tell
+      case AttemptResult::kRendezvousLost: return result.exit_code;  // nobody to tell
       case AttemptResult::kScaleUp:
         say("re-rendezvous to admit a waiting node (not counted against --max-restarts)");
         break;

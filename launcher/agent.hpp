@@ -35,7 +35,7 @@ class Agent {
   const LaunchOptions& options_;
   WorkerCommand command_;
   SignalSet& signals_;
-  std::string log_root_;       // <log-dir>/<run id>, or a temporary folder
+  std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
 };
 

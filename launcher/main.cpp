@@ -1,9 +1,9 @@
 // meshrun: parse -> resolve the entrypoint -> block signals -> Agent::run() -> exit code.
 // Exit codes: 0 ok; a failed worker's code (128+N for signal N); 128+N when meshrun got signal N;
 // 1 rendezvous/launcher errors; 2 bad options; 127 entrypoint not found or not executable.
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <cstdlib>
-#include <spdlog/spdlog.h>
 #include <string>
 #include <vector>
 
@@ -11,8 +11,8 @@
 #include "common/logging.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/cli/options.hpp"
-#include "launcher/workers/signal_set.hpp"
 #include "launcher/hosts/ssh_fanout.hpp"
+#include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_command.hpp"
 
 #include "diagnostics/diagnostics.hpp"

@@ -5,9 +5,9 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <random>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "common/error.hpp"
@@ -42,8 +42,8 @@ std::string describe_waiting(const proto::AwaitReply& r) {
   for (int m : r.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(m);
   char times[64];
   std::snprintf(times, sizeof(times), "%.0f s of %.0f s", r.waited_s, r.join_timeout_s);
-  std::string text = "waiting for nodes: " + std::to_string(r.joined.size()) + "/" + std::to_string(r.min_nodes) +
-                     " joined";
+  std::string text =
+      "waiting for nodes: " + std::to_string(r.joined.size()) + "/" + std::to_string(r.min_nodes) + " joined";
   if (r.max_nodes != r.min_nodes) text += " (max " + std::to_string(r.max_nodes) + ")";
   if (!have.empty() || !missing.empty()) {
     text += " (" + (have.empty() ? std::string("none yet") : "have " + have) +
@@ -67,8 +67,9 @@ bool is_local_host(const std::string& host) {
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
     for (auto* p = res; p != nullptr; p = p->ai_next) {
       char buf[INET6_ADDRSTRLEN] = {};
-      const void* a = p->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
-                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
+      const void* a = p->ai_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
       if (::inet_ntop(p->ai_family, a, buf, sizeof(buf)) != nullptr) addrs.emplace_back(buf);
     }
     ::freeaddrinfo(res);
@@ -81,8 +82,9 @@ bool is_local_host(const std::string& host) {
     const int family = i->ifa_addr->sa_family;
     if (family != AF_INET && family != AF_INET6) continue;
     char buf[INET6_ADDRSTRLEN] = {};
-    const void* a = family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
-                                      : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+    const void* a = family == AF_INET
+                        ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
     if (::inet_ntop(family, a, buf, sizeof(buf)) == nullptr) continue;
     for (const auto& candidate : addrs) local = local || candidate == buf;
   }
@@ -173,8 +175,8 @@ void NodeRendezvous::connect() {
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
         throw TimeoutError("cannot reach the rendezvous at " + endpoint_.to_string() + " within the join timeout (" +
-                           std::to_string(static_cast<int>(options_.rdzv_conf.join_timeout_s)) +
-                           " s): " + e.what() + " (is the hosting node up? is the endpoint right?)");
+                           std::to_string(static_cast<int>(options_.rdzv_conf.join_timeout_s)) + " s): " + e.what() +
+                           " (is the hosting node up? is the endpoint right?)");
       }
       if (now >= next_note) {
         std::fprintf(stderr, "meshrun: waiting for the rendezvous at %s (%s) \u2014 %.0f s of %.0f s\n",

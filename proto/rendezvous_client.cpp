@@ -13,7 +13,8 @@ std::string RendezvousClient::join(const JoinRequest& request) {
 }
 
 AwaitReply RendezvousClient::await(const std::string& run_id, const std::string& node_id, Duration timeout) {
-  const nlohmann::json j = {{"op", "await"}, {"run_id", run_id}, {"node_id", node_id}, {"timeout_s", to_seconds(timeout)}};
+  const nlohmann::json j = {
+      {"op", "await"}, {"run_id", run_id}, {"node_id", node_id}, {"timeout_s", to_seconds(timeout)}};
   // The daemon answers by `timeout` at the latest; allow for the round trip on top.
   return client_.meshrun(j, timeout + std::chrono::seconds(10)).get<AwaitReply>();
 }

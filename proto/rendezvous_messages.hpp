@@ -34,15 +34,15 @@ struct Hello {
 
 struct JoinRequest {
   std::string run_id;
-  std::string host;                  // host name, for messages
-  std::string addr;                  // address other nodes can reach this node at
-  int local_world_size = 1;          // workers on this node
+  std::string host;          // host name, for messages
+  std::string addr;          // address other nodes can reach this node at
+  int local_world_size = 1;  // workers on this node
   int min_nodes = 1;
   int max_nodes = 1;
-  int requested_rank = -1;           // --node-rank, or -1
-  double last_call_timeout_s = 30;   // wait for stragglers after min_nodes joined
-  double join_timeout_s = 600;       // give up joining after this
-  double keep_alive_timeout_s = 3;   // declared dead after this long without a heartbeat
+  int requested_rank = -1;          // --node-rank, or -1
+  double last_call_timeout_s = 30;  // wait for stragglers after min_nodes joined
+  double join_timeout_s = 600;      // give up joining after this
+  double keep_alive_timeout_s = 3;  // declared dead after this long without a heartbeat
   int64_t pid = 0;
 };
 
@@ -51,7 +51,7 @@ struct NodeInfo {
   std::string host;
   std::string addr;
   int local_world_size = 0;
-  int group_rank = -1;        // -1 until assigned
+  int group_rank = -1;  // -1 until assigned
   int requested_rank = -1;
   double since_heartbeat_s = 0;
   bool alive = true;
@@ -63,10 +63,10 @@ struct Assignment {
   int64_t round = 0;
   int group_rank = 0;
   int group_world_size = 0;
-  int world_size = 0;       // sum of local_world_size over the round
-  int rank_offset = 0;      // global rank of this node's local rank 0
-  std::string master_addr;  // workers' TCPStore host: the daemon's host as the agent reaches it
-  int master_port = 0;      // a store port private to this run (isolated key space)
+  int world_size = 0;           // sum of local_world_size over the round
+  int rank_offset = 0;          // global rank of this node's local rank 0
+  std::string master_addr;      // workers' TCPStore host: the daemon's host as the agent reaches it
+  int master_port = 0;          // a store port private to this run (isolated key space)
   std::vector<NodeInfo> nodes;  // every node, in group-rank order (empty above kMaxNodesInAssignment)
 };
 
@@ -87,9 +87,9 @@ struct AwaitReply {
 
 struct HeartbeatReply {
   int64_t round = 0;
-  std::string action;   // "continue", "restart" or "fail"
-  std::string reason;   // why a restart is needed (the event that opened the current round)
-  std::string cause;    // restart cause: "node_lost", "worker_failed", "node_left", "scale_up"
+  std::string action;  // "continue", "restart" or "fail"
+  std::string reason;  // why a restart is needed (the event that opened the current round)
+  std::string cause;   // restart cause: "node_lost", "worker_failed", "node_left", "scale_up"
   int waiting_nodes = 0;
 };
 

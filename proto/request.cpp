@@ -40,23 +40,19 @@ class RequestParser {
       }
       case QueryType::kSet:
       case QueryType::kAppend:
-      case QueryType::kQueuePush:
-        return key(out) && value(out);
-      case QueryType::kCompareSet:
-        return key(out) && value(out) && value(out);
+      case QueryType::kQueuePush: return key(out) && value(out);
+      case QueryType::kCompareSet: return key(out) && value(out) && value(out);
       case QueryType::kGet:
       case QueryType::kDeleteKey:
       case QueryType::kQueueLen:
-      case QueryType::kQueuePop:
-        return key(out);
+      case QueryType::kQueuePop: return key(out);
       case QueryType::kAdd: {
         if (!key(out)) return false;
         return step(reader_.i64(out.number), "add delta");
       }
       case QueryType::kCheck:
       case QueryType::kWait:
-      case QueryType::kMultiGet:
-        return key_vector(out);
+      case QueryType::kMultiGet: return key_vector(out);
       case QueryType::kMultiSet: {
         uint64_t count = 0;
         if (!count_field(count)) return false;
@@ -72,10 +68,8 @@ class RequestParser {
       }
       case QueryType::kGetNumKeys:
       case QueryType::kCancelWait:
-      case QueryType::kListKeys:
-        return true;
-      case QueryType::kMeshrun:
-        return value(out);
+      case QueryType::kListKeys: return true;
+      case QueryType::kMeshrun: return value(out);
     }
     return false;
   }
@@ -95,7 +89,8 @@ class RequestParser {
   bool count_field(uint64_t& count) {
     if (!step(reader_.u64(count), "key count")) return false;
     if (count > limits_.max_key_count) {
-      malformed("key count " + std::to_string(count) + " exceeds the limit of " + std::to_string(limits_.max_key_count));
+      malformed("key count " + std::to_string(count) + " exceeds the limit of " +
+                std::to_string(limits_.max_key_count));
       return false;
     }
     return true;

@@ -22,8 +22,8 @@ enum class DecodeStatus { kComplete, kNeedMore, kMalformed };
 
 struct DecodeResult {
   DecodeStatus status = DecodeStatus::kNeedMore;
-  size_t consumed = 0;   // bytes of the complete message
-  std::string error;     // why it is malformed
+  size_t consumed = 0;  // bytes of the complete message
+  std::string error;    // why it is malformed
 };
 
 /// Decodes one request from the front of `buffer` into `out`.

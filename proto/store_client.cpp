@@ -108,8 +108,7 @@ UniqueFd connect_tcp(const Endpoint& endpoint, TimePoint deadline) {
     case EINVAL:
       throw ConnectError(ConnectFailure::kUnreachable, "cannot reach " + where + ": " + std::strerror(err) +
                                                            " (no route to that address from this host)");
-    default:
-      throw ConnectError(ConnectFailure::kOther, "cannot connect to " + where + ": " + std::strerror(err));
+    default: throw ConnectError(ConnectFailure::kOther, "cannot connect to " + where + ": " + std::strerror(err));
   }
 }
 
@@ -268,8 +267,7 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::optional<Durat
     const auto cancel_deadline = op_deadline();
     send_bytes(encode_request({.type = QueryType::kCancelWait, .keys = {}, .values = {}, .number = 0}),
                cancel_deadline);
-    while (recv_u8(cancel_deadline) != static_cast<uint8_t>(WaitResponse::kWaitCanceled)) {
-    }
+    while (recv_u8(cancel_deadline) != static_cast<uint8_t>(WaitResponse::kWaitCanceled)) {}
     std::string names;
     for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
     throw TimeoutError("wait for key(s) " + names + " on " + endpoint_.to_string() + " timed out after " +

@@ -95,7 +95,7 @@ class StoreClient {
   TimePoint op_deadline() const;
 
   UniqueFd fd_;
-  std::string rbuf_;   // bytes received but not consumed yet (one recv() usually holds a whole reply)
+  std::string rbuf_;  // bytes received but not consumed yet (one recv() usually holds a whole reply)
   size_t rpos_ = 0;
   Duration recv_timeout_ = Duration::zero();  // SO_RCVTIMEO currently set on fd_
   Endpoint endpoint_;

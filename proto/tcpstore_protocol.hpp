@@ -18,9 +18,10 @@ namespace meshrun::proto {
 inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 
 enum class QueryType : uint8_t {
-  kValidate = 0,     // u32 magic                          -> (nothing)
-  kSet = 1,          // key, value                         -> (nothing)
-  kCompareSet = 2,   // key, expected, desired             -> value now stored (or `expected` if key absent and expected non-empty)
+  kValidate = 0,  // u32 magic                          -> (nothing)
+  kSet = 1,       // key, value                         -> (nothing)
+  kCompareSet =
+      2,  // key, expected, desired             -> value now stored (or `expected` if key absent and expected non-empty)
   kGet = 3,          // key                                -> value ("" when absent; clients WAIT first)
   kAdd = 4,          // key, int64 delta                   -> int64 new value
   kCheck = 5,        // vector keys                        -> u8 CheckResponse
@@ -47,9 +48,9 @@ enum class WaitResponse : uint8_t { kStopWaiting = 0, kWaitCanceled = 1 };
 /// Size limits the daemon enforces before allocating; a request over them closes that connection.
 // PyTorch's libuv server caps keys at 8 KiB, values at 8 MiB and key counts at 128 Ki.
 struct Limits {
-  size_t max_key_bytes = 64 * 1024;            // one key
-  size_t max_value_bytes = 64 * 1024 * 1024;   // one value; --max-message-bytes overrides
-  size_t max_key_count = 64 * 1024;            // keys in one CHECK/WAIT/MULTI_* request
+  size_t max_key_bytes = 64 * 1024;           // one key
+  size_t max_value_bytes = 64 * 1024 * 1024;  // one value; --max-message-bytes overrides
+  size_t max_key_count = 64 * 1024;           // keys in one CHECK/WAIT/MULTI_* request
 };
 
 /// Returns the lowercase name of a query type ("set", "compare_set"...), or nullptr when unknown.

@@ -4,8 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"

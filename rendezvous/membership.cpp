@@ -28,8 +28,8 @@ Membership::Run* Membership::find_run(const std::string& run_id) {
 Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
   if (r.run_id.empty()) throw RemoteError("join without a run id: pass --rdzv-id");
   if (r.min_nodes < 1 || r.max_nodes < r.min_nodes) {
-    throw RemoteError(fmt::format("invalid node range {}:{} from {}: need 1 <= min <= max", r.min_nodes, r.max_nodes,
-                                  describe(r)));
+    throw RemoteError(
+        fmt::format("invalid node range {}:{} from {}: need 1 <= min <= max", r.min_nodes, r.max_nodes, describe(r)));
   }
   if (r.local_world_size < 1) {
     throw RemoteError(fmt::format("{} joined with {} local workers: need at least 1", describe(r), r.local_world_size));
@@ -53,9 +53,10 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
   }
   Run& run = it->second;
   if (run.min_nodes != r.min_nodes || run.max_nodes != r.max_nodes) {
-    throw RemoteError(fmt::format("{} joined run '{}' with --nnodes {}:{}, but the run was started with {}:{}: use "
-                                  "the same --nnodes on every node",
-                                  describe(r), r.run_id, r.min_nodes, r.max_nodes, run.min_nodes, run.max_nodes));
+    throw RemoteError(
+        fmt::format("{} joined run '{}' with --nnodes {}:{}, but the run was started with {}:{}: use "
+                    "the same --nnodes on every node",
+                    describe(r), r.run_id, r.min_nodes, r.max_nodes, run.min_nodes, run.max_nodes));
   }
   if (!run.fatal_error.empty()) throw RemoteError("run '" + r.run_id + "' has failed: " + run.fatal_error);
   return run;
@@ -75,8 +76,9 @@ std::string Membership::join(const proto::JoinRequest& request) {
         if (std::find(run.duplicate_ranks.begin(), run.duplicate_ranks.end(), dup) == run.duplicate_ranks.end()) {
           run.duplicate_ranks.push_back(dup);
         }
-        throw RemoteError(fmt::format("node rank {} is requested by both {} and {}: give every node its own --node-rank",
-                                      request.requested_rank, describe(other.request), describe(request)));
+        throw RemoteError(
+            fmt::format("node rank {} is requested by both {} and {}: give every node its own --node-rank",
+                        request.requested_rank, describe(other.request), describe(request)));
       }
     }
   }
@@ -211,15 +213,18 @@ void Membership::expire_survivors(Run& run) {
   ++version_;
   run.last_event = "did not re-join after the restart: " + names;
   if (static_cast<int>(run.participants.size()) < run.min_nodes && run.expected_back.empty()) {
-    run.fatal_error = fmt::format("{} (host/pid) did not re-join round {} ({}); {} node(s) remain, fewer than the "
-                                  "minimum of {}",
-                                  names, run.round, run.restart_reason, run.participants.size(), run.min_nodes);
+    run.fatal_error = fmt::format(
+        "{} (host/pid) did not re-join round {} ({}); {} node(s) remain, fewer than the "
+        "minimum of {}",
+        names, run.round, run.restart_reason, run.participants.size(), run.min_nodes);
     run.last_event = run.fatal_error;
   }
 }
 
 void Membership::remove_node(Run& run, const std::string& node_id) {
-  auto drop = [&](std::vector<std::string>& list) { list.erase(std::remove(list.begin(), list.end(), node_id), list.end()); };
+  auto drop = [&](std::vector<std::string>& list) {
+    list.erase(std::remove(list.begin(), list.end(), node_id), list.end());
+  };
   drop(run.participants);
   drop(run.waiting);
   run.nodes.erase(node_id);
@@ -383,8 +388,8 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
   const bool participant =
       std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
   if (!participant) return;  // already restarting
-  invalidate(*run, "worker_failed", fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host,
-                               reason));
+  invalidate(*run, "worker_failed",
+             fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host, reason));
 }
 
 void Membership::leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok) {

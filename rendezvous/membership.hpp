@@ -70,19 +70,19 @@ class Membership {
     int max_nodes = 1;
     int64_t round = 0;
     bool closed = false;
-    std::string fatal_error;                 // non-empty: the run failed for everyone
-    std::vector<std::string> participants;   // node ids of the current round, in join order
-    std::vector<std::string> waiting;        // joined while closed: admitted next round
-    std::map<std::string, Node> nodes;       // participants + waiting
-    std::map<std::string, int> expected_back;  // "host/pid" of survivors of the last round -> count
-    std::map<std::string, TimePoint> survivor_seen;    // "host/pid" -> last sign of life since the restart
+    std::string fatal_error;                            // non-empty: the run failed for everyone
+    std::vector<std::string> participants;              // node ids of the current round, in join order
+    std::vector<std::string> waiting;                   // joined while closed: admitted next round
+    std::map<std::string, Node> nodes;                  // participants + waiting
+    std::map<std::string, int> expected_back;           // "host/pid" of survivors of the last round -> count
+    std::map<std::string, TimePoint> survivor_seen;     // "host/pid" -> last sign of life since the restart
     std::map<std::string, double> survivor_keep_alive;  // "host/pid" -> its keep-alive timeout
     std::map<std::string, std::string> retired;         // node id of the last round -> "host/pid"
-    std::string restart_cause;                 // why the current round was opened
+    std::string restart_cause;                          // why the current round was opened
     std::string restart_reason;
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
-    std::vector<proto::NodeInfo> assigned;   // snapshot at close, group-rank order
+    std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
     std::string last_event;
     int master_port = 0;
     int finished_nodes = 0;

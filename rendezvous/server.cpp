@@ -15,8 +15,8 @@
 
 #include "rendezvous/session.hpp"  // first Asio include (it orders <utility> before Asio)
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
@@ -119,9 +119,10 @@ void Server::Impl::bind(Listener& listener, const std::string& host, uint16_t po
   // With SO_REUSEADDR two processes may both bind the port; the second then fails in listen().
   if (!ec) listener.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    const std::string fix = ec == asio::error::address_in_use
-                                ? " (another process uses this port: pick another with --port, or --port 0 for a free one)"
-                                : "";
+    const std::string fix =
+        ec == asio::error::address_in_use
+            ? " (another process uses this port: pick another with --port, or --port 0 for a free one)"
+            : "";
     const std::string message = "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() + fix;
     if (ec == asio::error::address_in_use) throw AddressInUseError(message);
     throw NetworkError(message);
@@ -253,8 +254,8 @@ std::optional<json> Server::Impl::handle_meshrun(const std::shared_ptr<Session>&
   std::optional<json> reply;
   try {
     if (op == "hello") {
-      reply = proto::Hello{.server = proto::kServerName, .version = kVersion, .unix_time_ms = unix_time_ms(),
-                           .peer = session->peer()};
+      reply = proto::Hello{
+          .server = proto::kServerName, .version = kVersion, .unix_time_ms = unix_time_ms(), .peer = session->peer()};
     } else if (op == "join") {
       const auto join = request.get<proto::JoinRequest>();
       const std::string node_id = membership_.join(join);

@@ -12,10 +12,10 @@
 namespace meshrun::rendezvous {
 
 struct ServerOptions {
-  std::string host = "0.0.0.0";           // address to bind ("0.0.0.0", "::", "127.0.0.1", a name)
-  uint16_t port = 29400;                  // 0 picks a free port
-  std::vector<std::string> allow;         // CIDRs allowed to connect; empty = everyone
-  proto::Limits limits;                   // per-message caps
+  std::string host = "0.0.0.0";    // address to bind ("0.0.0.0", "::", "127.0.0.1", a name)
+  uint16_t port = 29400;           // 0 picks a free port
+  std::vector<std::string> allow;  // CIDRs allowed to connect; empty = everyone
+  proto::Limits limits;            // per-message caps
 };
 
 }  // namespace meshrun::rendezvous

@@ -135,7 +135,8 @@ void Session::handle_rejected(const proto::Request& r) {
   }
   if (r.type == QueryType::kMeshrun) {
     send_string(
-        nlohmann::json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}.dump());
+        nlohmann::json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}
+            .dump());
   }
   close("peer not allowed by --allow");
 }
@@ -145,7 +146,8 @@ void Session::handle(const proto::Request& r) {
   KvStore& store = listener_->store;
   switch (r.type) {
     case QueryType::kValidate:
-      if (static_cast<uint32_t>(r.number) != proto::kValidationMagic) close("bad validation magic: not a TCPStore client");
+      if (static_cast<uint32_t>(r.number) != proto::kValidationMagic)
+        close("bad validation magic: not a TCPStore client");
       return;
     case QueryType::kPing: {
       proto::ByteWriter w;
@@ -153,9 +155,7 @@ void Session::handle(const proto::Request& r) {
       send(w.take());
       return;
     }
-    case QueryType::kSet:
-      host_.wake(store.set(r.keys[0], r.values[0]));
-      return;
+    case QueryType::kSet: host_.wake(store.set(r.keys[0], r.values[0])); return;
     case QueryType::kCompareSet: {
       std::vector<WaitId> woken;
       send_string(store.compare_set(r.keys[0], r.values[0], r.values[1], woken));
@@ -196,9 +196,7 @@ void Session::handle(const proto::Request& r) {
       send(w.take());
       return;
     }
-    case QueryType::kAppend:
-      host_.wake(store.append(r.keys[0], r.values[0]));
-      return;
+    case QueryType::kAppend: host_.wake(store.append(r.keys[0], r.values[0])); return;
     case QueryType::kMultiGet: {
       proto::ByteWriter w;
       for (const auto& k : r.keys) w.put_string(store.get(k).value_or(std::string()));
@@ -214,12 +212,8 @@ void Session::handle(const proto::Request& r) {
       host_.wake(woken);
       return;
     }
-    case QueryType::kCancelWait:
-      send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled));
-      return;
-    case QueryType::kQueuePush:
-      host_.wake(store.queue_push(r.keys[0], r.values[0]));
-      return;
+    case QueryType::kCancelWait: send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled)); return;
+    case QueryType::kQueuePush: host_.wake(store.queue_push(r.keys[0], r.values[0])); return;
     case QueryType::kQueuePop: {
       proto::ByteWriter w;
       w.put_i64(store.queue_len(r.keys[0]));

@@ -5,8 +5,8 @@
 
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange
 
-#include <boost/asio.hpp>
 #include <array>
+#include <boost/asio.hpp>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -89,8 +89,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string local_addr_;
   std::string in_;
   std::array<char, 16 * 1024> chunk_{};
-  std::string pending_;             // replies not yet handed to the socket
-  std::deque<std::string> out_;     // replies the socket did not take yet (async write in flight)
+  std::string pending_;          // replies not yet handed to the socket
+  std::deque<std::string> out_;  // replies the socket did not take yet (async write in flight)
   bool writing_ = false;
   bool closed_ = false;
   Blocked blocked_ = Blocked::kNone;

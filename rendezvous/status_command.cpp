@@ -6,9 +6,7 @@
 namespace meshrun::rendezvous {
 namespace {
 
-std::string join_ints(const std::vector<int>& v) {
-  return v.empty() ? "-" : fmt::format("{}", fmt::join(v, ","));
-}
+std::string join_ints(const std::vector<int>& v) { return v.empty() ? "-" : fmt::format("{}", fmt::join(v, ",")); }
 
 void print_nodes(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
   out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>10}  {}\n", "rank", "host", "addr", "workers", "pid",

@@ -32,7 +32,8 @@ const std::vector<KeyDoc>& key_table() {
       {"model.rope_theta", 10000.0, "rotary embedding base"},
       {"model.tie_embeddings", true, "output head shares the token embedding matrix"},
       {"model.init_std", 0.02, "std of the normal init of matrices (output projections scaled by 1/sqrt(2*n_layers))"},
-      {"data.format", "text", "text (UTF-8 files, byte-level tokens) | bin_u16 | bin_u32 (flat token-id files, memory-mapped)"},
+      {"data.format", "text",
+       "text (UTF-8 files, byte-level tokens) | bin_u16 | bin_u32 (flat token-id files, memory-mapped)"},
       {"data.path", "", "file, or directory whose regular files are concatenated in name order"},
       {"data.exclude", json::array(), "file-name glob patterns skipped when data.path is a directory"},
       {"data.val_fraction", 0.05, "share of tokens at the end held out for validation"},
@@ -59,20 +60,28 @@ const std::vector<KeyDoc>& key_table() {
       {"fsdp.reduce_dtype", "fp32", "dtype of gradient reduction: fp32 | bf16 | fp16"},
       {"fsdp.prefetch", true, "issue the next unit's all-gather before the current unit computes"},
       {"fsdp.native_reduce_scatter", true, "false: reduce-scatter as all-reduce + local chunk (2x traffic)"},
-      {"fsdp.p2p_collectives", true, "Gloo: all-gather and reduce-scatter as direct sends/receives into the destination buffers (no staging copy; the reduce-scatter moves 1x the data, Gloo's own 2x)"},
+      {"fsdp.p2p_collectives", true,
+       "Gloo: all-gather and reduce-scatter as direct sends/receives into the destination buffers (no staging copy; "
+       "the reduce-scatter moves 1x the data, Gloo's own 2x)"},
       {"fsdp.shard_group_size", 0, "HYBRID_*: ranks per shard group (replicated across groups); 0 = LOCAL_WORLD_SIZE"},
-      {"fsdp.activation_checkpointing", 0, "recompute block activations in backward: 0 none, 1 every block, k every k-th block"},
+      {"fsdp.activation_checkpointing", 0,
+       "recompute block activations in backward: 0 none, 1 every block, k every k-th block"},
       {"fsdp.cpu_offload", false, "CUDA: keep shards, gradients and AdamW state in pinned host memory; no-op on CPU"},
       {"fsdp.limit_all_gathers", 1, "at most this many unit all-gathers in flight ahead of the computing unit (>= 1)"},
       {"checkpoint.dir", "", "directory of step_<N> checkpoints; empty = no checkpoints"},
-      {"checkpoint.format", "sharded", "sharded (every rank writes its shards) | full (rank 0 writes one gathered file)"},
+      {"checkpoint.format", "sharded",
+       "sharded (every rank writes its shards) | full (rank 0 writes one gathered file)"},
       {"checkpoint.interval", 0, "save every this many steps; 0 = only after the last step and on a signal"},
       {"checkpoint.keep_last", 0, "keep only the newest K complete checkpoints; 0 keeps all"},
-      {"checkpoint.resume", "", "\"\" (fresh start) | auto (newest complete checkpoint in checkpoint.dir, if any) | path of a step_<N> folder"},
-      {"checkpoint.on_signal", true, "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"},
+      {"checkpoint.resume", "",
+       "\"\" (fresh start) | auto (newest complete checkpoint in checkpoint.dir, if any) | path of a step_<N> folder"},
+      {"checkpoint.on_signal", true,
+       "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"},
       {"checkpoint.save_final", true, "save a checkpoint after the last step (needs checkpoint.dir)"},
       {"system.device", "auto", "auto | cpu | cuda (cuda uses device LOCAL_RANK)"},
-      {"system.backend", "auto", "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host memory and lets ranks share a GPU)"},
+      {"system.backend", "auto",
+       "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host memory and lets ranks "
+       "share a GPU)"},
       {"system.threads", 0, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"},
       {"system.peak_flops", 1e11, "peak FLOP/s of one rank's device, for MFU"},
       {"system.timeout_s", 120.0, "store and collective timeout (start-up check included)"},
@@ -184,7 +193,8 @@ void validate(const TrainerConfig& c) {
   require(c.fsdp.limit_all_gathers >= 1, "fsdp.limit_all_gathers must be >= 1");
   require(c.checkpoint.format == "sharded" || c.checkpoint.format == "full",
           "checkpoint.format must be sharded or full, got '" + c.checkpoint.format + "'");
-  require(c.checkpoint.interval >= 0 && c.checkpoint.keep_last >= 0, "checkpoint.interval and checkpoint.keep_last must be >= 0");
+  require(c.checkpoint.interval >= 0 && c.checkpoint.keep_last >= 0,
+          "checkpoint.interval and checkpoint.keep_last must be >= 0");
   require(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(), "checkpoint.resume=auto needs checkpoint.dir");
 }
 
@@ -230,7 +240,8 @@ json config_defaults() {
 
 std::vector<std::pair<std::string, std::string>> config_key_docs() {
   std::vector<std::pair<std::string, std::string>> docs;
-  for (const auto& k : key_table()) docs.emplace_back(k.key, std::string(k.doc) + " (default " + k.default_value.dump() + ")");
+  for (const auto& k : key_table())
+    docs.emplace_back(k.key, std::string(k.doc) + " (default " + k.default_value.dump() + ")");
   return docs;
 }
 

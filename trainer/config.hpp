@@ -67,14 +67,16 @@ struct FsdpConfig {
   DType param_dtype = DType::Float32;
   DType reduce_dtype = DType::Float32;
   bool prefetch = true;
-  bool native_reduce_scatter = true;  // false: all-reduce + local chunk (2x traffic), for comparison
-  bool p2p_collectives = true;        // Gloo: all-gather / reduce-scatter as direct sends and receives
-  int64_t shard_group_size = 0;        // hybrid: ranks per shard group; 0 = LOCAL_WORLD_SIZE
+  bool native_reduce_scatter = true;     // false: all-reduce + local chunk (2x traffic), for comparison
+  bool p2p_collectives = true;           // Gloo: all-gather / reduce-scatter as direct sends and receives
+  int64_t shard_group_size = 0;          // hybrid: ranks per shard group; 0 = LOCAL_WORLD_SIZE
   int64_t activation_checkpointing = 0;  // 0 none, k: recompute every k-th block in backward
-  bool cpu_offload = false;            // CUDA: shards, grads and AdamW state in pinned host memory
-  int64_t limit_all_gathers = 1;       // unit all-gathers issued ahead of the unit computing
+  bool cpu_offload = false;              // CUDA: shards, grads and AdamW state in pinned host memory
+  int64_t limit_all_gathers = 1;         // unit all-gathers issued ahead of the unit computing
 
-  bool hybrid() const { return strategy == ShardingStrategy::HybridShard || strategy == ShardingStrategy::HybridShardZero2; }
+  bool hybrid() const {
+    return strategy == ShardingStrategy::HybridShard || strategy == ShardingStrategy::HybridShardZero2;
+  }
   /// Parameters are freed after a unit's forward and gathered again for its backward.
   bool reshard_after_forward() const {
     return strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard;
@@ -82,20 +84,20 @@ struct FsdpConfig {
 };
 
 struct CheckpointConfig {
-  std::string dir;              // "" : no checkpoints
+  std::string dir;                 // "" : no checkpoints
   std::string format = "sharded";  // sharded | full
-  int64_t interval = 0;         // save every this many steps; 0: only at the end / on a signal
-  int64_t keep_last = 0;        // keep the newest K complete checkpoints; 0 keeps all
-  std::string resume;           // "" | "auto" | path of a step_<N> checkpoint
-  bool on_signal = true;        // SIGUSR1 / SIGTERM: finish the step, save, exit kCheckpointedOnSignal
-  bool save_final = true;       // save after the last step
+  int64_t interval = 0;            // save every this many steps; 0: only at the end / on a signal
+  int64_t keep_last = 0;           // keep the newest K complete checkpoints; 0 keeps all
+  std::string resume;              // "" | "auto" | path of a step_<N> checkpoint
+  bool on_signal = true;           // SIGUSR1 / SIGTERM: finish the step, save, exit kCheckpointedOnSignal
+  bool save_final = true;          // save after the last step
 };
 
 struct SystemConfig {
-  std::string device = "auto";  // auto | cpu | cuda
+  std::string device = "auto";   // auto | cpu | cuda
   std::string backend = "auto";  // auto | gloo | nccl
-  int64_t threads = 0;            // 0: OMP_NUM_THREADS, else cores / LOCAL_WORLD_SIZE
-  double peak_flops = 1e11;       // per rank, for MFU
+  int64_t threads = 0;           // 0: OMP_NUM_THREADS, else cores / LOCAL_WORLD_SIZE
+  double peak_flops = 1e11;      // per rank, for MFU
   double timeout_s = 120.0;
 };
 

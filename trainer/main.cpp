@@ -2,14 +2,14 @@
 // the environment (meshrun / torchrun), or a single process when RANK is unset.
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <CLI/CLI.hpp>
 
 #include "common/error.hpp"
+#include "trainer/checkpoint/safetensors_export.hpp"
 #include "trainer/config.hpp"
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/preemption.hpp"
-#include "trainer/checkpoint/safetensors_export.hpp"
 #include "trainer/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -20,13 +20,17 @@ int main(int argc, char** argv) {
   std::string resume;
   app.add_option("--config", config_path, "JSON config (configs/NAME.json)");
   app.add_option("--set", overrides, "override a config key: --set train.lr=1e-3 (repeatable)");
-  app.add_option("--resume", resume, "auto (newest complete checkpoint in checkpoint.dir) or a step_<N> folder; "
-                                     "same as --set checkpoint.resume=...");
+  app.add_option("--resume", resume,
+                 "auto (newest complete checkpoint in checkpoint.dir) or a step_<N> folder; "
+                 "same as --set checkpoint.resume=...");
   app.add_flag("--help-config", help_config, "list every config key with its default and meaning");
-  auto* export_cmd = app.add_subcommand("export", "write a checkpoint's weights as safetensors (Hugging Face Llama names) + config.json");
+  auto* export_cmd = app.add_subcommand(
+      "export", "write a checkpoint's weights as safetensors (Hugging Face Llama names) + config.json");
   std::string export_checkpoint;
   std::string export_out;
-  export_cmd->add_option("--checkpoint", export_checkpoint, "a step_<N> folder, or a checkpoint.dir (its newest checkpoint)")->required();
+  export_cmd
+      ->add_option("--checkpoint", export_checkpoint, "a step_<N> folder, or a checkpoint.dir (its newest checkpoint)")
+      ->required();
   export_cmd->add_option("--out", export_out, "output .safetensors file; config.json goes next to it")->required();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -36,7 +40,8 @@ int main(int argc, char** argv) {
     }
     if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
     if (help_config) {
-      for (const auto& [key, doc] : meshrun::trainer::config_key_docs()) std::printf("%-28s %s\n", key.c_str(), doc.c_str());
+      for (const auto& [key, doc] : meshrun::trainer::config_key_docs())
+        std::printf("%-28s %s\n", key.c_str(), doc.c_str());
       return 0;
     }
     if (config_path.empty()) throw meshrun::UsageError("--config is required (e.g. --config configs/quickstart.json)");
@@ -44,7 +49,8 @@ int main(int argc, char** argv) {
     const auto env = meshrun::trainer::read_dist_env();
     const auto summary = meshrun::trainer::train(config, env);
     if (summary.stopped_by_signal != 0) {
-      std::fprintf(stderr, "meshrun-trainer: checkpointed on signal, exiting with %d\n", meshrun::trainer::kCheckpointedOnSignal);
+      std::fprintf(stderr, "meshrun-trainer: checkpointed on signal, exiting with %d\n",
+                   meshrun::trainer::kCheckpointedOnSignal);
       return meshrun::trainer::kCheckpointedOnSignal;
     }
     return 0;

@@ -11,9 +11,15 @@
 namespace meshrun::trainer {
 
 nlohmann::json StepRecord::to_json() const {
-  return {{"step", step},       {"loss", loss},           {"lr", lr},
-          {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s}, {"step_time_s", step_time_s},
-          {"flops_per_s", flops_per_s}, {"mfu", mfu},         {"comm_share", comm_share}};
+  return {{"step", step},
+          {"loss", loss},
+          {"lr", lr},
+          {"grad_norm", grad_norm},
+          {"tokens_per_s", tokens_per_s},
+          {"step_time_s", step_time_s},
+          {"flops_per_s", flops_per_s},
+          {"mfu", mfu},
+          {"comm_share", comm_share}};
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool progress_bar, int64_t total_steps)
@@ -28,10 +34,11 @@ void MetricsLog::log_step(const StepRecord& r, bool print) {
   if (file_) file_ << r.to_json().dump() << '\n' << std::flush;
   if (print) {
     if (bar_) std::fputs("\r\033[K", stdout);
-    std::printf("step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | step %.0f ms | %.2f GFLOP/s | "
-                "MFU %.1f%% | comm %.0f%%\n",
-                static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_time_s * 1e3,
-                r.flops_per_s / 1e9, r.mfu * 100, r.comm_share * 100);
+    std::printf(
+        "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | step %.0f ms | %.2f GFLOP/s | "
+        "MFU %.1f%% | comm %.0f%%\n",
+        static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_time_s * 1e3,
+        r.flops_per_s / 1e9, r.mfu * 100, r.comm_share * 100);
   } else if (bar_) {
     const int width = 30;
     const int filled = static_cast<int>(width * r.step / std::max<int64_t>(1, total_steps_));

@@ -17,9 +17,9 @@ struct StepRecord {
   double grad_norm = 0;
   double tokens_per_s = 0;  // global: all ranks
   double step_time_s = 0;
-  double flops_per_s = 0;   // global achieved
-  double mfu = 0;           // flops_per_s / (peak_flops * world)
-  double comm_share = 0;    // exposed (blocked) communication / step time, rank 0
+  double flops_per_s = 0;  // global achieved
+  double mfu = 0;          // flops_per_s / (peak_flops * world)
+  double comm_share = 0;   // exposed (blocked) communication / step time, rank 0
   nlohmann::json to_json() const;
 };
 

@@ -10,20 +10,20 @@
 #include <thread>
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "common/error.hpp"
-#include "trainer/fsdp/adamw.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
-#include "trainer/distributed/communicator.hpp"
 #include "trainer/data/dataset.hpp"
-#include "trainer/metrics.hpp"
+#include "trainer/distributed/communicator.hpp"
 #include "trainer/distributed/nccl_backend.hpp"
-#include "trainer/preemption.hpp"
+#include "trainer/fsdp/adamw.hpp"
 #include "trainer/fsdp/sharded_model.hpp"
+#include "trainer/metrics.hpp"
+#include "trainer/preemption.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -43,7 +43,8 @@ at::Device pick_device(const SystemConfig& system, const DistEnv& env) {
   if (index >= count) {
     // NCCL refuses two ranks on one GPU; Gloo (through host memory) does not, which tests use.
     if (system.backend != "gloo") {
-      throw UsageError("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this process sees " + std::to_string(count) +
+      throw UsageError("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this process sees " +
+                       std::to_string(count) +
                        " CUDA device(s): lower --nproc-per-node (or check CUDA_VISIBLE_DEVICES); ranks can share a GPU "
                        "only with system.backend=gloo");
     }
@@ -76,9 +77,7 @@ at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) 
   return at::tensor(v, at::kLong).view({rows, cols});
 }
 
-double mean_over_ranks(Communicator& comm, double local) {
-  return comm.sum_over_ranks({local})[0] / comm.world_size();
-}
+double mean_over_ranks(Communicator& comm, double local) { return comm.sum_over_ranks({local})[0] / comm.world_size(); }
 
 // The step's loss averaged over ranks, and whether any rank got a preemption signal: one all-reduce, so
 // every rank stops after the same step.
@@ -93,8 +92,11 @@ void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const Checkpo
   std::printf("checkpoint: %s %s (%s in %.3f s, %.2f GB/s)\n", what, s.path.c_str(),
               format_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds, gbps);
   std::fflush(stdout);
-  log.log_event({{"event", std::string("checkpoint_") + what}, {"path", s.path}, {"bytes", s.bytes},
-                 {"seconds", s.seconds}, {"gb_per_s", gbps}});
+  log.log_event({{"event", std::string("checkpoint_") + what},
+                 {"path", s.path},
+                 {"bytes", s.bytes},
+                 {"seconds", s.seconds},
+                 {"gb_per_s", gbps}});
 }
 
 at::Tensor loss_of(ShardedModel& model, const MicroBatch& mb, int64_t vocab) {
@@ -109,8 +111,8 @@ double evaluate(ShardedModel& model, Communicator& comm, const TokenDataset& dat
   c10::NoGradGuard no_grad;
   double sum = 0;
   for (int64_t i = 0; i < c.train.eval_batches; ++i) {
-    const auto mb = sample_micro_batch(data, Split::Val, c.train.seed, i, 0, c.train.global_batch_size,
-                                       c.train.seq_len, comm.rank(), comm.world_size());
+    const auto mb = sample_micro_batch(data, Split::Val, c.train.seed, i, 0, c.train.global_batch_size, c.train.seq_len,
+                                       comm.rank(), comm.world_size());
     sum += loss_of(model, mb, c.model.vocab_size).item<double>();
   }
   model.reshard_all();
@@ -168,12 +170,13 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
   MetricsLog log(rank0 && !c.output.dir.empty() ? c.output.dir + "/metrics.jsonl" : "", c.output.progress_bar && rank0,
                  c.train.steps);
   if (rank0) {
-    std::printf("meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
-                "data %s (%lld tokens, %zu file(s))\n",
-                c.model.name.c_str(), static_cast<double>(model.numel()) / 1e6, world, comm->backend_name().c_str(),
-                model.layout().c_str(), to_string(c.fsdp.param_dtype).c_str(),
-                to_string(c.fsdp.reduce_dtype).c_str(), static_cast<long long>(tokens_per_step), c.data.path.c_str(),
-                static_cast<long long>(data.size()), data.files().size());
+    std::printf(
+        "meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
+        "data %s (%lld tokens, %zu file(s))\n",
+        c.model.name.c_str(), static_cast<double>(model.numel()) / 1e6, world, comm->backend_name().c_str(),
+        model.layout().c_str(), to_string(c.fsdp.param_dtype).c_str(), to_string(c.fsdp.reduce_dtype).c_str(),
+        static_cast<long long>(tokens_per_step), c.data.path.c_str(), static_cast<long long>(data.size()),
+        data.files().size());
     std::fflush(stdout);
   }
 
@@ -183,7 +186,8 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
   if (resume_from == "auto") {
     const auto latest = latest_checkpoint(c.checkpoint.dir);
     resume_from = latest.value_or("");
-    if (rank0 && !latest) std::printf("checkpoint: nothing to resume in %s, starting fresh\n", c.checkpoint.dir.c_str());
+    if (rank0 && !latest)
+      std::printf("checkpoint: nothing to resume in %s, starting fresh\n", c.checkpoint.dir.c_str());
   }
   if (!resume_from.empty()) {
     CheckpointStats loaded;
@@ -245,7 +249,9 @@ TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
       if (rank0) log.log_eval(step, summary.last_val_loss);
     }
     if (stop) {
-      if (rank0) std::printf("checkpoint: preemption signal received, checkpointing after step %lld and stopping\n", static_cast<long long>(step));
+      if (rank0)
+        std::printf("checkpoint: preemption signal received, checkpointing after step %lld and stopping\n",
+                    static_cast<long long>(step));
       preemption.stopping();
       save(step);
       summary.stopped_by_signal = preemption.poll() != 0 ? preemption.poll() : SIGUSR1;  // another rank's signal

@@ -3,13 +3,13 @@
 // ranks are 0..N-1 exactly once.
 //
 //   rdzv_bench HOST:PORT AGENTS
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "common/endpoint.hpp"
@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
         }
         if (reply.status == "failed") break;
       }
-      done_at[static_cast<size_t>(i)] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      done_at[static_cast<size_t>(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });
   }
   go = true;

@@ -74,9 +74,13 @@ int main(int argc, char** argv) {
   const int clients = std::stoi(argv[2]);
   const double seconds = std::stod(argv[3]);
   const std::string value(64, 'v');
-  const auto set = measure(ep, clients, seconds, [&](auto& c, const std::string& k, uint64_t) { c.set(k, value); c.ping(1); });
+  const auto set = measure(ep, clients, seconds, [&](auto& c, const std::string& k, uint64_t) {
+    c.set(k, value);
+    c.ping(1);
+  });
   const auto get = measure(ep, clients, seconds, [](auto& c, const std::string& k, uint64_t) { c.get(k); });
-  const auto add = measure(ep, clients, seconds, [](auto& c, const std::string&, uint64_t) { c.add("/bench/counter", 1); });
+  const auto add =
+      measure(ep, clients, seconds, [](auto& c, const std::string&, uint64_t) { c.add("/bench/counter", 1); });
   // One line per op: op ops/s p50 p99 (set is followed by a ping because SET has no reply: the pair is
   // one synchronous round trip, as c10d's set-then-wait patterns are).
   std::printf("set %.0f %.1f %.1f\n", set.ops_per_s, set.p50_us, set.p99_us);

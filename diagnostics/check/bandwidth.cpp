@@ -18,8 +18,7 @@ std::string scratch_key() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   std::random_device rd;
-  return "meshrun/check/bandwidth/" + std::string(host) + "-" + std::to_string(::getpid()) + "-" +
-         std::to_string(rd());
+  return "meshrun/check/bandwidth/" + std::string(host) + "-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
 }
 
 // Deletes the scratch key however the measurement ends.

@@ -11,9 +11,9 @@
 namespace meshrun::diagnostics {
 
 struct BandwidthOptions {
-  size_t bytes = 8 * 1024 * 1024;  // value size; the daemon's default cap is far above this
-  int iterations = 3;              // SET/GET pairs; the best one is reported
-  int pings = 20;                  // latency samples
+  size_t bytes = 8 * 1024 * 1024;               // value size; the daemon's default cap is far above this
+  int iterations = 3;                           // SET/GET pairs; the best one is reported
+  int pings = 20;                               // latency samples
   Duration timeout = std::chrono::seconds(10);  // bounds each store operation
 };
 

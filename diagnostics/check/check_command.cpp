@@ -48,12 +48,14 @@ int run_check_command(int argc, char** argv) {
   double peer_mib = 256;
   double peer_seconds = 2;
   CheckOptions options;
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint_text, "Rendezvous daemon, HOST[:PORT] (default port 29400)");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint_text,
+                 "Rendezvous daemon, HOST[:PORT] (default port 29400)");
   app.add_option("--rdzv-id,--rdzv_id", options.run_id, "Run to inspect on the daemon (joined, missing, stale nodes)");
   app.add_option("--nnodes", nnodes, "Nodes the job expects, N or MIN:MAX (multi-node enables reachability warnings)");
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "Workers per node, compared with the visible GPUs");
-  app.add_option("--port", ports, "Local port(s) that must be free for a daemon/master on this host "
-                                  "(default: 29400 and 29500)");
+  app.add_option("--port", ports,
+                 "Local port(s) that must be free for a daemon/master on this host "
+                 "(default: 29400 and 29500)");
   app.add_option("--timeout", timeout_s, "Seconds allowed for each network step")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 120.0));

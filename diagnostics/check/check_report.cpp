@@ -66,12 +66,13 @@ nlohmann::json CheckReport::to_json() const {
                       {"elapsed_ms", r.elapsed_ms},
                       {"data", r.data}});
   }
-  return {{"meshrun_version", kVersion},
-          {"verdict", status_name(verdict())},
-          {"exit_code", exit_code()},
-          {"counts",
-           {{"pass", count(CheckStatus::kPass)}, {"warn", count(CheckStatus::kWarn)}, {"fail", count(CheckStatus::kFail)}}},
-          {"checks", checks}};
+  return {
+      {"meshrun_version", kVersion},
+      {"verdict", status_name(verdict())},
+      {"exit_code", exit_code()},
+      {"counts",
+       {{"pass", count(CheckStatus::kPass)}, {"warn", count(CheckStatus::kWarn)}, {"fail", count(CheckStatus::kFail)}}},
+      {"checks", checks}};
 }
 
 }  // namespace meshrun::diagnostics

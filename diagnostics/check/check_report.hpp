@@ -17,9 +17,9 @@ const char* status_name(CheckStatus status);
 
 struct CheckResult {
   CheckStatus status = CheckStatus::kPass;
-  std::string name;    // stable dotted id, e.g. "endpoint.tcp", "rdzv.duplicates"
-  std::string detail;  // what was found
-  std::string hint;    // what to do about it; empty when nothing
+  std::string name;                                // stable dotted id, e.g. "endpoint.tcp", "rdzv.duplicates"
+  std::string detail;                              // what was found
+  std::string hint;                                // what to do about it; empty when nothing
   nlohmann::json data = nlohmann::json::object();  // machine-readable facts behind the detail
   double elapsed_ms = 0;
   std::string table;  // lines printed under the check's line (the bandwidth matrix); --json has them in data

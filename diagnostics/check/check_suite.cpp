@@ -7,10 +7,10 @@
 #include "common/version.hpp"
 #include "diagnostics/check/host_checks.hpp"
 #include "diagnostics/check/network_interfaces.hpp"
+#include "diagnostics/check/run_verdict.hpp"
 #include "diagnostics/peers/peer_checks.hpp"
 #include "diagnostics/ping/probe.hpp"
 #include "diagnostics/ping/resolve.hpp"
-#include "diagnostics/check/run_verdict.hpp"
 #include "proto/rendezvous_client.hpp"
 
 namespace meshrun::diagnostics {
@@ -19,7 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kMaxSkewSeconds = 1.0;
-
 
 std::string fixed(double value, int digits) {
   char buf[64];
@@ -51,8 +50,8 @@ CheckResult check_route(const std::string& address, bool multi_node) {
   const auto source = route_source_address(address, error);
   if (!source) {
     auto r = make_result(CheckStatus::kFail, "host.route", "no route from this host to " + address + ": " + error,
-                    "this node is not on a network that reaches the endpoint: use the daemon host's address on a "
-                    "network both share, or fix the routing table (ip route)");
+                         "this node is not on a network that reaches the endpoint: use the daemon host's address on a "
+                         "network both share, or fix the routing table (ip route)");
     r.data = {{"destination", address}};
     return r;
   }
@@ -64,12 +63,13 @@ CheckResult check_route(const std::string& address, bool multi_node) {
       scope = a.scope;
     }
   }
-  const std::string via = *source + (interface.empty() ? "" : " on " + interface) + (scope.empty() ? "" : " (" + scope + ")");
+  const std::string via =
+      *source + (interface.empty() ? "" : " on " + interface) + (scope.empty() ? "" : " (" + scope + ")");
   CheckResult r;
   if (multi_node && is_loopback_address(address)) {
     r = make_result(CheckStatus::kWarn, "host.route",
-               "the endpoint " + address + " is a loopback address: only this host can reach it",
-               "for a multi-node job give every node the daemon host's private IP, not localhost/127.0.0.1");
+                    "the endpoint " + address + " is a loopback address: only this host can reach it",
+                    "for a multi-node job give every node the daemon host's private IP, not localhost/127.0.0.1");
   } else {
     r = make_result(CheckStatus::kPass, "host.route", "reaches " + address + " from " + via);
   }
@@ -89,11 +89,11 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
       std::string list;
       for (const auto& a : addresses) list += (list.empty() ? "" : ", ") + a;
       r = make_result(CheckStatus::kPass, "endpoint.dns",
-                 is_numeric_address(endpoint.host) ? endpoint.host + " is a numeric address"
-                                                   : endpoint.host + " resolves to " + list);
+                      is_numeric_address(endpoint.host) ? endpoint.host + " is a numeric address"
+                                                        : endpoint.host + " resolves to " + list);
     } catch (const proto::ConnectError& e) {
       r = make_result(CheckStatus::kFail, "endpoint.dns", e.what(),
-                 "use the rendezvous host's IP address, or fix /etc/hosts or DNS on this node");
+                      "use the rendezvous host's IP address, or fix /etc/hosts or DNS on this node");
     }
     r.data = {{"host", endpoint.host}, {"addresses", addresses}};
     return one(std::move(r));
@@ -110,12 +110,12 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
     const bool connected = probe.connect_s >= 0;
     CheckResult tcp;
     if (!connected) {
-      tcp = make_result(CheckStatus::kFail, "endpoint.tcp", "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail,
-                   probe.hint);
+      tcp = make_result(CheckStatus::kFail, "endpoint.tcp",
+                        "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail, probe.hint);
     } else {
       tcp = make_result(CheckStatus::kPass, "endpoint.tcp",
-                   "connected to " + numeric.to_string() + " in " + fixed(probe.connect_s * 1000, 3) + " ms" +
-                       (probe.rtt_s >= 0 ? "; store ping round trip " + fixed(probe.rtt_s * 1e6, 0) + " us" : ""));
+                        "connected to " + numeric.to_string() + " in " + fixed(probe.connect_s * 1000, 3) + " ms" +
+                            (probe.rtt_s >= 0 ? "; store ping round trip " + fixed(probe.rtt_s * 1e6, 0) + " us" : ""));
     }
     tcp.data = {{"address", numeric.to_string()},
                 {"outcome", outcome_name(probe.outcome)},
@@ -127,13 +127,16 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
     CheckResult daemon;
     if (probe.outcome == ProbeOutcome::kMeshrun) {
       const bool same = probe.hello->version == kVersion;
-      daemon = make_result(same ? CheckStatus::kPass : CheckStatus::kWarn, "endpoint.daemon", probe.detail,
-                      same ? "" : "this node runs meshrun " + std::string(kVersion) + ": use the same version everywhere");
-      daemon.data = {{"outcome", "meshrun"}, {"server", probe.hello->server}, {"version", probe.hello->version},
+      daemon = make_result(
+          same ? CheckStatus::kPass : CheckStatus::kWarn, "endpoint.daemon", probe.detail,
+          same ? "" : "this node runs meshrun " + std::string(kVersion) + ": use the same version everywhere");
+      daemon.data = {{"outcome", "meshrun"},
+                     {"server", probe.hello->server},
+                     {"version", probe.hello->version},
                      {"peer", probe.hello->peer}};
     } else {
-      daemon = make_result(CheckStatus::kFail, "endpoint.daemon", "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail,
-                      probe.hint);
+      daemon = make_result(CheckStatus::kFail, "endpoint.daemon",
+                           "[" + std::string(outcome_name(probe.outcome)) + "] " + probe.detail, probe.hint);
       daemon.data = {{"outcome", outcome_name(probe.outcome)}};
     }
     out.push_back(std::move(daemon));
@@ -145,9 +148,9 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
       CheckResult clock;
       if (std::fabs(probe.skew_s) - uncertainty > kMaxSkewSeconds) {
         clock = make_result(CheckStatus::kWarn, "endpoint.clock_skew",
-                       "the daemon's clock is " + skew + " " + direction + " this node's",
-                       "synchronize clocks (chrony/ntpd) on every node: log timestamps and timeouts are compared "
-                       "across hosts");
+                            "the daemon's clock is " + skew + " " + direction + " this node's",
+                            "synchronize clocks (chrony/ntpd) on every node: log timestamps and timeouts are compared "
+                            "across hosts");
       } else {
         clock = make_result(CheckStatus::kPass, "endpoint.clock_skew", "clocks agree within " + skew);
       }
@@ -184,8 +187,8 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
                                   .max_nodes = options.max_nodes,
                                   .nnodes_given = options.nnodes_given});
       } catch (const Error& e) {
-        return one(make_result(CheckStatus::kFail, "rdzv.run", "cannot read the run's status from the daemon: " +
-                                                              std::string(e.what())));
+        return one(make_result(CheckStatus::kFail, "rdzv.run",
+                               "cannot read the run's status from the daemon: " + std::string(e.what())));
       }
     });
     if (report.find("rdzv.nodes") != nullptr) {
@@ -195,19 +198,19 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
         CheckResult r;
         if (master_port <= 0) {
           r = make_result(CheckStatus::kWarn, "rdzv.master", "the run has no store port yet",
-                     "it gets one when the first node joins");
+                          "it gets one when the first node joins");
         } else {
           const ProbeResult p = probe_endpoint(master, options.timeout);
           if (answered(p.outcome)) {
             r = make_result(CheckStatus::kPass, "rdzv.master",
-                       "MASTER_ADDR:MASTER_PORT " + master.to_string() + " answers (store ping " +
-                           fixed(p.rtt_s * 1e6, 0) + " us)");
+                            "MASTER_ADDR:MASTER_PORT " + master.to_string() + " answers (store ping " +
+                                fixed(p.rtt_s * 1e6, 0) + " us)");
           } else {
             r = make_result(CheckStatus::kFail, "rdzv.master",
-                       "workers' MASTER_ADDR:MASTER_PORT " + master.to_string() + " is not reachable from here: [" +
-                           outcome_name(p.outcome) + "] " + p.detail,
-                       "workers use the daemon host and the run's own store port: open that port (not only the "
-                       "rendezvous port) in the daemon host's firewall");
+                            "workers' MASTER_ADDR:MASTER_PORT " + master.to_string() +
+                                " is not reachable from here: [" + outcome_name(p.outcome) + "] " + p.detail,
+                            "workers use the daemon host and the run's own store port: open that port (not only the "
+                            "rendezvous port) in the daemon host's firewall");
           }
           r.data = {{"master_addr", master.host}, {"master_port", master_port}, {"outcome", outcome_name(p.outcome)}};
           return one(std::move(r));
@@ -228,7 +231,10 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
         return judge_peer_session(run_peer_session(numeric, peer), peer);
       } catch (const Error& e) {
         auto r = make_result(CheckStatus::kFail, "bandwidth.peers", e.what());
-        r.data = {{"session", peer.session}, {"index", -1}, {"peers", peer.peers}, {"joined", 0},
+        r.data = {{"session", peer.session},
+                  {"index", -1},
+                  {"peers", peer.peers},
+                  {"joined", 0},
                   {"missing", nlohmann::json::array()}};
         return one(std::move(r));
       }
@@ -239,17 +245,18 @@ void endpoint_checks(const CheckOptions& options, CheckReport& report) {
       try {
         const auto b = measure_bandwidth(numeric, options.bandwidth_options);
         r = make_result(CheckStatus::kPass, "bandwidth.tcp",
-                   "to " + numeric.to_string() + ": upload " + fixed(b.upload_gbps, 3) + " GB/s, download " +
-                       fixed(b.download_gbps, 3) + " GB/s (" + std::to_string(b.bytes >> 10) + " KiB values, best of " +
-                       std::to_string(b.iterations) + "); latency avg " + fixed(b.latency_avg_us, 0) + " us (min " +
-                       fixed(b.latency_min_us, 0) + ", max " + fixed(b.latency_max_us, 0) + ")");
+                        "to " + numeric.to_string() + ": upload " + fixed(b.upload_gbps, 3) + " GB/s, download " +
+                            fixed(b.download_gbps, 3) + " GB/s (" + std::to_string(b.bytes >> 10) +
+                            " KiB values, best of " + std::to_string(b.iterations) + "); latency avg " +
+                            fixed(b.latency_avg_us, 0) + " us (min " + fixed(b.latency_min_us, 0) + ", max " +
+                            fixed(b.latency_max_us, 0) + ")");
         r.data = {{"upload_gbps", b.upload_gbps},       {"download_gbps", b.download_gbps},
                   {"latency_min_us", b.latency_min_us}, {"latency_avg_us", b.latency_avg_us},
                   {"latency_max_us", b.latency_max_us}, {"bytes", b.bytes},
                   {"iterations", b.iterations}};
       } catch (const Error& e) {
         r = make_result(CheckStatus::kFail, "bandwidth.tcp", std::string("measurement failed: ") + e.what(),
-                   "the daemon may cap message sizes (--max-message-bytes): try a smaller --bandwidth-bytes");
+                        "the daemon may cap message sizes (--max-message-bytes): try a smaller --bandwidth-bytes");
       }
       return one(std::move(r));
     });

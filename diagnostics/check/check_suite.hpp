@@ -23,18 +23,18 @@
 namespace meshrun::diagnostics {
 
 struct CheckOptions {
-  std::optional<Endpoint> endpoint;       // --rdzv-endpoint
-  std::string run_id;                     // --rdzv-id; empty: no run checks
-  int min_nodes = 1;                      // --nnodes N or MIN:MAX
+  std::optional<Endpoint> endpoint;  // --rdzv-endpoint
+  std::string run_id;                // --rdzv-id; empty: no run checks
+  int min_nodes = 1;                 // --nnodes N or MIN:MAX
   int max_nodes = 1;
   bool nnodes_given = false;
-  std::optional<int> nproc_per_node;      // --nproc-per-node
-  std::vector<uint16_t> ports;            // --port; checked for a listener on this host
+  std::optional<int> nproc_per_node;           // --nproc-per-node
+  std::vector<uint16_t> ports;                 // --port; checked for a listener on this host
   Duration timeout = std::chrono::seconds(2);  // per network step
-  bool bandwidth = false;                 // --bandwidth
+  bool bandwidth = false;                      // --bandwidth
   BandwidthOptions bandwidth_options;
-  int peers = 0;                          // --peers; > 0: pairwise session named by run_id (no rdzv.* checks)
-  PeerSessionOptions peer_options;        // session, peers and op_timeout are filled from the fields above
+  int peers = 0;                    // --peers; > 0: pairwise session named by run_id (no rdzv.* checks)
+  PeerSessionOptions peer_options;  // session, peers and op_timeout are filled from the fields above
 };
 
 /// Runs every applicable check; never throws for what it finds (findings are results).

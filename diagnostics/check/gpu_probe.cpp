@@ -45,9 +45,7 @@ std::string parse_driver_release(const std::string& proc_version_text) {
   return std::regex_search(proc_version_text, m, kRelease) ? m[1].str() : std::string();
 }
 
-std::string cuda_version_text(int code) {
-  return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10);
-}
+std::string cuda_version_text(int code) { return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10); }
 
 int count_visible_devices(const std::string& value) {
   std::stringstream in(value);

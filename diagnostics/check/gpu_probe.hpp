@@ -8,9 +8,9 @@ namespace meshrun::diagnostics {
 
 struct GpuInfo {
   bool driver_found = false;
-  std::string driver_error;  // why the driver could not be used (not found, cuInit failed...)
-  int device_count = 0;      // as CUDA sees it, i.e. after CUDA_VISIBLE_DEVICES
-  int driver_version = 0;    // the newest CUDA the driver runs, e.g. 12040 for CUDA 12.4
+  std::string driver_error;    // why the driver could not be used (not found, cuInit failed...)
+  int device_count = 0;        // as CUDA sees it, i.e. after CUDA_VISIBLE_DEVICES
+  int driver_version = 0;      // the newest CUDA the driver runs, e.g. 12040 for CUDA 12.4
   std::string driver_release;  // the kernel module's release, e.g. "580.159.04" ("" when unknown)
   bool nccl_found = false;
   std::string nccl_error;

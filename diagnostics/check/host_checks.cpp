@@ -14,7 +14,6 @@
 namespace meshrun::diagnostics {
 namespace {
 
-
 std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : sep) + item;
@@ -37,8 +36,8 @@ CheckResult check_hostname(bool multi_node, Duration timeout) {
     addresses = resolve_host(host, timeout);
   } catch (const proto::ConnectError& e) {
     auto r = make_result(multi_node ? CheckStatus::kWarn : CheckStatus::kPass, "host.name",
-                    "host name '" + host + "' does not resolve: " + e.what(),
-                    multi_node ? "add it to /etc/hosts with this node's private IP, or pass --local-addr" : "");
+                         "host name '" + host + "' does not resolve: " + e.what(),
+                         multi_node ? "add it to /etc/hosts with this node's private IP, or pass --local-addr" : "");
     r.data = {{"hostname", host}, {"addresses", nlohmann::json::array()}};
     return r;
   }
@@ -46,10 +45,10 @@ CheckResult check_hostname(bool multi_node, Duration timeout) {
   CheckResult r;
   if (loopback_only && multi_node) {
     r = make_result(CheckStatus::kWarn, "host.name",
-               "host name '" + host + "' resolves to " + join(addresses) +
-                   " (loopback): other nodes that are given this name reach themselves, not this node",
-               "map the name to this node's private IP in /etc/hosts (Debian puts 127.0.1.1 there), or pass "
-               "--local-addr with that IP");
+                    "host name '" + host + "' resolves to " + join(addresses) +
+                        " (loopback): other nodes that are given this name reach themselves, not this node",
+                    "map the name to this node's private IP in /etc/hosts (Debian puts 127.0.1.1 there), or pass "
+                    "--local-addr with that IP");
   } else {
     r = make_result(CheckStatus::kPass, "host.name", "host name '" + host + "' resolves to " + join(addresses));
   }
@@ -71,8 +70,8 @@ CheckResult check_interfaces(bool multi_node) {
   CheckResult r;
   if (!reachable && multi_node) {
     r = make_result(CheckStatus::kFail, "host.interfaces",
-               shown.empty() ? "no address except loopback" : "no usable address: " + join(shown),
-               "a multi-node job needs an interface with an address the other nodes can reach");
+                    shown.empty() ? "no address except loopback" : "no usable address: " + join(shown),
+                    "a multi-node job needs an interface with an address the other nodes can reach");
   } else {
     r = make_result(CheckStatus::kPass, "host.interfaces", shown.empty() ? "loopback only" : join(shown));
   }
@@ -92,9 +91,9 @@ std::vector<CheckResult> check_socket_ifname_env() {
     CheckResult r;
     if (matches.empty()) {
       r = make_result(CheckStatus::kFail, check,
-                 std::string(var) + "=" + spec + " names no interface of this host (it has: " + join(names) + ")",
-                 std::string("set ") + var + " to one of this node's interfaces, or unset it; " +
-                     (nccl ? "NCCL" : "Gloo") + " cannot create its sockets otherwise");
+                      std::string(var) + "=" + spec + " names no interface of this host (it has: " + join(names) + ")",
+                      std::string("set ") + var + " to one of this node's interfaces, or unset it; " +
+                          (nccl ? "NCCL" : "Gloo") + " cannot create its sockets otherwise");
     } else {
       r = make_result(CheckStatus::kPass, check, std::string(var) + "=" + spec + " selects " + join(matches));
     }
@@ -132,8 +131,8 @@ CheckResult check_ports(const std::vector<uint16_t>& ports, std::optional<uint16
   CheckResult r;
   if (!busy.empty()) {
     r = make_result(CheckStatus::kWarn, "host.ports", join(busy, "; "),
-               "a daemon or master started on this host with that port fails to bind: stop that process or pick "
-               "another --rdzv-endpoint port / --master-port");
+                    "a daemon or master started on this host with that port fails to bind: stop that process or pick "
+                    "another --rdzv-endpoint port / --master-port");
   } else {
     r = make_result(CheckStatus::kPass, "host.ports", fine.empty() ? "no ports to check" : join(fine));
   }
@@ -150,8 +149,9 @@ CheckResult judge_driver(int cuda_version, const std::string& release) {
     return make_result(CheckStatus::kPass, "gpu.driver", driver + ": CUDA 13 builds (PyTorch's cu130 wheels) run");
   }
   return make_result(CheckStatus::kWarn, "gpu.driver",
-                     driver + ": CUDA 13 builds, which PyTorch's default wheels are, need driver R580 or newer "
-                              "(they fail with 'driver too old' / no CUDA device)",
+                     driver +
+                         ": CUDA 13 builds, which PyTorch's default wheels are, need driver R580 or newer "
+                         "(they fail with 'driver too old' / no CUDA device)",
                      "upgrade the NVIDIA driver to R580+, or install a CUDA 12 build of torch "
                      "(pip install torch --index-url https://download.pytorch.org/whl/cu126)");
 }
@@ -171,14 +171,16 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
   if (gpu.device_count == 0) {
     std::string why = gpu.driver_error.empty() ? "the driver reports 0 devices" : gpu.driver_error;
     if (cvd_set) why += "; CUDA_VISIBLE_DEVICES='" + cvd_raw + "'";
-    auto r = make_result(CheckStatus::kWarn, "gpu.devices", "no GPU visible: CPU/Gloo will be used (" + why + ")",
+    auto r =
+        make_result(CheckStatus::kWarn, "gpu.devices", "no GPU visible: CPU/Gloo will be used (" + why + ")",
                     "expected on a CPU node; on a GPU node check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES");
     r.data = data;
     out.push_back(std::move(r));
   } else {
     auto r = make_result(CheckStatus::kPass, "gpu.devices",
-                    std::to_string(gpu.device_count) + " GPU(s) visible to CUDA (driver API " +
-                        cuda_version_text(gpu.driver_version) + ")" + (cvd_set ? ", CUDA_VISIBLE_DEVICES='" + cvd_raw + "'" : ""));
+                         std::to_string(gpu.device_count) + " GPU(s) visible to CUDA (driver API " +
+                             cuda_version_text(gpu.driver_version) + ")" +
+                             (cvd_set ? ", CUDA_VISIBLE_DEVICES='" + cvd_raw + "'" : ""));
     r.data = data;
     out.push_back(std::move(r));
   }
@@ -191,14 +193,15 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
     CheckResult r;
     if (*nproc_per_node > gpu.device_count) {
       r = make_result(CheckStatus::kWarn, "gpu.visible_devices",
-                 "--nproc-per-node " + std::to_string(*nproc_per_node) + " but only " +
-                     std::to_string(gpu.device_count) + " GPU(s) visible" +
-                     (cvd_set ? " (CUDA_VISIBLE_DEVICES='" + cvd_raw + "')" : "") + ": several ranks would share a GPU",
-                 "lower --nproc-per-node, or widen CUDA_VISIBLE_DEVICES");
+                      "--nproc-per-node " + std::to_string(*nproc_per_node) + " but only " +
+                          std::to_string(gpu.device_count) + " GPU(s) visible" +
+                          (cvd_set ? " (CUDA_VISIBLE_DEVICES='" + cvd_raw + "')" : "") +
+                          ": several ranks would share a GPU",
+                      "lower --nproc-per-node, or widen CUDA_VISIBLE_DEVICES");
     } else {
       r = make_result(CheckStatus::kPass, "gpu.visible_devices",
-                 "--nproc-per-node " + std::to_string(*nproc_per_node) + " fits " + std::to_string(gpu.device_count) +
-                     " visible GPU(s)");
+                      "--nproc-per-node " + std::to_string(*nproc_per_node) + " fits " +
+                          std::to_string(gpu.device_count) + " visible GPU(s)");
     }
     r.data = data;
     out.push_back(std::move(r));
@@ -208,8 +211,8 @@ std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
     nccl = make_result(CheckStatus::kPass, "gpu.nccl", "NCCL " + gpu.nccl_version + " found (libnccl.so.2)");
   } else if (gpu.device_count > 0) {
     nccl = make_result(CheckStatus::kWarn, "gpu.nccl", gpu.nccl_error,
-                  "PyTorch wheels bundle their own NCCL, so this is only a problem for programs that load the "
-                  "system one; add its directory to LD_LIBRARY_PATH");
+                       "PyTorch wheels bundle their own NCCL, so this is only a problem for programs that load the "
+                       "system one; add its directory to LD_LIBRARY_PATH");
   } else {
     nccl = make_result(CheckStatus::kPass, "gpu.nccl", "not needed without GPUs (" + gpu.nccl_error + ")");
   }

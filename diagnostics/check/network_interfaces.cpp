@@ -28,7 +28,6 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-
 }  // namespace
 
 std::string address_scope(const std::string& address) {
@@ -93,9 +92,8 @@ std::vector<std::string> nccl_ifname_matches(const std::string& spec, const std:
   const auto patterns = split_commas(rest);
   std::vector<std::string> out;
   for (const auto& name : names) {
-    const bool hit = std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) {
-      return exact ? name == p : name.rfind(p, 0) == 0;
-    });
+    const bool hit = std::any_of(patterns.begin(), patterns.end(),
+                                 [&](const std::string& p) { return exact ? name == p : name.rfind(p, 0) == 0; });
     if (hit != exclude) out.push_back(name);
   }
   return out;

@@ -14,7 +14,7 @@ struct InterfaceAddress {
   std::string address;    // numeric
   int family = 0;         // AF_INET or AF_INET6
   bool up = false;
-  std::string scope;      // "loopback", "private", "link-local" or "public"
+  std::string scope;  // "loopback", "private", "link-local" or "public"
 };
 
 /// "loopback", "private" (10/8, 172.16/12, 192.168/16, fc00::/7), "link-local" (169.254/16, fe80::/10)

@@ -15,7 +15,7 @@ namespace meshrun::diagnostics {
 struct TcpSocketRow {
   std::string local_address;  // numeric, e.g. "127.0.0.1" or "::"
   uint16_t local_port = 0;
-  bool listening = false;     // state 0A (TCP_LISTEN)
+  bool listening = false;  // state 0A (TCP_LISTEN)
   uint64_t inode = 0;
 };
 

@@ -5,7 +5,6 @@
 namespace meshrun::diagnostics {
 namespace {
 
-
 std::string join_ints(const std::vector<int>& values) {
   std::string out;
   for (int v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
@@ -13,7 +12,8 @@ std::string join_ints(const std::vector<int>& values) {
 }
 
 std::string expected_text(int min_nodes, int max_nodes) {
-  return min_nodes == max_nodes ? std::to_string(min_nodes) : std::to_string(min_nodes) + ":" + std::to_string(max_nodes);
+  return min_nodes == max_nodes ? std::to_string(min_nodes)
+                                : std::to_string(min_nodes) + ":" + std::to_string(max_nodes);
 }
 
 }  // namespace
@@ -40,11 +40,11 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
     known += (known.empty() ? "" : ", ") + r.run_id;
   }
   if (run == nullptr) {
-    auto r = make_result(CheckStatus::kFail, "rdzv.run",
-                    "the daemon has no run '" + expect.run_id + "' (" +
-                        (known.empty() ? std::string("it has no runs") : "its runs: " + known) + ")",
-                    "no node has joined yet, or the nodes use a different --rdzv-id: start them with --rdzv-id " +
-                        expect.run_id);
+    auto r = make_result(
+        CheckStatus::kFail, "rdzv.run",
+        "the daemon has no run '" + expect.run_id + "' (" +
+            (known.empty() ? std::string("it has no runs") : "its runs: " + known) + ")",
+        "no node has joined yet, or the nodes use a different --rdzv-id: start them with --rdzv-id " + expect.run_id);
     r.data = {{"run_id", expect.run_id}, {"found", false}};
     out.push_back(std::move(r));
     return out;
@@ -71,19 +71,19 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
     for (const auto& n : run->nodes) names += (names.empty() ? "" : ", ") + describe_node(n);
     const int joined = static_cast<int>(run->nodes.size());
     const std::string expected = expected_text(run->min_nodes, run->max_nodes);
-    std::string detail = std::to_string(joined) + " of " + expected + " node(s) joined" +
-                         (names.empty() ? "" : ": " + names);
+    std::string detail =
+        std::to_string(joined) + " of " + expected + " node(s) joined" + (names.empty() ? "" : ": " + names);
     if (!run->waiting.empty()) detail += "; " + std::to_string(run->waiting.size()) + " waiting for the next round";
     CheckResult r;
     if (run->state == "open" && joined < run->min_nodes) {
       r = make_result(CheckStatus::kFail, "rdzv.nodes", detail,
-                 "start the remaining " + std::to_string(run->min_nodes - joined) +
-                     " node(s) with the same --rdzv-endpoint and --rdzv-id");
+                      "start the remaining " + std::to_string(run->min_nodes - joined) +
+                          " node(s) with the same --rdzv-endpoint and --rdzv-id");
     } else if (expect.nnodes_given && (expect.min_nodes != run->min_nodes || expect.max_nodes != run->max_nodes)) {
       r = make_result(CheckStatus::kWarn, "rdzv.nodes",
-                 detail + "; the run expects --nnodes " + expected + " but this check was told " +
-                     expected_text(expect.min_nodes, expect.max_nodes),
-                 "every node of a run must use the same --nnodes");
+                      detail + "; the run expects --nnodes " + expected + " but this check was told " +
+                          expected_text(expect.min_nodes, expect.max_nodes),
+                      "every node of a run must use the same --nnodes");
     } else {
       r = make_result(CheckStatus::kPass, "rdzv.nodes", detail);
     }
@@ -102,9 +102,9 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
       r = make_result(CheckStatus::kPass, "rdzv.missing_ranks", "no node rank is missing");
     } else {
       r = make_result(CheckStatus::kFail, "rdzv.missing_ranks",
-                 "node rank(s) " + join_ints(run->missing_ranks) + " have not joined",
-                 "start the node(s) meant for rank(s) " + join_ints(run->missing_ranks) +
-                     " (--node-rank), or check why they cannot reach the endpoint (run `meshrun check` there)");
+                      "node rank(s) " + join_ints(run->missing_ranks) + " have not joined",
+                      "start the node(s) meant for rank(s) " + join_ints(run->missing_ranks) +
+                          " (--node-rank), or check why they cannot reach the endpoint (run `meshrun check` there)");
     }
     r.data = {{"missing_ranks", run->missing_ranks}};
     out.push_back(std::move(r));
@@ -119,7 +119,7 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
       std::string list;
       for (const auto& d : run->duplicate_ranks) list += (list.empty() ? "" : "; ") + d;
       r = make_result(CheckStatus::kFail, "rdzv.duplicate_ranks", "node rank requested by two nodes: " + list,
-                 "give every node its own --node-rank (or leave it out and let the daemon assign ranks)");
+                      "give every node its own --node-rank (or leave it out and let the daemon assign ranks)");
     }
     r.data = {{"duplicate_ranks", run->duplicate_ranks}};
     out.push_back(std::move(r));
@@ -137,18 +137,18 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
         char secs[32];
         std::snprintf(secs, sizeof secs, "%.1f", n.since_heartbeat_s);
         stale += (stale.empty() ? "" : "; ") + describe_node(n) + " silent for " + secs + " s";
-        stale_json.push_back({{"node_id", n.node_id}, {"host", n.host}, {"pid", n.pid},
-                              {"since_heartbeat_s", n.since_heartbeat_s}});
+        stale_json.push_back(
+            {{"node_id", n.node_id}, {"host", n.host}, {"pid", n.pid}, {"since_heartbeat_s", n.since_heartbeat_s}});
       }
     }
     CheckResult r;
     if (stale.empty()) {
       r = make_result(CheckStatus::kPass, "rdzv.heartbeats",
-                 "all " + std::to_string(total) + " node(s) heard from within their keep-alive timeout");
+                      "all " + std::to_string(total) + " node(s) heard from within their keep-alive timeout");
     } else {
       r = make_result(CheckStatus::kFail, "rdzv.heartbeats", "stale node(s): " + stale,
-                 "that agent is stopped, hung or cut off from the daemon: check the process (kill -CONT? "
-                 "out of memory?) and its network");
+                      "that agent is stopped, hung or cut off from the daemon: check the process (kill -CONT? "
+                      "out of memory?) and its network");
     }
     r.data = {{"stale", stale_json}, {"nodes", total}};
     out.push_back(std::move(r));

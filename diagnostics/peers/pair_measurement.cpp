@@ -127,7 +127,8 @@ PairResult run_pair_client(PeerSocket& s, const PairSpec& spec, TimePoint deadli
     s.send_all(&ping, sizeof ping, deadline);
     s.recv_all(&pong, sizeof pong, deadline);
     rtts.push_back(to_seconds(SteadyClock::now() - t0) * 1e6);
-    if (pong != ping) throw ProtocolError(s.peer() + " echoed " + std::to_string(pong) + " for ping " + std::to_string(ping));
+    if (pong != ping)
+      throw ProtocolError(s.peer() + " echoed " + std::to_string(pong) + " for ping " + std::to_string(ping));
   }
   Figures mine = send_bulk(s, spec, deadline);
   receive_bulk(s, deadline);
@@ -144,8 +145,9 @@ PairResult run_pair_client(PeerSocket& s, const PairSpec& spec, TimePoint deadli
 bool accept_pair_hello(PeerSocket& s, const PairSpec& spec, TimePoint deadline) {
   Hello hello;
   s.recv_all(&hello, sizeof hello, deadline);
-  if (hello.magic != kPairMagic || hello.session != spec.session_tag || hello.round != static_cast<uint32_t>(spec.round) ||
-      hello.from != static_cast<uint32_t>(spec.a) || hello.to != static_cast<uint32_t>(spec.b)) {
+  if (hello.magic != kPairMagic || hello.session != spec.session_tag ||
+      hello.round != static_cast<uint32_t>(spec.round) || hello.from != static_cast<uint32_t>(spec.a) ||
+      hello.to != static_cast<uint32_t>(spec.b)) {
     return false;
   }
   const uint8_t accepted = 1;

@@ -23,9 +23,9 @@ namespace meshrun::diagnostics {
 struct PairSpec {
   uint64_t session_tag = 0;  // session_tag(session id): a connection from another session is not ours
   int round = 0;
-  int a = 0;  // client's session index
-  int b = 0;  // server's session index
-  uint64_t bytes = 256ull << 20;  // per direction, at most
+  int a = 0;                                        // client's session index
+  int b = 0;                                        // server's session index
+  uint64_t bytes = 256ull << 20;                    // per direction, at most
   Duration max_transfer = std::chrono::seconds(2);  // per direction, at most
   int pings = 100;
 };

@@ -41,11 +41,15 @@ CheckResult peers_result(const PeerSessionOutcome& o, const PeerSessionOptions& 
     detail += " present: " + who;
     r = make_result(CheckStatus::kFail, "bandwidth.peers", detail,
                     "the missing node is the one not listed as present: start `meshrun check --bandwidth --peers " +
-                        std::to_string(o.peers) + "` on it, with the same --rdzv-endpoint and --rdzv-id, within "
+                        std::to_string(o.peers) +
+                        "` on it, with the same --rdzv-endpoint and --rdzv-id, within "
                         "--peers-timeout of the first instance (and a new --rdzv-id for each attempt)");
   }
-  r.data = {{"session", options.session}, {"index", o.index},   {"peers", o.peers},
-            {"joined", o.joined},         {"missing", o.missing}};
+  r.data = {{"session", options.session},
+            {"index", o.index},
+            {"peers", o.peers},
+            {"joined", o.joined},
+            {"missing", o.missing}};
   return r;
 }
 
@@ -96,11 +100,12 @@ CheckResult pairs_result(const PeerSessionOutcome& o) {
   if (!o.complete_view) detail += " (the full matrix is printed by #0)";
 
   const bool failed = !failures.empty() || !o.unreported.empty();
-  CheckResult r = make_result(failed ? CheckStatus::kFail : CheckStatus::kPass, "bandwidth.pairs", detail,
-                              failed ? "nodes must reach each other directly, not only the daemon (NCCL and Gloo connect "
-                                       "node to node on ephemeral ports): open those ports between the nodes, check "
-                                       "routes with `meshrun check` on each, and see the reason given per pair"
-                                     : "");
+  CheckResult r =
+      make_result(failed ? CheckStatus::kFail : CheckStatus::kPass, "bandwidth.pairs", detail,
+                  failed ? "nodes must reach each other directly, not only the daemon (NCCL and Gloo connect "
+                           "node to node on ephemeral ports): open those ports between the nodes, check "
+                           "routes with `meshrun check` on each, and see the reason given per pair"
+                         : "");
   r.data = matrix_json(o.nodes, o.pairs);
   r.data["complete"] = o.complete_view;
   r.data["rounds"] = o.rounds;

@@ -58,7 +58,8 @@ void table(std::ostringstream& out, const std::string& title, const std::vector<
 
 template <typename T>
 T field(const nlohmann::json& j, const char* name) {
-  if (!j.is_object() || !j.contains(name)) throw ProtocolError(std::string("bandwidth pair report lacks '") + name + "'");
+  if (!j.is_object() || !j.contains(name))
+    throw ProtocolError(std::string("bandwidth pair report lacks '") + name + "'");
   try {
     return j.at(name).get<T>();
   } catch (const nlohmann::json::exception&) {

@@ -26,7 +26,7 @@ struct PairResult {
   int b = 0;
   int round = 0;
   bool ok = false;
-  std::string error;  // when !ok: what failed, naming the peer ("[refused] ...", "[timeout] ...")
+  std::string error;       // when !ok: what failed, naming the peer ("[refused] ...", "[timeout] ...")
   double a_to_b_gbps = 0;  // GB/s (1e9 bytes/s)
   double b_to_a_gbps = 0;
   uint64_t a_to_b_bytes = 0;

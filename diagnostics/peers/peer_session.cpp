@@ -107,9 +107,7 @@ class Session {
 
  private:
   std::string key(const std::string& name) const { return prefix_ + name; }
-  std::string round_key(int round, int index) const {
-    return key(numbered(numbered("r", round) + "/", index));
-  }
+  std::string round_key(int round, int index) const { return key(numbered(numbered("r", round) + "/", index)); }
   const PeerNode& node_at(int position) const { return outcome_.nodes[static_cast<size_t>(position)]; }
 
   std::vector<int> present(const std::vector<std::string>& keys, const std::vector<int>& indices) {
@@ -155,7 +153,8 @@ class Session {
         store.wait({key("members")}, options_.join_timeout + kSlack);
       } catch (const TimeoutError&) {
         std::string first = "#0";
-        if (store.check({key("node/0")})) first = "#0 " + nlohmann::json::parse(store.get(key("node/0"))).value("host", "");
+        if (store.check({key("node/0")}))
+          first = "#0 " + nlohmann::json::parse(store.get(key("node/0"))).value("host", "");
         throw TimeoutError(first + " opened bandwidth session '" + options_.session + "' but did not start it within " +
                            seconds_text(options_.join_timeout + kSlack) + ": is its meshrun check still running?");
       }

@@ -24,23 +24,23 @@
 namespace meshrun::diagnostics {
 
 struct PeerSessionOptions {
-  std::string session;  // --rdzv-id: scopes the keys; use a new one for every check run
-  int peers = 2;        // --peers: instances expected
-  Duration join_timeout = std::chrono::seconds(60);    // --peers-timeout: for all instances to join
-  Duration partner_timeout = std::chrono::seconds(10); // for the partner of a round to connect / accept
-  Duration op_timeout = std::chrono::seconds(2);       // connecting to the daemon, one store request
-  uint64_t bytes = 256ull << 20;                       // --peer-mib: per pair and direction, at most
-  Duration max_transfer = std::chrono::seconds(2);     // --peer-seconds: per pair and direction, at most
-  int pings = 100;                                     // latency samples per pair
+  std::string session;                                  // --rdzv-id: scopes the keys; use a new one for every check run
+  int peers = 2;                                        // --peers: instances expected
+  Duration join_timeout = std::chrono::seconds(60);     // --peers-timeout: for all instances to join
+  Duration partner_timeout = std::chrono::seconds(10);  // for the partner of a round to connect / accept
+  Duration op_timeout = std::chrono::seconds(2);        // connecting to the daemon, one store request
+  uint64_t bytes = 256ull << 20;                        // --peer-mib: per pair and direction, at most
+  Duration max_transfer = std::chrono::seconds(2);      // --peer-seconds: per pair and direction, at most
+  int pings = 100;                                      // latency samples per pair
 };
 
 struct PeerSessionOutcome {
-  int index = -1;               // this instance's place in the session
-  int peers = 0;                // instances expected (--peers)
-  int joined = 0;               // instances that had joined when #0 closed the session
-  std::vector<PeerNode> nodes;  // who measured (members), by index
-  std::vector<int> missing;     // indices in 0..peers-1 that never came, or came after the close
-  std::vector<std::string> lost;        // members that missed a round's barrier, with the round
+  int index = -1;                 // this instance's place in the session
+  int peers = 0;                  // instances expected (--peers)
+  int joined = 0;                 // instances that had joined when #0 closed the session
+  std::vector<PeerNode> nodes;    // who measured (members), by index
+  std::vector<int> missing;       // indices in 0..peers-1 that never came, or came after the close
+  std::vector<std::string> lost;  // members that missed a round's barrier, with the round
   int rounds = 0;
   bool complete_view = false;           // true on #0: `pairs` holds every pair of the session
   std::vector<PairResult> pairs;        // #0: every pair (merged); others: their own pairs

@@ -46,7 +46,8 @@ void PeerSocket::wait_ready(short events, TimePoint deadline, const char* what) 
     const int rc = ::poll(&p, 1, remaining_ms(deadline));
     if (rc > 0) return;
     if (rc == 0) throw TimeoutError(std::string("timed out ") + what + " " + peer_);
-    if (errno != EINTR) throw NetworkError(std::string("poll while ") + what + " " + peer_ + ": " + std::strerror(errno));
+    if (errno != EINTR)
+      throw NetworkError(std::string("poll while ") + what + " " + peer_ + ": " + std::strerror(errno));
   }
 }
 
@@ -126,7 +127,8 @@ PeerSocket PeerListener::accept(TimePoint deadline) {
     pollfd p{fd_.get(), POLLIN, 0};
     const int rc = ::poll(&p, 1, remaining_ms(deadline));
     if (rc == 0) throw TimeoutError("no peer connected to the bandwidth listener in time");
-    if (rc < 0 && errno != EINTR) throw NetworkError(std::string("poll on the bandwidth listener: ") + std::strerror(errno));
+    if (rc < 0 && errno != EINTR)
+      throw NetworkError(std::string("poll on the bandwidth listener: ") + std::strerror(errno));
   }
 }
 

@@ -89,8 +89,8 @@ class ProbeSocket {
 };
 
 std::string hello_request() {
-  return proto::encode_request({.type = proto::QueryType::kMeshrun, .keys = {}, .values = {R"({"op":"hello"})"},
-                                .number = 0});
+  return proto::encode_request(
+      {.type = proto::QueryType::kMeshrun, .keys = {}, .values = {R"({"op":"hello"})"}, .number = 0});
 }
 
 std::string validate_request() {
@@ -143,8 +143,7 @@ ProbeOutcome outcome_of(proto::ConnectFailure kind) {
 
 const char* hint_for(ProbeOutcome outcome) {
   switch (outcome) {
-    case ProbeOutcome::kResolve:
-      return "use the rendezvous host's IP address, or fix /etc/hosts or DNS on this node";
+    case ProbeOutcome::kResolve: return "use the rendezvous host's IP address, or fix /etc/hosts or DNS on this node";
     case ProbeOutcome::kRefused:
       return "start meshrun-rendezvous (or the node that hosts it) first, and check the port";
     case ProbeOutcome::kTimeout:
@@ -157,10 +156,8 @@ const char* hint_for(ProbeOutcome outcome) {
     case ProbeOutcome::kTcpStore:
       return "this is a TCPStore server (e.g. PyTorch's), not meshrun-rendezvous; fine for MASTER_ADDR, "
              "not for --rdzv-endpoint";
-    case ProbeOutcome::kRejected:
-      return "add this node's network to the daemon's --allow rules";
-    default:
-      return "";
+    case ProbeOutcome::kRejected: return "add this node's network to the daemon's --allow rules";
+    default: return "";
   }
 }
 
@@ -186,8 +183,7 @@ std::optional<std::string> rejection_text(const Endpoint& endpoint, Duration tim
     if (reply.is_object() && reply.contains("error") && reply["error"].is_string()) {
       return reply["error"].get<std::string>();
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return std::nullopt;
 }
 
@@ -242,8 +238,8 @@ ProbeResult probe_endpoint(const Endpoint& endpoint, Duration timeout) {
 
   // VALIDATE + PING in one write: a TCPStore server echoes the nonce, anything else does not.
   const uint32_t nonce = 0x6d650000u ^ static_cast<uint32_t>(::getpid() & 0xffff);
-  const std::string ping = proto::encode_request({.type = proto::QueryType::kPing, .keys = {}, .values = {},
-                                                  .number = static_cast<int64_t>(nonce)});
+  const std::string ping = proto::encode_request(
+      {.type = proto::QueryType::kPing, .keys = {}, .values = {}, .number = static_cast<int64_t>(nonce)});
   const auto ping_start = Clock::now();
   std::string echo;
   Io io = socket->send_all(validate_request() + ping, deadline);
@@ -283,7 +279,9 @@ ProbeResult probe_endpoint(const Endpoint& endpoint, Duration timeout) {
   if (io == Io::kOk) text = read_meshrun_reply(*socket, deadline, io, implausible);
   const int64_t wall_after = wall_ms();
   if (io != Io::kOk || implausible) {
-    const std::string how = io == Io::kTimeout ? "did not answer" : io == Io::kClosed ? "closed the connection on" : "garbled";
+    const std::string how = io == Io::kTimeout  ? "did not answer"
+                            : io == Io::kClosed ? "closed the connection on"
+                                                : "garbled";
     return finish(r, ProbeOutcome::kTcpStore,
                   where + " answers store pings but " + how +
                       " a meshrun hello: a TCPStore server (e.g. PyTorch's), not meshrun-rendezvous");
@@ -311,7 +309,8 @@ ProbeResult probe_endpoint(const Endpoint& endpoint, Duration timeout) {
   }
   r.skew_s = static_cast<double>(r.hello->unix_time_ms - (wall_before + wall_after) / 2) / 1000.0;
   r.outcome = ProbeOutcome::kMeshrun;
-  r.detail = where + " is " + r.hello->server + " " + r.hello->version + " (it sees this host as " + r.hello->peer + ")";
+  r.detail =
+      where + " is " + r.hello->server + " " + r.hello->version + " (it sees this host as " + r.hello->peer + ")";
   return r;
 }
 

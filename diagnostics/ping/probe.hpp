@@ -37,9 +37,9 @@ bool answered(ProbeOutcome outcome);
 
 struct ProbeResult {
   ProbeOutcome outcome = ProbeOutcome::kError;
-  std::string address;      // the numeric address connected to ("127.0.0.1:29400")
-  double connect_s = -1;    // TCP handshake time; -1 when it did not complete
-  double rtt_s = -1;        // store PING round trip; -1 when there was no echo
+  std::string address;    // the numeric address connected to ("127.0.0.1:29400")
+  double connect_s = -1;  // TCP handshake time; -1 when it did not complete
+  double rtt_s = -1;      // store PING round trip; -1 when there was no echo
   std::optional<proto::Hello> hello;
   double hello_rtt_s = -1;  // hello round trip, bounds the clock-skew error
   double skew_s = 0;        // daemon wall clock minus ours at the midpoint of the hello exchange

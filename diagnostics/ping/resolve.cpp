@@ -13,7 +13,6 @@
 namespace meshrun::diagnostics {
 namespace {
 
-
 // One asynchronous lookup (glibc getaddrinfo_a). It lives on the heap because a lookup that timed
 // out and could not be cancelled still writes into it from glibc's resolver thread.
 struct Lookup {
@@ -79,8 +78,9 @@ std::vector<std::string> resolve_host(const std::string& host, Duration timeout)
     }
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f", to_seconds(timeout));
-    throw ConnectError(ConnectFailure::kResolve, "cannot resolve host '" + host + "': the resolver did not answer within " +
-                                                     secs + " s (check /etc/resolv.conf and the DNS server; an IP "
+    throw ConnectError(ConnectFailure::kResolve, "cannot resolve host '" + host +
+                                                     "': the resolver did not answer within " + secs +
+                                                     " s (check /etc/resolv.conf and the DNS server; an IP "
                                                      "address avoids DNS)");
   }
   if (status != 0) {

@@ -70,20 +70,34 @@ struct OptionName {
 
 // Options that torchrun reads from PET_<DEST> when absent from argv.
 constexpr OptionName kEnvOptions[] = {
-    {"--nnodes", false},           {"--nproc-per-node", false},
-    {"--rdzv-backend", false},     {"--rdzv-endpoint", false},
-    {"--rdzv-id", false},          {"--rdzv-conf", false},
-    {"--standalone", true},        {"--max-restarts", false},
-    {"--monitor-interval", false}, {"--start-method", false},
-    {"--event-log-handler", false}, {"--role", false},
-    {"--module", true},            {"--no-python", true},
-    {"--run-path", true},          {"--log-dir", false},
-    {"--redirects", false},        {"--tee", false},
-    {"--log-line-prefix-template", false}, {"--local-ranks-filter", false},
-    {"--duplicate-stdout-filters", false}, {"--duplicate-stderr-filters", false},
-    {"--node-rank", false},        {"--master-addr", false},
-    {"--master-port", false},      {"--local-addr", false},
-    {"--signals-to-handle", false}, {"--shutdown-timeout", false},
+    {"--nnodes", false},
+    {"--nproc-per-node", false},
+    {"--rdzv-backend", false},
+    {"--rdzv-endpoint", false},
+    {"--rdzv-id", false},
+    {"--rdzv-conf", false},
+    {"--standalone", true},
+    {"--max-restarts", false},
+    {"--monitor-interval", false},
+    {"--start-method", false},
+    {"--event-log-handler", false},
+    {"--role", false},
+    {"--module", true},
+    {"--no-python", true},
+    {"--run-path", true},
+    {"--log-dir", false},
+    {"--redirects", false},
+    {"--tee", false},
+    {"--log-line-prefix-template", false},
+    {"--local-ranks-filter", false},
+    {"--duplicate-stdout-filters", false},
+    {"--duplicate-stderr-filters", false},
+    {"--node-rank", false},
+    {"--master-addr", false},
+    {"--master-port", false},
+    {"--local-addr", false},
+    {"--signals-to-handle", false},
+    {"--shutdown-timeout", false},
     {"--virtual-local-rank", true},
 };
 
@@ -139,7 +153,8 @@ void apply_slurm(ParseResult& result, const EnvLookup& env) {
   if (!job) return;
   LaunchOptions& o = result.options;
   if (!job->under_srun) {
-    result.warnings.push_back("SLURM job " + job->job_id + " detected (SLURM_JOB_ID) but meshrun was not started by "
+    result.warnings.push_back("SLURM job " + job->job_id +
+                              " detected (SLURM_JOB_ID) but meshrun was not started by "
                               "srun (no SLURM_STEP_ID): running a single node here; to use every node of the job, "
                               "run `srun --ntasks-per-node=1 meshrun ...`");
     return;
@@ -150,7 +165,8 @@ void apply_slurm(ParseResult& result, const EnvLookup& env) {
                      "`srun --ntasks-per-node=1 meshrun ...` (or pass --rdzv-endpoint to opt out of SLURM detection)");
   }
   if (job->first_host.empty()) {
-    throw UsageError("SLURM job " + job->job_id + ": SLURM_JOB_NODELIST is empty, cannot tell the rendezvous host; "
+    throw UsageError("SLURM job " + job->job_id +
+                     ": SLURM_JOB_NODELIST is empty, cannot tell the rendezvous host; "
                      "pass --rdzv-endpoint HOST:PORT");
   }
   o.backend = RdzvBackend::kC10d;
@@ -226,7 +242,8 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     const std::string value = trim(item.substr(eq + 1));
     const auto seconds = [&](double& field) {
       const auto v = to_double(value);
-      if (!v || *v <= 0) throw UsageError("--rdzv-conf " + key + "='" + value + "': expected a positive number of seconds");
+      if (!v || *v <= 0)
+        throw UsageError("--rdzv-conf " + key + "='" + value + "': expected a positive number of seconds");
       field = *v;
     };
     if (key == "join_timeout" || key == "timeout") {
@@ -243,7 +260,8 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       seconds(conf.keep_alive_interval_s);
     } else if (key == "keep_alive_max_attempt") {
       const auto v = to_int(value);
-      if (!v || *v <= 0) throw UsageError("--rdzv-conf keep_alive_max_attempt='" + value + "': expected a positive integer");
+      if (!v || *v <= 0)
+        throw UsageError("--rdzv-conf keep_alive_max_attempt='" + value + "': expected a positive integer");
       conf.keep_alive_max_attempt = *v;
     } else if (key == "is_host") {
       conf.is_host = truthy(value);
@@ -343,12 +361,13 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   std::string logs_specs, numa_binding, print_completion, dup_out, dup_err;
   std::optional<double> shutdown_timeout;
 
-  auto* nnodes_opt = app.add_option(both_spellings("--nnodes"), nnodes, "Number of nodes: N or MIN:MAX (elastic)")
-      ->default_str("1:1");
-  auto* nproc_opt = app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
-      ->default_str("1");
-  auto* backend_opt =
-      app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d or static")->default_str("static");
+  auto* nnodes_opt =
+      app.add_option(both_spellings("--nnodes"), nnodes, "Number of nodes: N or MIN:MAX (elastic)")->default_str("1:1");
+  auto* nproc_opt =
+      app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
+          ->default_str("1");
+  auto* backend_opt = app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d or static")
+                          ->default_str("static");
   auto* endpoint_opt =
       app.add_option(both_spellings("--rdzv-endpoint"), endpoint, "Rendezvous endpoint HOST[:PORT] (port 29400)");
   auto* id_opt = app.add_option(both_spellings("--rdzv-id"), run_id, "Job id shared by all nodes")->default_str("none");
@@ -376,23 +395,26 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   app.add_option(both_spellings("--log-line-prefix-template"), o.log_line_prefix_template,
                  "Console line prefix; ${rank} ${local_rank} ${role_name} ${hostname}; default [rank${rank}]:");
   app.add_option(both_spellings("--local-ranks-filter"), filter, "Only show these local ranks on the console: 0,1");
-  app.add_option(both_spellings("--duplicate-stdout-filters"), dup_out, "Accepted for torchrun compatibility (ignored)");
-  app.add_option(both_spellings("--duplicate-stderr-filters"), dup_err, "Accepted for torchrun compatibility (ignored)");
+  app.add_option(both_spellings("--duplicate-stdout-filters"), dup_out,
+                 "Accepted for torchrun compatibility (ignored)");
+  app.add_option(both_spellings("--duplicate-stderr-filters"), dup_err,
+                 "Accepted for torchrun compatibility (ignored)");
   auto* node_rank_opt =
       app.add_option(both_spellings("--node-rank"), o.node_rank, "This node's rank (static backend; c10d: requested)")
           ->check(CLI::NonNegativeNumber);
   auto* master_addr_opt =
       app.add_option(both_spellings("--master-addr"), o.master_addr, "Static backend: node 0's address")
           ->default_str("127.0.0.1");
-  auto* master_port_opt =
-      app.add_option(both_spellings("--master-port"), master_port, "Static backend: the daemon's port on node 0 (29500)");
+  auto* master_port_opt = app.add_option(both_spellings("--master-port"), master_port,
+                                         "Static backend: the daemon's port on node 0 (29500)");
   app.add_option(both_spellings("--local-addr"), o.local_addr, "The address other nodes reach this node at");
   app.add_option(both_spellings("--logs-specs"), logs_specs, "Accepted for torchrun compatibility (ignored)");
   app.add_option(both_spellings("--numa-binding"), numa_binding, "Accepted for torchrun compatibility (ignored)");
   app.add_option(both_spellings("--signals-to-handle"), signals,
                  "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)");
-  app.add_option(both_spellings("--shutdown-timeout"), shutdown_timeout,
-                 "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  app.add_option(
+      both_spellings("--shutdown-timeout"), shutdown_timeout,
+      "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
   app.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
                "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
   app.add_option(both_spellings("--print-completion"), print_completion, "Not supported by meshrun");
@@ -438,7 +460,8 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-') {
-    throw UsageError("unknown option '" + rest.front() + "' (see meshrun --help; put the program after `--` if it "
+    throw UsageError("unknown option '" + rest.front() +
+                     "' (see meshrun --help; put the program after `--` if it "
                      "really starts with '-')");
   }
   if (rest.empty()) throw UsageError("missing ENTRYPOINT: meshrun [OPTIONS] ENTRYPOINT [ARGS...] (see meshrun --help)");
@@ -446,10 +469,9 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   o.args.assign(rest.begin() + 1, rest.end());
   // What precedes the entrypoint (and a `--`) in the user's argv: meshrun's own options.
   {
-    const size_t tail = o.args.size() + 1 + (user_args.size() >= o.args.size() + 2 &&
-                                                     user_args[user_args.size() - o.args.size() - 2] == "--"
-                                                 ? 1
-                                                 : 0);
+    const size_t tail =
+        o.args.size() + 1 +
+        (user_args.size() >= o.args.size() + 2 && user_args[user_args.size() - o.args.size() - 2] == "--" ? 1 : 0);
     if (user_args.size() >= tail) o.launcher_args.assign(user_args.begin(), user_args.end() - static_cast<long>(tail));
   }
 
@@ -461,7 +483,8 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   } else if (backend == "static") {
     o.backend = RdzvBackend::kStatic;
   } else if (backend == "etcd" || backend == "etcd-v2") {
-    throw UsageError("--rdzv-backend " + backend + ": etcd is not supported by meshrun; use c10d (meshrun hosts the "
+    throw UsageError("--rdzv-backend " + backend +
+                     ": etcd is not supported by meshrun; use c10d (meshrun hosts the "
                      "rendezvous itself, or point --rdzv-endpoint at meshrun-rendezvous)");
   } else {
     throw UsageError("--rdzv-backend '" + backend + "': expected c10d or static");
@@ -523,15 +546,17 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
       throw UsageError("--standalone uses the c10d rendezvous but --rdzv-backend static was given; drop one of them");
     }
     if (endpoint_opt->count() > 0 || id_opt->count() > 0) {
-      result.warnings.push_back("--standalone: --rdzv-endpoint and --rdzv-id are ignored (a local rendezvous on a "
-                                "free port with a random id is used, as in torchrun)");
+      result.warnings.push_back(
+          "--standalone: --rdzv-endpoint and --rdzv-id are ignored (a local rendezvous on a "
+          "free port with a random id is used, as in torchrun)");
     }
     o.backend = RdzvBackend::kC10d;
     o.rdzv_endpoint.reset();
   }
   if (o.backend == RdzvBackend::kStatic) {
     if (o.min_nodes != o.max_nodes) {
-      throw UsageError("--nnodes " + nnodes + ": the static backend needs a fixed node count; use --rdzv-backend c10d "
+      throw UsageError("--nnodes " + nnodes +
+                       ": the static backend needs a fixed node count; use --rdzv-backend c10d "
                        "for an elastic range");
     }
     if (o.node_rank >= o.max_nodes) {

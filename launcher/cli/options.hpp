@@ -39,13 +39,13 @@ struct RdzvConf {
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.
 struct FanoutOptions {
-  std::string hostfile;                // empty: no fan-out
-  std::string include;                 // DeepSpeed syntax: host1@host2:0,2
+  std::string hostfile;  // empty: no fan-out
+  std::string include;   // DeepSpeed syntax: host1@host2:0,2
   std::string exclude;
-  std::vector<std::string> exports;    // VAR or VAR=VALUE, sent to every host
-  std::string ssh_opts;                // extra ssh arguments, split on blanks ("-i key -p 2222")
-  std::string remote_meshrun;          // meshrun on the hosts; empty: this binary's path
-  double connect_timeout_s = 10;       // ssh ConnectTimeout for the pre-flight check and the launch
+  std::vector<std::string> exports;  // VAR or VAR=VALUE, sent to every host
+  std::string ssh_opts;              // extra ssh arguments, split on blanks ("-i key -p 2222")
+  std::string remote_meshrun;        // meshrun on the hosts; empty: this binary's path
+  double connect_timeout_s = 10;     // ssh ConnectTimeout for the pre-flight check and the launch
 };
 
 struct LaunchOptions {
@@ -71,21 +71,21 @@ struct LaunchOptions {
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
-  std::optional<uint16_t> master_port;  // static: unset means 29500 (or a free port when nnodes is 1)
-  std::string local_addr;               // the address other nodes reach this one at; empty = host name
-  std::vector<int> signals_to_handle;   // forwarded to workers
-  double shutdown_timeout_s = 30;       // SIGTERM -> SIGKILL grace when stopping workers
+  std::optional<uint16_t> master_port;   // static: unset means 29500 (or a free port when nnodes is 1)
+  std::string local_addr;                // the address other nodes reach this one at; empty = host name
+  std::vector<int> signals_to_handle;    // forwarded to workers
+  double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
-  bool virtual_local_rank = false;      // LOCAL_RANK=0 and one CUDA device per worker
-  std::string log_level = "warn";       // the launcher's own log (spdlog)
-  std::string entrypoint;               // script, module or program
-  std::vector<std::string> args;        // passed to the worker untouched
+  bool virtual_local_rank = false;       // LOCAL_RANK=0 and one CUDA device per worker
+  std::string log_level = "warn";        // the launcher's own log (spdlog)
+  std::string entrypoint;                // script, module or program
+  std::vector<std::string> args;         // passed to the worker untouched
   FanoutOptions fanout;
   std::vector<std::string> launcher_args;  // meshrun's own options as given (before ENTRYPOINT), for fan-out
-  bool nnodes_given = false;            // --nnodes (or PET_NNODES) was given
-  bool nproc_given = false;             // --nproc-per-node was given
-  bool run_id_given = false;            // --rdzv-id was given
-  bool slurm = false;                   // the rendezvous settings came from SLURM's environment
+  bool nnodes_given = false;               // --nnodes (or PET_NNODES) was given
+  bool nproc_given = false;                // --nproc-per-node was given
+  bool run_id_given = false;               // --rdzv-id was given
+  bool slurm = false;                      // the rendezvous settings came from SLURM's environment
 };
 
 /// What the command line asked for.

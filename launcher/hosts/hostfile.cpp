@@ -62,8 +62,9 @@ std::vector<int> all_slots(const HostEntry& h) {
 
 void check_slots(const HostEntry& h, const std::vector<int>& slots, const std::string& flag) {
   for (int s : slots) {
-    if (h.slots == 0) throw UsageError(flag + ": host " + h.host + " has no slots=N in the hostfile, so slot " +
-                                       std::to_string(s) + " cannot be picked");
+    if (h.slots == 0)
+      throw UsageError(flag + ": host " + h.host + " has no slots=N in the hostfile, so slot " + std::to_string(s) +
+                       " cannot be picked");
     if (s >= h.slots) {
       throw UsageError(flag + ": host " + h.host + " has slots 0.." + std::to_string(h.slots - 1) + ", not " +
                        std::to_string(s));

@@ -14,8 +14,8 @@ namespace meshrun::launcher {
 
 struct HostEntry {
   std::string host;
-  int slots = 0;           // from `slots=N`; 0 when the line gave none
-  std::vector<int> picked; // slots left after filtering (empty: all of them); sets CUDA_VISIBLE_DEVICES
+  int slots = 0;            // from `slots=N`; 0 when the line gave none
+  std::vector<int> picked;  // slots left after filtering (empty: all of them); sets CUDA_VISIBLE_DEVICES
 };
 
 /// Parses a hostfile's text; `source` names it in errors. Throws UsageError naming the line for malformed

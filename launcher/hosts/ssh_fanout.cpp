@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,7 +12,6 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
 #include "launcher/cli/env_file.hpp"
@@ -140,12 +140,19 @@ std::string shell_quote(const std::string& word) {
 }
 
 std::vector<std::string> strip_fanout_options(const std::vector<std::string>& args) {
-  static const char* kWithValue[] = {
-      "--hostfile",      "-H",          "--include",      "-i",           "--exclude",     "-e",
-      "--export",        "--ssh-opts",  "--remote-meshrun", "--ssh-connect-timeout",
-      "--node-rank",     "--node_rank", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend", "--rdzv_backend",
-      "--rdzv-id",       "--rdzv_id",   "--nnodes",       "--nproc-per-node", "--nproc_per_node",
-      "--master-addr",   "--master_addr", "--master-port", "--master_port"};
+  static const char* kWithValue[] = {"--hostfile",       "-H",
+                                     "--include",        "-i",
+                                     "--exclude",        "-e",
+                                     "--export",         "--ssh-opts",
+                                     "--remote-meshrun", "--ssh-connect-timeout",
+                                     "--node-rank",      "--node_rank",
+                                     "--rdzv-endpoint",  "--rdzv_endpoint",
+                                     "--rdzv-backend",   "--rdzv_backend",
+                                     "--rdzv-id",        "--rdzv_id",
+                                     "--nnodes",         "--nproc-per-node",
+                                     "--nproc_per_node", "--master-addr",
+                                     "--master_addr",    "--master-port",
+                                     "--master_port"};
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -245,9 +252,9 @@ std::vector<std::string> SshFanout::remote_args(const HostEntry& host, int node_
       nproc = std::to_string(host.slots);
     }
   }
-  const std::vector<std::string> ours{"--nnodes", nnodes, "--node-rank", std::to_string(node_rank),
-                                      "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint_,
-                                      "--rdzv-id", run_id_, "--nproc-per-node", nproc};
+  const std::vector<std::string> ours{"--nnodes",       nnodes,  "--node-rank",      std::to_string(node_rank),
+                                      "--rdzv-backend", "c10d",  "--rdzv-endpoint",  endpoint_,
+                                      "--rdzv-id",      run_id_, "--nproc-per-node", nproc};
   args.insert(args.end(), ours.begin(), ours.end());
   if (options_.log_line_prefix_template.empty()) {
     args.push_back("--log-line-prefix-template");
@@ -270,8 +277,13 @@ void SshFanout::preflight(const std::vector<HostEntry>& hosts) {
     Pipe p = make_pipe();
     auto argv = ssh_argv(hosts[i].host);
     argv.push_back("true");
-    SpawnSpec spec{.executable = ssh_path_, .argv = argv, .env = current_environment(), .stdin_fd = -1,
-                   .stdout_fd = p.write.get(), .stderr_fd = p.write.get(), .child_sigmask = signals_.original_mask()};
+    SpawnSpec spec{.executable = ssh_path_,
+                   .argv = argv,
+                   .env = current_environment(),
+                   .stdin_fd = -1,
+                   .stdout_fd = p.write.get(),
+                   .stderr_fd = p.write.get(),
+                   .child_sigmask = signals_.original_mask()};
     checks[i].host = hosts[i].host;
     checks[i].proc.emplace(WorkerProcess::spawn(spec));
     checks[i].proc->confirm_exec();
@@ -310,7 +322,8 @@ void SshFanout::preflight(const std::vector<HostEntry>& hosts) {
       std::string text = c.out.partial;
       while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
       const auto nl = text.rfind('\n');
-      why = text.empty() ? "ssh failed with " + c.proc->status()->describe() : text.substr(nl == std::string::npos ? 0 : nl + 1);
+      why = text.empty() ? "ssh failed with " + c.proc->status()->describe()
+                         : text.substr(nl == std::string::npos ? 0 : nl + 1);
     }
     c.proc->reap();
     if (!why.empty()) {
@@ -369,8 +382,12 @@ int SshFanout::run() {
     Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();
     auto argv = ssh_argv(r.host);
     argv.push_back(command);
-    SpawnSpec spec{.executable = ssh_path_, .argv = argv, .env = current_environment(), .stdin_fd = in.read.get(),
-                   .stdout_fd = out.write.get(), .stderr_fd = err.write.get(),
+    SpawnSpec spec{.executable = ssh_path_,
+                   .argv = argv,
+                   .env = current_environment(),
+                   .stdin_fd = in.read.get(),
+                   .stdout_fd = out.write.get(),
+                   .stderr_fd = err.write.get(),
                    .child_sigmask = signals_.original_mask()};
     r.ssh.emplace(WorkerProcess::spawn(spec));
     r.ssh->confirm_exec();
@@ -389,8 +406,13 @@ int SshFanout::run() {
     if (r.remote_pid <= 0 || r.done()) return;
     auto argv = ssh_argv(r.host);
     argv.push_back("kill -" + std::to_string(sig) + " " + std::to_string(r.remote_pid) + " 2>/dev/null");
-    SpawnSpec spec{.executable = ssh_path_, .argv = argv, .env = current_environment(), .stdin_fd = -1,
-                   .stdout_fd = 2, .stderr_fd = 2, .child_sigmask = signals_.original_mask()};
+    SpawnSpec spec{.executable = ssh_path_,
+                   .argv = argv,
+                   .env = current_environment(),
+                   .stdin_fd = -1,
+                   .stdout_fd = 2,
+                   .stderr_fd = 2,
+                   .child_sigmask = signals_.original_mask()};
     helpers.push_back(WorkerProcess::spawn(spec));
   };
   // Pumps output and observes exits for up to 200 ms (or until the deadline); returns the signals received.

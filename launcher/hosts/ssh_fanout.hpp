@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/hosts/hostfile.hpp"
 #include "launcher/cli/options.hpp"
+#include "launcher/hosts/hostfile.hpp"
 
 namespace meshrun::launcher {
 

@@ -1,8 +1,8 @@
 #include "launcher/workers/failure_summary.hpp"
 
 #include <ctime>
-#include <fstream>
 #include <deque>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 

@@ -24,7 +24,7 @@ struct FailureInfo {
   std::string error_file;           // path given as TORCHELASTIC_ERROR_FILE
   std::string error_file_contents;  // empty when the worker wrote none
   std::vector<std::string> stderr_tail;
-  std::string stderr_log;           // path of the stderr log file, when there is one
+  std::string stderr_log;  // path of the stderr log file, when there is one
 };
 
 /// Exit code with which a worker says "I got SIGUSR1/SIGTERM, wrote a checkpoint and stopped" (EX_TEMPFAIL;

@@ -18,8 +18,8 @@ class EntrypointError : public UsageError {
 };
 
 struct WorkerCommand {
-  std::string executable;          // path handed to execve
-  std::vector<std::string> argv;   // argv[0] included
+  std::string executable;         // path handed to execve
+  std::vector<std::string> argv;  // argv[0] included
 };
 
 /// .py entrypoints, -m and --run-path run under `<python> -u`; --no-python and anything else run directly.

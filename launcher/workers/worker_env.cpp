@@ -11,11 +11,25 @@ namespace {
 
 // Keys the launcher owns; a stale value inherited from an outer launch must not leak through.
 constexpr std::array<std::string_view, 19> kOwnedKeys = {
-    "RANK",           "LOCAL_RANK",          "WORLD_SIZE",          "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",     "GROUP_WORLD_SIZE",    "ROLE_RANK",           "ROLE_WORLD_SIZE",
-    "ROLE_NAME",      "MASTER_ADDR",         "MASTER_PORT",         "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE",   "MESHRUN_RDZV_ENDPOINT", "MESHRUN_RUN_ID", "CUDA_VISIBLE_DEVICES",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "MESHRUN_RDZV_ENDPOINT",
+    "MESHRUN_RUN_ID",
+    "CUDA_VISIBLE_DEVICES",
 };
 
 std::string_view key_of(std::string_view entry) { return entry.substr(0, entry.find('=')); }

@@ -11,16 +11,16 @@ namespace meshrun::launcher {
 struct AttemptSettings {
   std::string role = "default";
   std::string run_id = "none";
-  std::string master_addr;     // the workers' TCPStore (the daemon's per-run port)
+  std::string master_addr;  // the workers' TCPStore (the daemon's per-run port)
   int master_port = 0;
-  std::string rdzv_endpoint;   // "host:port" of the rendezvous, for meshrun-trainer (MESHRUN_RDZV_ENDPOINT)
+  std::string rdzv_endpoint;  // "host:port" of the rendezvous, for meshrun-trainer (MESHRUN_RDZV_ENDPOINT)
   int restart_count = 0;
   int max_restarts = 0;
   int group_rank = 0;
   int group_world_size = 1;
   int world_size = 1;
   int local_world_size = 1;
-  int rank_offset = 0;         // global rank of local rank 0
+  int rank_offset = 0;  // global rank of local rank 0
   bool virtual_local_rank = false;
 };
 
@@ -41,7 +41,7 @@ class WorkerEnvironment {
   const AttemptSettings& settings() const { return settings_; }
 
  private:
-  std::vector<std::string> common_;  // base minus overridden keys, plus the per-attempt values
+  std::vector<std::string> common_;   // base minus overridden keys, plus the per-attempt values
   std::string cuda_visible_devices_;  // the launcher's value, for --virtual-local-rank
   AttemptSettings settings_;
 };

@@ -90,8 +90,8 @@ WorkerGroup::WorkerGroup(const GroupSpec& spec)
         }
         if (r.console || (keep_tail && !r.file)) {
           auto [read_end, write_end] = make_pipe();
-          pump = std::make_unique<OutputPump>(std::move(read_end), prefix, r.console ? console_fd : -1,
-                                              std::move(file), keep_tail ? kTailLines : 0);
+          pump = std::make_unique<OutputPump>(std::move(read_end), prefix, r.console ? console_fd : -1, std::move(file),
+                                              keep_tail ? kTailLines : 0);
           child_end = std::move(write_end);
         } else if (r.file) {
           child_end = std::move(file);  // file only: the worker writes it directly
@@ -175,7 +175,8 @@ std::vector<int> WorkerGroup::stop(SignalSet& signals, std::chrono::milliseconds
     if (first_signal != 0) signal_all(first_signal);
     const auto deadline = std::chrono::steady_clock::now() + grace;
     while (!all_exited()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       bool urgent = false;
       for (int sig : wait(signals, std::min(left, std::chrono::milliseconds(100)))) {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/workers/failure_summary.hpp"
 #include "launcher/cli/options.hpp"
+#include "launcher/workers/failure_summary.hpp"
 #include "launcher/workers/output_pump.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
@@ -34,12 +34,12 @@ struct GroupSpec {
   AttemptSettings settings;
   std::vector<std::string> base_env;
   int attempt = 0;
-  std::string attempt_dir;        // <root>/attempt_<n>; per-rank folders go below it
-  bool log_files = false;         // --log-dir given: every stream is also written to a file
+  std::string attempt_dir;  // <root>/attempt_<n>; per-rank folders go below it
+  bool log_files = false;   // --log-dir given: every stream is also written to a file
   StreamMask redirects;
   StreamMask tee;
   std::optional<std::set<int>> local_ranks_filter;
-  std::string prefix_template;    // empty: "[rank${rank}]:"
+  std::string prefix_template;  // empty: "[rank${rank}]:"
   std::string hostname;
   sigset_t child_sigmask{};
 };

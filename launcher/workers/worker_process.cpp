@@ -141,8 +141,7 @@ void WorkerProcess::reap() {
   if (pid_ <= 0 || reaped_) return;
   ::kill(-pid_, SIGKILL);
   int wstatus = 0;
-  while (::waitpid(pid_, &wstatus, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid_, &wstatus, 0) < 0 && errno == EINTR) {}
   if (!status_) {
     ExitStatus s;
     if (WIFSIGNALED(wstatus)) {

@@ -45,13 +45,13 @@ std::string signal_name(int sig);
 
 /// What to start and where its standard streams go. fds are duplicated into the child as 0/1/2.
 struct SpawnSpec {
-  std::string executable;          // absolute path, or a path with a '/'; no PATH search here
-  std::vector<std::string> argv;   // argv[0] included
-  std::vector<std::string> env;    // "KEY=VALUE"
-  int stdin_fd = -1;               // -1: /dev/null
+  std::string executable;         // absolute path, or a path with a '/'; no PATH search here
+  std::vector<std::string> argv;  // argv[0] included
+  std::vector<std::string> env;   // "KEY=VALUE"
+  int stdin_fd = -1;              // -1: /dev/null
   int stdout_fd = 1;
   int stderr_fd = 2;
-  sigset_t child_sigmask{};        // the mask the worker starts with (the launcher's original one)
+  sigset_t child_sigmask{};  // the mask the worker starts with (the launcher's original one)
 };
 
 class WorkerProcess {

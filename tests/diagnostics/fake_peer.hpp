@@ -102,11 +102,13 @@ class FakePeer {
       if (!read_exact(fd, &len, sizeof len) || len > 4096) return;
       std::string body(len, '\0');
       if (!read_exact(fd, body.data(), len)) return;
-      const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-      const nlohmann::json hello = {{"server", "meshrun-rendezvous"}, {"version", "0.1.0"},
-                                    {"unix_time_ms", now_ms + offset_ms_}, {"peer", "127.0.0.1:1"}};
+      const auto now_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      const nlohmann::json hello = {{"server", "meshrun-rendezvous"},
+                                    {"version", "0.1.0"},
+                                    {"unix_time_ms", now_ms + offset_ms_},
+                                    {"peer", "127.0.0.1:1"}};
       proto::ByteWriter w;
       w.put_string(hello.dump());
       (void)::send(fd, w.bytes().data(), w.bytes().size(), MSG_NOSIGNAL);

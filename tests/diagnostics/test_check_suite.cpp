@@ -87,9 +87,9 @@ TEST_CASE("a complete run on a live daemon passes, including MASTER_ADDR", "[che
   options.bandwidth_options.bytes = 1 << 20;
   const auto report = run_checks(options);
   INFO(report.to_text());
-  for (const char* name : {"endpoint.dns", "endpoint.tcp", "endpoint.daemon", "endpoint.clock_skew", "rdzv.run",
-                           "rdzv.nodes", "rdzv.missing_ranks", "rdzv.duplicate_ranks", "rdzv.heartbeats",
-                           "rdzv.master", "bandwidth.tcp"}) {
+  for (const char* name :
+       {"endpoint.dns", "endpoint.tcp", "endpoint.daemon", "endpoint.clock_skew", "rdzv.run", "rdzv.nodes",
+        "rdzv.missing_ranks", "rdzv.duplicate_ranks", "rdzv.heartbeats", "rdzv.master", "bandwidth.tcp"}) {
     INFO(name);
     CHECK(must_find(report, name).status == CheckStatus::kPass);
   }
@@ -171,7 +171,8 @@ TEST_CASE("judge_run names stale nodes and failed runs", "[rdzv]") {
   status.runs = {run};
 
   const auto results = judge_run(status, {.run_id = "r", .min_nodes = 2, .max_nodes = 2, .nnodes_given = false});
-  const auto it = std::find_if(results.begin(), results.end(), [](const auto& r) { return r.name == "rdzv.heartbeats"; });
+  const auto it =
+      std::find_if(results.begin(), results.end(), [](const auto& r) { return r.name == "rdzv.heartbeats"; });
   REQUIRE(it != results.end());
   CHECK(it->status == CheckStatus::kFail);
   CHECK(it->detail.find("frozen-host") != std::string::npos);

@@ -164,14 +164,29 @@ TEST_CASE("driver release and the CUDA 13 driver floor", "[gpu]") {
 
 TEST_CASE("report lines and verdict", "[report]") {
   CheckReport report;
-  report.add({.status = CheckStatus::kPass, .name = "a.ok", .detail = "fine", .hint = "", .data = {}, .elapsed_ms = 1,
+  report.add({.status = CheckStatus::kPass,
+              .name = "a.ok",
+              .detail = "fine",
+              .hint = "",
+              .data = {},
+              .elapsed_ms = 1,
               .table = ""});
-  report.add({.status = CheckStatus::kWarn, .name = "b.meh", .detail = "hmm", .hint = "look", .data = {}, .elapsed_ms = 1,
+  report.add({.status = CheckStatus::kWarn,
+              .name = "b.meh",
+              .detail = "hmm",
+              .hint = "look",
+              .data = {},
+              .elapsed_ms = 1,
               .table = "    a table\n"});
   CHECK(report.exit_code() == 0);
   CHECK(report.verdict() == CheckStatus::kWarn);
-  report.add({.status = CheckStatus::kFail, .name = "c.bad", .detail = "broken", .hint = "fix it", .data = {},
-              .elapsed_ms = 1, .table = ""});
+  report.add({.status = CheckStatus::kFail,
+              .name = "c.bad",
+              .detail = "broken",
+              .hint = "fix it",
+              .data = {},
+              .elapsed_ms = 1,
+              .table = ""});
   CHECK(report.exit_code() == 1);
   const std::string text = report.to_text();
   CHECK(text.find("PASS a.ok: fine\n") != std::string::npos);

@@ -118,7 +118,8 @@ TEST_CASE("a peer address that refuses connections is reported as refused", "[pe
   const std::string prefix = peer_session_prefix("refused");
   store.wait({prefix + "node/0"}, 10s);
   CHECK(store.add(prefix + "joined", 1) == 2);
-  store.set(prefix + "node/1", nlohmann::json{{"host", "ghost"}, {"addr", "127.0.0.1:" + std::to_string(closed_port())}}.dump());
+  store.set(prefix + "node/1",
+            nlohmann::json{{"host", "ghost"}, {"addr", "127.0.0.1:" + std::to_string(closed_port())}}.dump());
   const auto outcome = fut.get();
   REQUIRE(outcome.pairs.size() == 1);
   CHECK_FALSE(outcome.pairs[0].ok);

@@ -4,8 +4,8 @@
 
 #include "common/error.hpp"
 #include "launcher/cli/env_file.hpp"
-#include "launcher/hosts/hostfile.hpp"
 #include "launcher/cli/options.hpp"
+#include "launcher/hosts/hostfile.hpp"
 #include "launcher/hosts/ssh_fanout.hpp"
 
 using namespace meshrun;
@@ -76,9 +76,25 @@ TEST_CASE(".meshrun_env lines", "[hostfile]") {
 }
 
 TEST_CASE("fan-out forwards the user's options but not those it sets per host", "[hostfile]") {
-  const std::vector<std::string> args{"--hostfile", "hf", "--include=a", "-e", "b", "--nnodes", "2",
-                                      "--max-restarts", "3", "--rdzv_endpoint", "x:1", "--standalone",
-                                      "--export", "V", "--ssh-opts", "-p 22", "--node-rank=1", "--tee", "3"};
+  const std::vector<std::string> args{"--hostfile",
+                                      "hf",
+                                      "--include=a",
+                                      "-e",
+                                      "b",
+                                      "--nnodes",
+                                      "2",
+                                      "--max-restarts",
+                                      "3",
+                                      "--rdzv_endpoint",
+                                      "x:1",
+                                      "--standalone",
+                                      "--export",
+                                      "V",
+                                      "--ssh-opts",
+                                      "-p 22",
+                                      "--node-rank=1",
+                                      "--tee",
+                                      "3"};
   CHECK(strip_fanout_options(args) == std::vector<std::string>{"--max-restarts", "3", "--tee", "3"});
   CHECK(shell_quote("it's") == "'it'\\''s'");
 }
@@ -86,7 +102,8 @@ TEST_CASE("fan-out forwards the user's options but not those it sets per host", 
 TEST_CASE("the launcher's own options are told apart from the entrypoint's", "[hostfile]") {
   const auto env = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
   const HostInfo host{.gpu_count = 0, .cpu_count = 4};
-  const auto a = parse_launch_options({"--hostfile", "hf", "--max-restarts", "1", "prog", "--max-restarts", "9"}, env, host);
+  const auto a =
+      parse_launch_options({"--hostfile", "hf", "--max-restarts", "1", "prog", "--max-restarts", "9"}, env, host);
   CHECK(a.options.launcher_args == std::vector<std::string>{"--hostfile", "hf", "--max-restarts", "1"});
   CHECK(a.options.fanout.hostfile == "hf");
   const auto b = parse_launch_options({"--export", "A", "--export", "B=1", "--", "prog", "x"}, env, host);

@@ -42,9 +42,9 @@ TEST_CASE("hostlists expand exactly as scontrol show hostnames does", "[hostlist
   meshrun::testing::TempDir dir;
   const std::string conf = dir.path() + "/slurm.conf";
   std::ofstream(conf) << "ClusterName=x\nSlurmctldHost=localhost\n";
-  const std::vector<std::string> cases = {"n[01-03,7]",   "node[008-011]", "x-[1-2]-[1-2]", "a[1-2]b[3-4]",
-                                          "gpu[01-04,07],cpu5", "n1,n2,n10,m5,n03", "rack[1-2]-node[01-03]",
-                                          "n[0-2,5-6,9]", "single"};
+  const std::vector<std::string> cases = {
+      "n[01-03,7]",       "node[008-011]",         "x-[1-2]-[1-2]", "a[1-2]b[3-4]", "gpu[01-04,07],cpu5",
+      "n1,n2,n10,m5,n03", "rack[1-2]-node[01-03]", "n[0-2,5-6,9]",  "single"};
   for (const auto& list : cases) {
     DYNAMIC_SECTION(list) {
       const std::string cmd = "SLURM_CONF=" + conf + " scontrol show hostnames '" + list + "' 2>&1";

@@ -11,11 +11,11 @@
 
 #include "support/subprocess.hpp"
 
-using meshrun::testing::Process;
-using meshrun::testing::TempDir;
 using meshrun::testing::free_port;
-using meshrun::testing::unique_marker;
+using meshrun::testing::Process;
 using meshrun::testing::read_file;
+using meshrun::testing::TempDir;
+using meshrun::testing::unique_marker;
 using meshrun::testing::wait_for_file;
 
 namespace {
@@ -46,8 +46,8 @@ TEST_CASE("env contract for 1 and 4 workers", "[launch]") {
     DYNAMIC_SECTION(n << " workers") {
       TempDir dir;
       auto [code, out] = meshrun::testing::run(
-          meshrun_cmd({"--standalone", "--nproc-per-node", std::to_string(n), "--max-restarts", "1", "--role", "trainer",
-                   kWorker, "env", dir.path(), "--worker-flag", "x"}),
+          meshrun_cmd({"--standalone", "--nproc-per-node", std::to_string(n), "--max-restarts", "1", "--role",
+                       "trainer", kWorker, "env", dir.path(), "--worker-flag", "x"}),
           {}, dir.path() + "/out");
       INFO(out);
       REQUIRE(code == 0);
@@ -89,7 +89,7 @@ TEST_CASE("two launchers form one job of two nodes", "[launch]") {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   const auto args = [&](int) {
     return meshrun_cmd({"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                    "--rdzv-id", "two-nodes", kWorker, "env", dir.path()});
+                        "--rdzv-id", "two-nodes", kWorker, "env", dir.path()});
   };
   Process a(args(0), {}, dir.path() + "/out.a");
   Process b(args(1), {}, dir.path() + "/out.b");
@@ -130,17 +130,17 @@ TEST_CASE("a failing worker stops the others, its code is the job's, the summary
 TEST_CASE("flag --max-restarts restarts the group, success on a restart ends with 0", "[launch]") {
   TempDir dir;
   SECTION("succeeds on restart 1") {
-    auto [code, out] = meshrun::testing::run(
-        meshrun_cmd({"--standalone", "--nproc-per-node", "3", "--max-restarts", "2", kWorker, "fail-until", "1", "1", "3"}),
-        {}, dir.path() + "/out");
+    auto [code, out] = meshrun::testing::run(meshrun_cmd({"--standalone", "--nproc-per-node", "3", "--max-restarts",
+                                                          "2", kWorker, "fail-until", "1", "1", "3"}),
+                                             {}, dir.path() + "/out");
     INFO(out);
     CHECK(code == 0);
     CHECK_THAT(out, Catch::Contains("restart 1 of 2"));
   }
   SECTION("still failing after two restarts: exit code of the worker") {
-    auto [code, out] = meshrun::testing::run(
-        meshrun_cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", kWorker, "fail-until", "9", "0", "5"}),
-        {}, dir.path() + "/out");
+    auto [code, out] = meshrun::testing::run(meshrun_cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts",
+                                                          "2", kWorker, "fail-until", "9", "0", "5"}),
+                                             {}, dir.path() + "/out");
     INFO(out);
     CHECK(code == 5);
     CHECK_THAT(out, Catch::Contains("attempt 2"));
@@ -197,12 +197,11 @@ TEST_CASE("kill -9 of the launcher takes its workers with it", "[launch]") {
 
 TEST_CASE("bad flags: a message naming the option, exit 2", "[launch]") {
   TempDir dir;
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--nproc-per-node", "x", "prog"},
-           {"--no-such-flag", "prog"},
-           {"--standalone", "--nnodes", "3", "prog"},
-           {"--module", "--no-python", "prog"},
-           {"--nproc_per_node"}}) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--nproc-per-node", "x", "prog"},
+                                                                {"--no-such-flag", "prog"},
+                                                                {"--standalone", "--nnodes", "3", "prog"},
+                                                                {"--module", "--no-python", "prog"},
+                                                                {"--nproc_per_node"}}) {
     auto [code, out] = meshrun::testing::run(meshrun_cmd(args), {}, dir.path() + "/out");
     INFO(args.front() << ": " << out);
     CHECK(code == 2);
@@ -217,7 +216,7 @@ TEST_CASE("flag --log-dir keeps per-attempt, per-rank files, --redirects keeps t
   TempDir dir;
   auto [code, out] = meshrun::testing::run(
       meshrun_cmd({"--standalone", "--rdzv-id", "ignored", "--nproc-per-node", "2", "--log-dir", dir.path() + "/logs",
-               "--redirects", "0:2", "--no-python", "/bin/sh", "-c", "echo out-$RANK; echo err-$RANK >&2"}),
+                   "--redirects", "0:2", "--no-python", "/bin/sh", "-c", "echo out-$RANK; echo err-$RANK >&2"}),
       {}, dir.path() + "/out");
   INFO(out);
   REQUIRE(code == 0);
@@ -225,8 +224,8 @@ TEST_CASE("flag --log-dir keeps per-attempt, per-rank files, --redirects keeps t
   CHECK_THAT(out, Catch::Contains("[rank1]:err-1"));
   CHECK_THAT(out, !Catch::Contains("err-0"));  // local rank 0's stderr is redirected
   const std::string found = [&] {
-    auto [c, o] = meshrun::testing::run({"/bin/sh", "-c", "ls -d " + dir.path() + "/logs/*/attempt_0/0"}, {},
-                                        dir.path() + "/ls");
+    auto [c, o] =
+        meshrun::testing::run({"/bin/sh", "-c", "ls -d " + dir.path() + "/logs/*/attempt_0/0"}, {}, dir.path() + "/ls");
     return c == 0 ? o.substr(0, o.find('\n')) : std::string();
   }();
   REQUIRE_FALSE(found.empty());

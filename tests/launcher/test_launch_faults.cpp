@@ -11,11 +11,11 @@
 
 #include "support/subprocess.hpp"
 
-using meshrun::testing::Process;
-using meshrun::testing::TempDir;
 using meshrun::testing::free_port;
-using meshrun::testing::unique_marker;
+using meshrun::testing::Process;
 using meshrun::testing::read_file;
+using meshrun::testing::TempDir;
+using meshrun::testing::unique_marker;
 using meshrun::testing::wait_for_file;
 
 namespace {
@@ -26,9 +26,26 @@ const std::string kWorker = TEST_WORKER_BIN;
 // One agent of a 2-node job of `wait` workers; is_host picks who serves the rendezvous.
 std::vector<std::string> agent(const std::string& endpoint, const std::string& run_id, const std::string& nnodes,
                                bool is_host, const std::string& dir) {
-  return {kMeshrun, "--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-          "--rdzv-id", run_id, "--rdzv-conf", std::string("is_host=") + (is_host ? "1" : "0"),
-          "--shutdown-timeout", "2", "--max-restarts", "2", kWorker, "wait", dir};
+  return {kMeshrun,
+          "--nnodes",
+          nnodes,
+          "--nproc-per-node",
+          "2",
+          "--rdzv-backend",
+          "c10d",
+          "--rdzv-endpoint",
+          endpoint,
+          "--rdzv-id",
+          run_id,
+          "--rdzv-conf",
+          std::string("is_host=") + (is_host ? "1" : "0"),
+          "--shutdown-timeout",
+          "2",
+          "--max-restarts",
+          "2",
+          kWorker,
+          "wait",
+          dir};
 }
 
 void wait_for_workers(const std::string& dir, int n) {

@@ -13,9 +13,9 @@ TEST_CASE("a PyTorch gloo all_reduce works through meshrun's store", "[launch][p
   meshrun::testing::TempDir dir;
   const char* path = std::getenv("PATH");
   // .py entrypoints run under `python` from PATH, so the venv goes first.
-  auto [code, out] = meshrun::testing::run(
-      {MESHRUN_BIN, "--standalone", "--nproc-per-node", "3", ALLREDUCE_SCRIPT, dir.path()},
-      {"PATH=" + venv + ":" + (path ? path : "/usr/bin:/bin")}, dir.path() + "/out");
+  auto [code, out] =
+      meshrun::testing::run({MESHRUN_BIN, "--standalone", "--nproc-per-node", "3", ALLREDUCE_SCRIPT, dir.path()},
+                            {"PATH=" + venv + ":" + (path ? path : "/usr/bin:/bin")}, dir.path() + "/out");
   INFO(out);
   REQUIRE(code == 0);
   for (int r = 0; r < 3; ++r) {

@@ -140,7 +140,8 @@ TEST_CASE("flag --standalone picks c10d and a random id, static takes the master
   CHECK(s.run_id.empty());
   CHECK_FALSE(s.rdzv_endpoint);
 
-  const auto t = parse({"--nnodes", "2", "--node_rank", "1", "--master_addr", "10.1.1.1", "--master_port", "1234", "p"});
+  const auto t =
+      parse({"--nnodes", "2", "--node_rank", "1", "--master_addr", "10.1.1.1", "--master_port", "1234", "p"});
   CHECK(t.backend == RdzvBackend::kStatic);
   CHECK(t.node_rank == 1);
   CHECK(t.master_addr == "10.1.1.1");

@@ -1,7 +1,7 @@
 // OutputPump line prefixing and the failure summary text.
-#include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include "launcher/workers/failure_summary.hpp"
 #include "launcher/workers/output_pump.hpp"
@@ -25,8 +25,7 @@ TEST_CASE("worker output is prefixed per line, split reads included, file copy u
   pump.on_readable();
   REQUIRE(::write(in[1], part2.data(), part2.size()) == static_cast<ssize_t>(part2.size()));
   ::close(in[1]);
-  while (pump.on_readable()) {
-  }
+  while (pump.on_readable()) {}
   CHECK(meshrun::testing::read_file(console_path) ==
         "[rank3]:hello\n[rank3]:world\n[rank3]:last line without newline\n");
   CHECK(meshrun::testing::read_file(file_path) == part1 + part2);

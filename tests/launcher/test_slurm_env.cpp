@@ -24,10 +24,14 @@ EnvLookup env_of(Vars vars) {
 // NOTE: built with insert_or_assign: GCC 12 -O3 reports a bogus -Wrestrict for the initializer-list form.
 Vars srun_task(const std::string& node_id) {
   Vars v;
-  for (const auto& [k, val] : std::vector<std::pair<std::string, std::string>>{
-           {"SLURM_JOB_ID", "4242"}, {"SLURM_JOB_NODELIST", "gpu[01-03]"}, {"SLURM_NNODES", "3"},
-           {"SLURM_NTASKS", "3"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NODELIST", "gpu[01-03]"},
-           {"SLURM_STEP_NUM_NODES", "3"}, {"SLURM_STEP_NUM_TASKS", "3"}}) {
+  for (const auto& [k, val] : std::vector<std::pair<std::string, std::string>>{{"SLURM_JOB_ID", "4242"},
+                                                                               {"SLURM_JOB_NODELIST", "gpu[01-03]"},
+                                                                               {"SLURM_NNODES", "3"},
+                                                                               {"SLURM_NTASKS", "3"},
+                                                                               {"SLURM_STEP_ID", "0"},
+                                                                               {"SLURM_STEP_NODELIST", "gpu[01-03]"},
+                                                                               {"SLURM_STEP_NUM_NODES", "3"},
+                                                                               {"SLURM_STEP_NUM_TASKS", "3"}}) {
     v.insert_or_assign(k, val);
   }
   v.insert_or_assign("SLURM_NODEID", node_id);
@@ -70,7 +74,8 @@ TEST_CASE("SLURM GPUs set the workers per node unless --nproc-per-node is given"
 }
 
 TEST_CASE("explicit rendezvous flags and elastic ranges win over SLURM", "[slurm]") {
-  const auto& a = parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "head:1234", "--nnodes", "3", "t.py"}, srun_task("1"));
+  const auto& a =
+      parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "head:1234", "--nnodes", "3", "t.py"}, srun_task("1"));
   CHECK_FALSE(a.options.slurm);
   CHECK(a.options.rdzv_endpoint->to_string() == "head:1234");
   const auto b = parse({"--nnodes", "2:3", "--rdzv-id", "mine", "t.py"}, srun_task("1")).options;

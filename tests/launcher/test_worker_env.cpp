@@ -70,7 +70,8 @@ TEST_CASE("OMP_NUM_THREADS is left alone when set or when one worker runs", "[wo
 TEST_CASE("flag --virtual-local-rank gives each worker one device at index 0", "[worker_env]") {
   auto s = two_nodes_second();
   s.virtual_local_rank = true;
-  const auto m = as_map(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, s).for_worker({.local_rank = 2, .error_file = ""}));
+  const auto m =
+      as_map(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, s).for_worker({.local_rank = 2, .error_file = ""}));
   CHECK(m.at("LOCAL_RANK") == "0");
   CHECK(m.at("CUDA_VISIBLE_DEVICES") == "6");
 }

@@ -52,8 +52,8 @@ TEST_CASE("the worker leads its own process group and signal_group reaches its c
   meshrun::testing::TempDir dir;
   const std::string pidfile = dir.path() + "/child";
   // The worker forks a grandchild and both sleep; the group signal must end both.
-  auto p = WorkerProcess::spawn(
-      spec_for({"/bin/sh", "-c", "sleep 300 & echo $! > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile + "; wait"}));
+  auto p = WorkerProcess::spawn(spec_for(
+      {"/bin/sh", "-c", "sleep 300 & echo $! > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile + "; wait"}));
   p.confirm_exec();
   REQUIRE(meshrun::testing::wait_for_file(pidfile));
   const pid_t grandchild = std::stoi(meshrun::testing::read_file(pidfile));

@@ -12,10 +12,10 @@ TEST_CASE("store operations follow TCPStore semantics", "[kv_store]") {
   CHECK(store.add("c", -7, woken) == -2);
   CHECK(store.get("c") == "-2");
   SECTION("compare_set") {
-    CHECK(store.compare_set("k", "", "first", woken) == "first");       // absent + empty expected: created
-    CHECK(store.compare_set("k", "wrong", "x", woken) == "first");      // mismatch: unchanged
+    CHECK(store.compare_set("k", "", "first", woken) == "first");   // absent + empty expected: created
+    CHECK(store.compare_set("k", "wrong", "x", woken) == "first");  // mismatch: unchanged
     CHECK(store.compare_set("k", "first", "second", woken) == "second");
-    CHECK(store.compare_set("absent", "exp", "x", woken) == "exp");     // absent + non-empty expected: nothing stored
+    CHECK(store.compare_set("absent", "exp", "x", woken) == "exp");  // absent + non-empty expected: nothing stored
     CHECK_FALSE(store.contains("absent"));
   }
   SECTION("append creates then extends") {

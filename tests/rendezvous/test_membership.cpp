@@ -162,7 +162,8 @@ TEST_CASE("a join that cannot complete times out with who joined and which ranks
   m.tick();
   const auto reply = m.poll("job", a);
   CHECK(reply.status == "failed");
-  CHECK_THAT(reply.reason, Catch::Contains("1/3") && Catch::Contains("host-a") && Catch::Contains("missing node rank(s): 1, 2"));
+  CHECK_THAT(reply.reason,
+             Catch::Contains("1/3") && Catch::Contains("host-a") && Catch::Contains("missing node rank(s): 1, 2"));
 }
 
 TEST_CASE("inconsistent joins are refused with the fix in the message", "[membership]") {
@@ -219,7 +220,7 @@ TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[m
   clock.advance(seconds(20));
   m.tick();
   CHECK(m.poll("job", a2).status == "waiting");  // still inside the re-join window
-  m.heartbeat("job", b);                          // b is alive (stopping its workers): window restarts
+  m.heartbeat("job", b);                         // b is alive (stopping its workers): window restarts
   clock.advance(seconds(20));
   m.tick();
   CHECK(m.poll("job", a2).status == "waiting");

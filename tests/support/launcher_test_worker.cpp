@@ -5,12 +5,12 @@
 //   fail-until RESTART RANK CODE  rank RANK exits CODE while TORCHELASTIC_RESTART_COUNT < RESTART; else exit 0
 //   wait DIR                  write DIR/pid.<RANK>, wait for SIGTERM/SIGINT, record it in DIR/got.<RANK>, exit 0
 //   stderr-then-exit CODE     print three lines on stderr, then exit CODE
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 
 namespace {
 
@@ -49,11 +49,24 @@ int main(int argc, char** argv) {
   if (argc < 2) return 64;
   const std::string mode = argv[1];
   if (mode == "env" && argc >= 3) {
-    static const char* kKeys[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
-                                  "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-                                  "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-                                  "OMP_NUM_THREADS", "MESHRUN_RDZV_ENDPOINT"};
+    static const char* kKeys[] = {"RANK",
+                                  "LOCAL_RANK",
+                                  "WORLD_SIZE",
+                                  "LOCAL_WORLD_SIZE",
+                                  "GROUP_RANK",
+                                  "GROUP_WORLD_SIZE",
+                                  "ROLE_RANK",
+                                  "ROLE_WORLD_SIZE",
+                                  "ROLE_NAME",
+                                  "MASTER_ADDR",
+                                  "MASTER_PORT",
+                                  "TORCHELASTIC_RESTART_COUNT",
+                                  "TORCHELASTIC_MAX_RESTARTS",
+                                  "TORCHELASTIC_RUN_ID",
+                                  "TORCHELASTIC_USE_AGENT_STORE",
+                                  "TORCHELASTIC_ERROR_FILE",
+                                  "OMP_NUM_THREADS",
+                                  "MESHRUN_RDZV_ENDPOINT"};
     std::string text;
     for (const char* k : kKeys) {
       if (const char* v = std::getenv(k)) text += std::string(k) + "=" + v + "\n";

@@ -83,7 +83,8 @@ inline bool wait_for_file(const std::string& path, std::chrono::seconds limit = 
 /// A child process with stdout+stderr captured to a file.
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides, const std::string& out_path)
+  Process(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
+          const std::string& out_path)
       : out_path_(out_path) {
     pid_ = ::fork();
     if (pid_ == 0) {

@@ -17,9 +17,8 @@ TEST_CASE("the NCCL unique id travels from rank 0 through the store", "[nccl][st
   auto rank0 = daemon.client();
   auto rank1 = daemon.client();
   const std::string id(128, '\x5a');
-  auto waiting = std::async(std::launch::async, [&] {
-    return exchange_unique_id(rank1, "meshrun/nccl-bench/0/unique_id", 1, "", 128, 10s);
-  });
+  auto waiting = std::async(
+      std::launch::async, [&] { return exchange_unique_id(rank1, "meshrun/nccl-bench/0/unique_id", 1, "", 128, 10s); });
   CHECK(exchange_unique_id(rank0, "meshrun/nccl-bench/0/unique_id", 0, id, 128, 10s) == id);
   CHECK(waiting.get() == id);
 
@@ -28,7 +27,8 @@ TEST_CASE("the NCCL unique id travels from rank 0 through the store", "[nccl][st
       exchange_unique_id(rank1, "meshrun/nccl-bench/9/unique_id", 3, "", 128, std::chrono::milliseconds(200));
       FAIL("no timeout");
     } catch (const TimeoutError& e) {
-      CHECK(std::string(e.what()).find("rank 3 did not receive the NCCL unique id (key 'meshrun/nccl-bench/9/unique_id'") == 0);
+      CHECK(std::string(e.what()).find(
+                "rank 3 did not receive the NCCL unique id (key 'meshrun/nccl-bench/9/unique_id'") == 0);
     }
   }
   SECTION("an id of the wrong size is refused") {

@@ -66,7 +66,9 @@ TEST_CASE("rows and footer follow nccl-tests' layout", "[nccl][sweep]") {
   row.in_place_us = 209.7152;      // 5 GB/s
   const std::string line = format_sweep_row(row, 4, "float");
   INFO(line);
-  CHECK(line == "      1048576        262144     float     sum      -1   104.86   10.00   15.00     N/A   209.72    5.00    7.50     N/A\n");
+  CHECK(line ==
+        "      1048576        262144     float     sum      -1   104.86   10.00   15.00     N/A   209.72    5.00    "
+        "7.50     N/A\n");
   const std::string header = sweep_header();
   CHECK(header.find("out-of-place") != std::string::npos);
   CHECK(header.find("busbw") != std::string::npos);

@@ -29,7 +29,8 @@ int spawn(const std::vector<std::string>& argv, const std::map<std::string, std:
     if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   // Workers must not inherit a rank layout from the environment running the tests.
-  for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) merged.erase(k);
+  for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    merged.erase(k);
   merged["OMP_NUM_THREADS"] = "1";
   for (const auto& [k, v] : env) merged[k] = v;
   std::vector<std::string> env_strings;
@@ -58,9 +59,15 @@ int spawn(const std::vector<std::string>& argv, const std::map<std::string, std:
 }
 
 std::vector<std::string> trainer_args(const std::string& dir) {
-  return {MESHRUN_TRAINER_BIN, "--config", std::string(MESHRUN_CONFIG_DIR) + "/tiny.json",
-          "--set", "output.dir=\"" + dir + "\"", "--set", "train.sample_tokens=0",
-          "--set", "system.timeout_s=30"};
+  return {MESHRUN_TRAINER_BIN,
+          "--config",
+          std::string(MESHRUN_CONFIG_DIR) + "/tiny.json",
+          "--set",
+          "output.dir=\"" + dir + "\"",
+          "--set",
+          "train.sample_tokens=0",
+          "--set",
+          "system.timeout_s=30"};
 }
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
@@ -171,9 +178,9 @@ RunResult run_workers_in(const std::string& dir, int world, const std::vector<st
     }
     std::map<std::string, std::string> env;
     if (world > 0) {
-      env = {{"RANK", std::to_string(r)},         {"LOCAL_RANK", std::to_string(r)},
+      env = {{"RANK", std::to_string(r)},           {"LOCAL_RANK", std::to_string(r)},
              {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
-             {"MASTER_ADDR", "127.0.0.1"},        {"MASTER_PORT", std::to_string(daemon->port())}};
+             {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(daemon->port())}};
     }
     for (const auto& [k, v] : per_rank[static_cast<size_t>(r)].env) env[k] = v;
     pids.push_back(spawn(argv, env, result.dir + "/out" + std::to_string(r) + ".txt"));

@@ -23,8 +23,8 @@ class Daemon {
 };
 
 struct RankRun {
-  std::vector<std::string> sets;                // --set arguments for this rank
-  std::map<std::string, std::string> env;       // extra / overriding environment variables
+  std::vector<std::string> sets;           // --set arguments for this rank
+  std::map<std::string, std::string> env;  // extra / overriding environment variables
 };
 
 struct RunResult {

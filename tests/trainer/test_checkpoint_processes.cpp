@@ -70,8 +70,9 @@ const Saved& saved_world4() {
 
 RunResult resume(int world, const std::string& from, const std::vector<std::string>& sets) {
   const std::string dir = make_temp_dir();
-  return run_workers_in(dir, world, with(kRun, with(sets, {"checkpoint.dir=" + q(dir + "/ck"), "checkpoint.save_final=false",
-                                                             "checkpoint.interval=0", "checkpoint.resume=" + q(from)})));
+  return run_workers_in(dir, world,
+                        with(kRun, with(sets, {"checkpoint.dir=" + q(dir + "/ck"), "checkpoint.save_final=false",
+                                               "checkpoint.interval=0", "checkpoint.resume=" + q(from)})));
 }
 
 }  // namespace
@@ -98,8 +99,8 @@ TEST_CASE("resume: a checkpoint loads on any world size and strategy", "[trainer
     std::string strategy;
     std::vector<std::string> extra;
   };
-  for (const auto& c : {Case{2, "SHARD_GRAD_OP", {}}, Case{0, "NO_SHARD", {}},
-                        Case{4, "HYBRID_SHARD", {"fsdp.shard_group_size=2"}}}) {
+  for (const auto& c :
+       {Case{2, "SHARD_GRAD_OP", {}}, Case{0, "NO_SHARD", {}}, Case{4, "HYBRID_SHARD", {"fsdp.shard_group_size=2"}}}) {
     const auto run = resume(c.world, step_dir(saved.ck, 20), with({"fsdp.strategy=" + c.strategy}, c.extra));
     INFO(c.strategy << " world " << c.world << "\n" << run.describe());
     REQUIRE(run.ok());
@@ -134,7 +135,8 @@ TEST_CASE("full format: rank 0's gathered file resumes exactly and reshards", "[
   CHECK(diff4 < 1e-5);
 }
 
-TEST_CASE("safety: a missing, truncated or corrupted shard is refused, naming the file", "[trainer][checkpoint][damaged]") {
+TEST_CASE("safety: a missing, truncated or corrupted shard is refused, naming the file",
+          "[trainer][checkpoint][damaged]") {
   const auto& saved = saved_world4();
   auto damaged_copy = [&](const std::string& what) {
     const std::string target = make_temp_dir() + "/step_00000020";
@@ -172,7 +174,8 @@ TEST_CASE("safety: a missing, truncated or corrupted shard is refused, naming th
   CHECK_THAT(run.outputs[0] + run.outputs[1], Catch::Contains("rank3.bin") && Catch::Contains("corrupted"));
 }
 
-TEST_CASE("safety: kill -9 of a rank mid-save leaves the previous checkpoint loadable", "[trainer][checkpoint][crash]") {
+TEST_CASE("safety: kill -9 of a rank mid-save leaves the previous checkpoint loadable",
+          "[trainer][checkpoint][crash]") {
   const std::string dir = make_temp_dir();
   const std::string ck = dir + "/ck";
   const std::vector<std::string> sets = {"train.steps=12", "train.seq_len=32", "train.log_interval=100",
@@ -201,8 +204,9 @@ TEST_CASE("safety: kill -9 of a rank mid-save leaves the previous checkpoint loa
 TEST_CASE("keep_last keeps the newest complete checkpoints", "[trainer][checkpoint][keep]") {
   const std::string dir = make_temp_dir();
   const std::string ck = dir + "/ck";
-  const auto run = run_workers_in(dir, 0, {"train.steps=8", "train.seq_len=16", "checkpoint.interval=2",
-                                           "checkpoint.keep_last=2", "checkpoint.dir=" + q(ck)});
+  const auto run = run_workers_in(dir, 0,
+                                  {"train.steps=8", "train.seq_len=16", "checkpoint.interval=2",
+                                   "checkpoint.keep_last=2", "checkpoint.dir=" + q(ck)});
   REQUIRE(run.ok());
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
@@ -210,7 +214,8 @@ TEST_CASE("keep_last keeps the newest complete checkpoints", "[trainer][checkpoi
   CHECK(left == std::vector<std::string>{"step_00000006", "step_00000008"});
 }
 
-TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact resume", "[trainer][checkpoint][preempt]") {
+TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact resume",
+          "[trainer][checkpoint][preempt]") {
   const std::vector<std::string> sets = {"train.steps=150", "train.seq_len=64", "train.log_interval=1000"};
   const std::string ref_dir = make_temp_dir();
   const auto reference = run_workers_in(ref_dir, 2, sets);
@@ -222,7 +227,8 @@ TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact 
     const std::string ck = dir + "/ck";
     LauncherJob job(dir, 2, with(sets, {"checkpoint.dir=" + q(ck), "checkpoint.save_final=false"}));
     // Signal once training is under way (a few steps logged).
-    for (int i = 0; i < 600 && read_step_losses(dir).size() < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 600 && read_step_losses(dir).size() < 5; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     job.signal(sig);
     const int code = job.wait();
     INFO("signal " << sig << "\n" << job.output());

@@ -15,8 +15,8 @@ json minimal() { return {{"data", {{"path", "/tmp"}}}}; }
 TEST_CASE("config: defaults and file values and --set overrides with dotted keys", "[trainer][config]") {
   json user = minimal();
   user["train"] = {{"lr", 0.01}, {"steps", 7}};
-  const auto c = make_config(user, {"train.steps=9", "fsdp.strategy=NO_SHARD", "fsdp.param_dtype=bf16",
-                                    "data.exclude=[\"*.dat\"]"}, "test");
+  const auto c = make_config(
+      user, {"train.steps=9", "fsdp.strategy=NO_SHARD", "fsdp.param_dtype=bf16", "data.exclude=[\"*.dat\"]"}, "test");
   CHECK(c.train.lr == Approx(0.01));
   CHECK(c.train.steps == 9);
   CHECK(c.fsdp.strategy == ShardingStrategy::NoShard);
@@ -52,14 +52,16 @@ TEST_CASE("config: bad values name the key", "[trainer][config]") {
   CHECK_THROWS_WITH(load_config("/nonexistent/x.json", {}), Catch::Contains("/nonexistent/x.json"));
   CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.format=zip"}, "t"), Catch::Contains("checkpoint.format"));
   CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.resume=auto"}, "t"), Catch::Contains("checkpoint.dir"));
-  CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.limit_all_gathers=0"}, "t"), Catch::Contains("fsdp.limit_all_gathers"));
+  CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.limit_all_gathers=0"}, "t"),
+                    Catch::Contains("fsdp.limit_all_gathers"));
   CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.activation_checkpointing=-1"}, "t"),
                     Catch::Contains("fsdp.activation_checkpointing"));
 }
 
 TEST_CASE("config: hybrid strategies and checkpoint keys parse", "[trainer][config]") {
-  const auto c = make_config(minimal(), {"fsdp.strategy=HYBRID_SHARD_ZERO2", "fsdp.shard_group_size=2",
-                                         "checkpoint.dir=/tmp/ck", "checkpoint.resume=auto", "checkpoint.keep_last=3"},
+  const auto c = make_config(minimal(),
+                             {"fsdp.strategy=HYBRID_SHARD_ZERO2", "fsdp.shard_group_size=2", "checkpoint.dir=/tmp/ck",
+                              "checkpoint.resume=auto", "checkpoint.keep_last=3"},
                              "t");
   CHECK(c.fsdp.strategy == ShardingStrategy::HybridShardZero2);
   CHECK(c.fsdp.hybrid());

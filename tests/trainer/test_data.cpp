@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "common/error.hpp"
-#include "trainer/fsdp/adamw.hpp"
 #include "trainer/data/dataset.hpp"
+#include "trainer/fsdp/adamw.hpp"
 #include "trainer/model/model.hpp"
 
 using namespace meshrun::trainer;
@@ -93,11 +93,11 @@ TEST_CASE("model: configs have the advertised sizes", "[trainer][model]") {
     m.tie_embeddings = tied;
     return static_cast<double>(count_params(m));
   };
-  CHECK(size_of(256, 128, 4, 4, 0, 0, true) == Approx(0.84e6).epsilon(0.05));        // tiny
-  CHECK(size_of(256, 512, 8, 8, 0, 0, true) == Approx(25.4e6).epsilon(0.05));        // small
-  CHECK(size_of(50304, 768, 16, 12, 0, 0, true) == Approx(152e6).epsilon(0.05));     // 150m
-  CHECK(size_of(128256, 2048, 16, 32, 8, 8192, true) == Approx(1.24e9).epsilon(0.05));   // 1b (Llama 3.2 1B)
-  CHECK(size_of(128256, 4096, 32, 32, 8, 14336, false) == Approx(8.03e9).epsilon(0.05)); // 8b (Llama 3 8B)
+  CHECK(size_of(256, 128, 4, 4, 0, 0, true) == Approx(0.84e6).epsilon(0.05));             // tiny
+  CHECK(size_of(256, 512, 8, 8, 0, 0, true) == Approx(25.4e6).epsilon(0.05));             // small
+  CHECK(size_of(50304, 768, 16, 12, 0, 0, true) == Approx(152e6).epsilon(0.05));          // 150m
+  CHECK(size_of(128256, 2048, 16, 32, 8, 8192, true) == Approx(1.24e9).epsilon(0.05));    // 1b (Llama 3.2 1B)
+  CHECK(size_of(128256, 4096, 32, 32, 8, 14336, false) == Approx(8.03e9).epsilon(0.05));  // 8b (Llama 3 8B)
 }
 
 TEST_CASE("schedule: linear warm-up then cosine to min_lr", "[trainer][schedule]") {

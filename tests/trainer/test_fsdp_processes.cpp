@@ -38,7 +38,8 @@ const Reference& fp32_reference() {
 
 double max_rel_loss_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
   return worst;
 }
 
@@ -191,7 +192,8 @@ TEST_CASE("hybrid: 4 ranks as 2 nodes x 2 match one process and hold half the st
     REQUIRE(run.ok());
     const double loss_diff = max_rel_loss_diff(read_losses(run.dir), ref.losses);
     const double param_diff = max_abs_param_diff(read_params(run.dir), ref.params);
-    WARN(strategy << " 2x2 vs one process: max relative loss diff " << loss_diff << ", max |param diff| " << param_diff);
+    WARN(strategy << " 2x2 vs one process: max relative loss diff " << loss_diff << ", max |param diff| "
+                  << param_diff);
     CHECK(read_losses(run.dir).size() == ref.losses.size());
     CHECK(loss_diff < 1e-5);
     CHECK(param_diff < 1e-5);
@@ -236,7 +238,7 @@ TEST_CASE("memory: FULL_SHARD's measured peak RSS per rank is below NO_SHARD's",
   // state dominate the process: NO_SHARD holds 4 x 114 MB of them per rank, FULL_SHARD on 2 ranks half of
   // that plus the gathered units. What is compared is the process's own peak RSS (getrusage), not the
   // accounting: freed gathered buffers must really leave the process for FULL_SHARD to come out lower.
-  const std::vector<std::string> base = {"train.steps=2", "train.seq_len=32", "train.global_batch_size=2",
+  const std::vector<std::string> base = {"train.steps=2",          "train.seq_len=32",      "train.global_batch_size=2",
                                          "train.log_interval=100", "train.sample_tokens=0", "model.dim=768",
                                          "model.n_heads=12"};
   const auto no_shard = run_workers(2, with(base, {"fsdp.strategy=NO_SHARD"}));
@@ -253,8 +255,8 @@ TEST_CASE("memory: FULL_SHARD's measured peak RSS per rank is below NO_SHARD's",
     const int64_t saved_state = state(a) - state(b);
     const int64_t rss_no_shard = a["peak_rss_bytes"].get<int64_t>();
     const int64_t rss_full = b["peak_rss_bytes"].get<int64_t>();
-    WARN("rank " << r << ": peak RSS NO_SHARD " << rss_no_shard / (1 << 20) << " MiB, FULL_SHARD " << rss_full / (1 << 20)
-                 << " MiB; accounted state saved " << saved_state / (1 << 20) << " MiB");
+    WARN("rank " << r << ": peak RSS NO_SHARD " << rss_no_shard / (1 << 20) << " MiB, FULL_SHARD "
+                 << rss_full / (1 << 20) << " MiB; accounted state saved " << saved_state / (1 << 20) << " MiB");
     REQUIRE(saved_state > 150 * (1 << 20));
     // At least half of the accounted saving shows in the process's peak (measured: about all of it).
     CHECK(rss_full < rss_no_shard - saved_state / 2);

@@ -16,9 +16,9 @@
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
+#include "proto/store_client.hpp"
 #include "tools/nccl_bench/nccl_id_exchange.hpp"
 #include "tools/nccl_bench/nccl_sweep.hpp"
-#include "proto/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {
@@ -29,24 +29,24 @@ class GpuError : public Error {
   using Error::Error;
 };
 
-#define MESHRUN_CUDA_CHECK(call)                                                                                 \
-  do {                                                                                                           \
-    const cudaError_t err_ = (call);                                                                             \
-    if (err_ != cudaSuccess) {                                                                                   \
-      throw GpuError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call ": " +                 \
-                     cudaGetErrorString(err_));                                                                  \
-    }                                                                                                            \
+#define MESHRUN_CUDA_CHECK(call)                                                                \
+  do {                                                                                          \
+    const cudaError_t err_ = (call);                                                            \
+    if (err_ != cudaSuccess) {                                                                  \
+      throw GpuError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call ": " + \
+                     cudaGetErrorString(err_));                                                 \
+    }                                                                                           \
   } while (0)
 
-#define MESHRUN_NCCL_CHECK(comm, call)                                                                           \
-  do {                                                                                                           \
-    const ncclResult_t res_ = (call);                                                                            \
-    if (res_ != ncclSuccess) {                                                                                   \
-      const char* last_ = (comm) != nullptr ? ncclGetLastError(comm) : nullptr;                                  \
-      throw GpuError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call ": " +                 \
+#define MESHRUN_NCCL_CHECK(comm, call)                                                                                \
+  do {                                                                                                                \
+    const ncclResult_t res_ = (call);                                                                                 \
+    if (res_ != ncclSuccess) {                                                                                        \
+      const char* last_ = (comm) != nullptr ? ncclGetLastError(comm) : nullptr;                                       \
+      throw GpuError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " #call ": " +                       \
                      ncclGetErrorString(res_) + (last_ != nullptr && *last_ ? std::string(" (") + last_ + ")" : "") + \
-                     " (NCCL_DEBUG=INFO shows why)");                                                            \
-    }                                                                                                            \
+                     " (NCCL_DEBUG=INFO shows why)");                                                                 \
+    }                                                                                                                 \
   } while (0)
 
 struct RankEnv {
@@ -60,9 +60,10 @@ struct RankEnv {
 std::string require_env(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') {
-    throw UsageError(std::string(name) + " is not set: start meshrun-nccl-bench under meshrun (or torchrun), "
-                                         "one process per GPU, e.g. `meshrun --nproc-per-node 8 --no-python "
-                                         "meshrun-nccl-bench`");
+    throw UsageError(std::string(name) +
+                     " is not set: start meshrun-nccl-bench under meshrun (or torchrun), "
+                     "one process per GPU, e.g. `meshrun --nproc-per-node 8 --no-python "
+                     "meshrun-nccl-bench`");
   }
   return v;
 }
@@ -73,8 +74,7 @@ int env_int(const char* name) {
     size_t used = 0;
     const int v = std::stoi(text, &used);
     if (used == text.size() && v >= 0) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw UsageError(std::string(name) + "='" + text + "' is not a non-negative integer");
 }
 
@@ -146,8 +146,8 @@ double time_allreduce(const Communicator& comm, const Stream& stream, void* send
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / options.iters;
   // Ranks finish at slightly different times: report the slowest, as the collective is only as fast.
   MESHRUN_CUDA_CHECK(cudaMemcpy(slowest_scratch, &seconds, sizeof seconds, cudaMemcpyHostToDevice));
-  MESHRUN_NCCL_CHECK(comm.get(), ncclAllReduce(slowest_scratch, slowest_scratch, 1, ncclFloat64, ncclMax, comm.get(),
-                                               stream.get()));
+  MESHRUN_NCCL_CHECK(
+      comm.get(), ncclAllReduce(slowest_scratch, slowest_scratch, 1, ncclFloat64, ncclMax, comm.get(), stream.get()));
   MESHRUN_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   MESHRUN_CUDA_CHECK(cudaMemcpy(&seconds, slowest_scratch, sizeof seconds, cudaMemcpyDeviceToHost));
   return seconds;
@@ -175,9 +175,9 @@ int run(const SweepOptions& options, double id_timeout_s) {
   auto store = proto::StoreClient::connect(env.master, connect);
   ncclUniqueId id{};
   if (env.rank == 0) MESHRUN_NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
-  const std::string bytes = exchange_unique_id(store, "meshrun/nccl-bench/" + env.restart + "/unique_id", env.rank,
-                                               std::string(id.internal, sizeof id.internal), sizeof id.internal,
-                                               from_seconds(id_timeout_s));
+  const std::string bytes =
+      exchange_unique_id(store, "meshrun/nccl-bench/" + env.restart + "/unique_id", env.rank,
+                         std::string(id.internal, sizeof id.internal), sizeof id.internal, from_seconds(id_timeout_s));
   std::copy(bytes.begin(), bytes.end(), id.internal);
 
   Communicator comm(env.world_size, id, env.rank);
@@ -196,8 +196,8 @@ int run(const SweepOptions& options, double id_timeout_s) {
     ::gethostname(host, sizeof host - 1);
     std::cout << "# meshrun-nccl-bench: all_reduce sum float, " << env.world_size << " rank(s), NCCL " << nccl_version
               << ", warmup " << options.warmup << ", iters " << options.iters << "\n"
-              << "#  Rank  0 Pid " << ::getpid() << " on " << host << " device " << env.local_rank << " "
-              << prop.name << "\n#\n"
+              << "#  Rank  0 Pid " << ::getpid() << " on " << host << " device " << env.local_rank << " " << prop.name
+              << "\n#\n"
               << sweep_header();
   }
   std::vector<SweepRow> rows;
@@ -221,17 +221,24 @@ int run(const SweepOptions& options, double id_timeout_s) {
 
 int main(int argc, char** argv) {
   using namespace meshrun::diagnostics;
-  CLI::App app{"meshrun-nccl-bench: NCCL all-reduce bus bandwidth (like nccl-tests' all_reduce_perf); one "
-               "process per GPU under meshrun"};
+  CLI::App app{
+      "meshrun-nccl-bench: NCCL all-reduce bus bandwidth (like nccl-tests' all_reduce_perf); one "
+      "process per GPU under meshrun"};
   SweepOptions options;
   std::string min_bytes = "8";
   std::string max_bytes = "256M";
   double id_timeout_s = 120;
   app.add_option("-b,--minbytes", min_bytes, "Smallest message (K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", max_bytes, "Largest message")->capture_default_str();
-  app.add_option("-f,--stepfactor", options.factor, "Size multiplier between steps")->capture_default_str()->check(CLI::Range(2, 1024));
-  app.add_option("-n,--iters", options.iters, "Timed iterations per size")->capture_default_str()->check(CLI::Range(1, 1000000));
-  app.add_option("-w,--warmup_iters", options.warmup, "Untimed iterations per size")->capture_default_str()->check(CLI::Range(0, 1000000));
+  app.add_option("-f,--stepfactor", options.factor, "Size multiplier between steps")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1024));
+  app.add_option("-n,--iters", options.iters, "Timed iterations per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup_iters", options.warmup, "Untimed iterations per size")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--id-timeout", id_timeout_s, "Seconds to reach the store and receive rank 0's NCCL id")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 3600.0));

@@ -14,11 +14,11 @@
 namespace meshrun::diagnostics {
 
 struct SweepOptions {
-  uint64_t min_bytes = 8;            // -b
-  uint64_t max_bytes = 256ull << 20; // -e
-  int factor = 2;                    // -f: each size is the previous one times this
-  int warmup = 5;                    // -w: untimed iterations per size
-  int iters = 20;                    // -n: timed iterations per size
+  uint64_t min_bytes = 8;             // -b
+  uint64_t max_bytes = 256ull << 20;  // -e
+  int factor = 2;                     // -f: each size is the previous one times this
+  int warmup = 5;                     // -w: untimed iterations per size
+  int iters = 20;                     // -n: timed iterations per size
 };
 
 /// "8", "64K", "256M", "1G" (powers of 1024, as nccl-tests reads them); throws UsageError.
@@ -35,8 +35,8 @@ double allreduce_busbw_gbps(double algbw, int ranks);
 
 struct SweepRow {
   uint64_t bytes = 0;
-  uint64_t count = 0;           // elements
-  double out_of_place_us = 0;   // average time of one all-reduce, slowest rank
+  uint64_t count = 0;          // elements
+  double out_of_place_us = 0;  // average time of one all-reduce, slowest rank
   double in_place_us = 0;
 };
 

@@ -128,8 +128,8 @@ void prune(const std::string& dir, int64_t keep_last, int64_t newest) {
 
 }  // namespace
 
-CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
-                                Communicator& world, const TrainState& state) {
+CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer, Communicator& world,
+                                const TrainState& state) {
   c10::NoGradGuard no_grad;
   const auto start = Clock::now();
   const auto& cc = config.checkpoint;
@@ -166,7 +166,8 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
     }
     f.commit();
     own_index = {{"file", file}, {"bytes", f.bytes_written()}, {"chunks", chunks}};
-    write_file_atomic((fs::path(path) / ("rank" + std::to_string(world.rank()) + ".index.json")).string(), own_index.dump());
+    write_file_atomic((fs::path(path) / ("rank" + std::to_string(world.rank()) + ".index.json")).string(),
+                      own_index.dump());
   } else if (!sharded_format) {
     // Gathered one unit and one tensor kind at a time: beyond its shard a rank holds one unit's tensor.
     std::optional<AtomicFile> f;
@@ -204,7 +205,8 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
     json tensors = json::object();
     for (const auto& unit : build_unit_specs(config.model)) {
       for (const auto* kind : kKinds) {
-        for (const auto& p : unit.params) tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
+        for (const auto& p : unit.params)
+          tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
       }
     }
     for (const auto& idx : indexes) {
@@ -221,12 +223,15 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
       std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
       int64_t next = 0;
       for (const auto& c : list) {
-        if (c["begin"].get<int64_t>() != next) throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
+        if (c["begin"].get<int64_t>() != next)
+          throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
         next += c["count"].get<int64_t>();
       }
       int64_t numel = 1;
       for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
-      if (next != numel) throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " + std::to_string(numel));
+      if (next != numel)
+        throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
+                    std::to_string(numel));
     }
     const json meta = {
         {"format_version", kFormatVersion},
@@ -235,15 +240,19 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
         // Training draws no random numbers after init: the data position is a function of (train.seed, step)
         // and the learning rate of step, so these two integers are the whole RNG and schedule state.
         {"seed", config.train.seed},
-        {"saved_with", {{"world_size", world.world_size()}, {"strategy", to_string(config.fsdp.strategy)},
-                        {"layout", model.layout()}, {"format", cc.format}}},
+        {"saved_with",
+         {{"world_size", world.world_size()},
+          {"strategy", to_string(config.fsdp.strategy)},
+          {"layout", model.layout()},
+          {"format", cc.format}}},
         {"model", config.merged.at("model")},
         {"config", config.merged},
         {"files", files},
         {"tensors", tensors},
     };
     write_file_atomic((fs::path(path) / "metadata.json").string(), meta.dump(1));
-    for (int r = 0; r < world.world_size(); ++r) fs::remove(fs::path(path) / ("rank" + std::to_string(r) + ".index.json"));
+    for (int r = 0; r < world.world_size(); ++r)
+      fs::remove(fs::path(path) / ("rank" + std::to_string(r) + ".index.json"));
     fsync_dir(cc.dir);
     prune(cc.dir, cc.keep_last, state.step);
   }
@@ -272,7 +281,8 @@ TrainState load_checkpoint(const std::string& path, const TrainerConfig& config,
           const std::string name = global_name(kKinds[k], spec, p);
           if (!meta["tensors"].contains(name) || reader.shape(name) != p.shape) {
             throw Error("checkpoint " + path + " does not fit this model: " + name +
-                        (meta["tensors"].contains(name) ? " has shape " + meta["tensors"][name]["shape"].dump() : " is missing") +
+                        (meta["tensors"].contains(name) ? " has shape " + meta["tensors"][name]["shape"].dump()
+                                                        : " is missing") +
                         " (model config differences, checkpoint vs now: " +
                         config_diff(meta["model"], config.merged["model"]) + ")");
           }
@@ -303,8 +313,7 @@ TrainState load_checkpoint(const std::string& path, const TrainerConfig& config,
   model.reshard_all();
   optimizer.set_steps_taken(state.optimizer_steps);
   if (stats != nullptr) {
-    *stats = {path, static_cast<int64_t>(verdict[1]),
-              std::chrono::duration<double>(Clock::now() - start).count()};
+    *stats = {path, static_cast<int64_t>(verdict[1]), std::chrono::duration<double>(Clock::now() - start).count()};
   }
   return state;
 }
@@ -330,13 +339,15 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
   }
   meta_ = read_json_file(meta_path.string());
   if (!meta_.contains("format_version") || meta_["format_version"] != kFormatVersion) {
-    throw Error(meta_path.string() + ": unsupported checkpoint format_version (expected " + std::to_string(kFormatVersion) + ")");
+    throw Error(meta_path.string() + ": unsupported checkpoint format_version (expected " +
+                std::to_string(kFormatVersion) + ")");
   }
   for (auto it = meta_["files"].begin(); it != meta_["files"].end(); ++it) {
     const fs::path f = fs::path(path_) / it.key();
     std::error_code ec;
     const auto size = fs::file_size(f, ec);
-    if (ec) throw Error("checkpoint " + path_ + " is missing its data file " + f.string() + " (listed in metadata.json)");
+    if (ec)
+      throw Error("checkpoint " + path_ + " is missing its data file " + f.string() + " (listed in metadata.json)");
     const auto expected = it.value().at("bytes").get<uint64_t>();
     if (size != expected) {
       throw Error("checkpoint data file " + f.string() + " is truncated or altered: " + std::to_string(size) +
@@ -378,7 +389,8 @@ void CheckpointReader::read(const std::string& name, int64_t begin, int64_t coun
     size_t done = 0;
     const auto offset = c["offset"].get<int64_t>();
     while (done < nbytes) {
-      const ssize_t r = ::pread(fd.get(), reinterpret_cast<char*>(into) + done, nbytes - done, offset + static_cast<int64_t>(done));
+      const ssize_t r =
+          ::pread(fd.get(), reinterpret_cast<char*>(into) + done, nbytes - done, offset + static_cast<int64_t>(done));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) throw Error("checkpoint data file " + file + " is truncated (reading " + name + ")");
       done += static_cast<size_t>(r);

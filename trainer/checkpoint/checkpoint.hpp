@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainer/fsdp/adamw.hpp"
-#include "trainer/distributed/communicator.hpp"
 #include "trainer/config.hpp"
+#include "trainer/distributed/communicator.hpp"
+#include "trainer/fsdp/adamw.hpp"
 #include "trainer/fsdp/sharded_model.hpp"
 
 namespace meshrun::trainer {
@@ -40,14 +40,14 @@ struct CheckpointStats {
 
 /// Saves the model and optimizer as <config.checkpoint.dir>/step_<N>. Collective over `world`; returns once
 /// the checkpoint is complete (metadata.json committed). Rank 0 then drops all but the newest keep_last.
-CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
-                                Communicator& world, const TrainState& state);
+CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer, Communicator& world,
+                                const TrainState& state);
 
 /// Loads a checkpoint saved with any world size, strategy or format into this layout. Collective over
 /// `world`: if any rank refuses the checkpoint (missing, truncated or corrupted file, other model shape),
 /// every rank throws, and the refusing rank's message names the file.
-TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model,
-                           AdamW& optimizer, Communicator& world, CheckpointStats* stats = nullptr);
+TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
+                           Communicator& world, CheckpointStats* stats = nullptr);
 
 /// The newest step_<N> folder under `dir` that has a metadata.json, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);

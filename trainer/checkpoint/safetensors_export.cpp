@@ -23,10 +23,15 @@ std::string hf_llama_name(const std::string& unit, const std::string& param) {
     if (param == "norm") return "model.norm.weight";
     if (param == "output") return "lm_head.weight";
   } else if (unit.rfind("block", 0) == 0) {
-    static const std::map<std::string, std::string> block = {
-        {"attention_norm", "input_layernorm"}, {"wq", "self_attn.q_proj"}, {"wk", "self_attn.k_proj"},
-        {"wv", "self_attn.v_proj"},            {"wo", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-        {"w1", "mlp.gate_proj"},               {"w3", "mlp.up_proj"},     {"w2", "mlp.down_proj"}};
+    static const std::map<std::string, std::string> block = {{"attention_norm", "input_layernorm"},
+                                                             {"wq", "self_attn.q_proj"},
+                                                             {"wk", "self_attn.k_proj"},
+                                                             {"wv", "self_attn.v_proj"},
+                                                             {"wo", "self_attn.o_proj"},
+                                                             {"ffn_norm", "post_attention_layernorm"},
+                                                             {"w1", "mlp.gate_proj"},
+                                                             {"w3", "mlp.up_proj"},
+                                                             {"w2", "mlp.down_proj"}};
     const auto it = block.find(param);
     if (it != block.end()) return "model.layers." + unit.substr(5) + "." + it->second + ".weight";
   }
@@ -60,7 +65,9 @@ void export_safetensors(const std::string& checkpoint, const std::string& out) {
   std::string path = checkpoint;
   if (!fs::exists(fs::path(path) / "metadata.json")) {
     const auto latest = latest_checkpoint(path);
-    if (!latest) throw UsageError(checkpoint + " is neither a complete checkpoint (no metadata.json) nor a folder of step_<N> checkpoints");
+    if (!latest)
+      throw UsageError(checkpoint +
+                       " is neither a complete checkpoint (no metadata.json) nor a folder of step_<N> checkpoints");
     path = *latest;
   }
   CheckpointReader reader(path);
@@ -76,7 +83,9 @@ void export_safetensors(const std::string& checkpoint, const std::string& out) {
   };
   std::vector<Entry> entries;
   json header = json::object();
-  header["__metadata__"] = {{"format", "pt"}, {"source", "meshrun-trainer"}, {"step", std::to_string(reader.metadata()["step"].get<int64_t>())}};
+  header["__metadata__"] = {{"format", "pt"},
+                            {"source", "meshrun-trainer"},
+                            {"step", std::to_string(reader.metadata()["step"].get<int64_t>())}};
   int64_t offset = 0;
   for (const auto& unit : specs) {
     for (const auto& p : unit.params) {

@@ -30,7 +30,8 @@ std::vector<std::string> list_files(const DataConfig& config) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return {path.string()};
   if (!fs::is_directory(path, ec)) {
-    throw UsageError("data.path '" + config.path + "' does not exist (for the quickstart corpus: "
+    throw UsageError("data.path '" + config.path +
+                     "' does not exist (for the quickstart corpus: "
                      "apt-get install fortunes fortunes-min, or run scripts/setup.sh)");
   }
   std::vector<std::string> files;
@@ -129,8 +130,8 @@ MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t se
   const uint64_t stream = splitmix64(seed ^ (split == Split::Train ? 0x7261696EULL : 0x76616CULL));
   for (int64_t local = 0; local < mb.batch; ++local) {
     const int64_t seq = first_seq + rank * mb.batch + local;  // position in the step's batch
-    const uint64_t h = splitmix64(stream ^ splitmix64(static_cast<uint64_t>(step_index) * 1000003ULL +
-                                                      static_cast<uint64_t>(seq)));
+    const uint64_t h =
+        splitmix64(stream ^ splitmix64(static_cast<uint64_t>(step_index) * 1000003ULL + static_cast<uint64_t>(seq)));
     const int64_t start = static_cast<int64_t>(h % static_cast<uint64_t>(span + 1));
     for (int64_t j = 0; j < seq_len; ++j) {
       mb.inputs[static_cast<size_t>(local * seq_len + j)] = data.token(split, start + j);

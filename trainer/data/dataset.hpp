@@ -31,7 +31,7 @@ class TokenDataset {
 
  private:
   std::vector<std::string> files_;
-  std::vector<uint8_t> bytes_;     // text: the concatenated files
+  std::vector<uint8_t> bytes_;       // text: the concatenated files
   const uint8_t* mapped_ = nullptr;  // bin: the mmap'd file
   size_t mapped_len_ = 0;
   int width_ = 1;  // bytes per token
@@ -43,7 +43,7 @@ class TokenDataset {
 /// is sequences [first_seq, first_seq + B) of its step and rank r takes its r-th slice of B/N. So the global
 /// batch is the same for any world size, and grad_accum_steps=4 with B sees what one micro-batch of 4B sees.
 struct MicroBatch {
-  int64_t batch = 0;           // local sequences
+  int64_t batch = 0;  // local sequences
   int64_t seq_len = 0;
   std::vector<int64_t> inputs;   // batch * seq_len
   std::vector<int64_t> targets;  // batch * seq_len (inputs shifted by one)

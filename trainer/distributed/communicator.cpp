@@ -58,7 +58,8 @@ void wait_for_ranks(c10d::Store& store, const std::vector<std::string>& keys, co
 
 void check_rank_consistency(c10d::Store& store, const DistEnv& env, const TrainerConfig& config,
                             std::chrono::milliseconds timeout) {
-  const nlohmann::json mine = {{"world_size", env.world_size}, {"hash", config_hash(config)}, {"config", config.merged}};
+  const nlohmann::json mine = {
+      {"world_size", env.world_size}, {"hash", config_hash(config)}, {"config", config.merged}};
   store_set(store, "check/rank" + std::to_string(env.rank), mine.dump());
 
   auto compare = [&](const nlohmann::json& theirs, int their_rank) -> std::string {
@@ -209,7 +210,7 @@ PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) 
     return PendingOp{nullptr, out, in, {}};
   }
   return stages_through_host(out) ? on_host_copies(&Communicator::all_gather_on_backend, out, in)
-                                   : all_gather_on_backend(out, in);
+                                  : all_gather_on_backend(out, in);
 }
 
 PendingOp Communicator::on_host_copies(CollectiveFn collective, const at::Tensor& out, const at::Tensor& in) {
@@ -248,7 +249,7 @@ PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& 
     return PendingOp{nullptr, out, in, {}};
   }
   return stages_through_host(out) ? on_host_copies(&Communicator::reduce_scatter_on_backend, out, in)
-                                   : reduce_scatter_on_backend(out, in);
+                                  : reduce_scatter_on_backend(out, in);
 }
 
 PendingOp Communicator::reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in) {

@@ -11,8 +11,8 @@
 
 #include <chrono>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -114,8 +114,8 @@ class Communicator {
   DistEnv env_;
   std::chrono::milliseconds timeout_{0};
   bool native_reduce_scatter_ = true;
-  bool p2p_ = false;       // all-gather / reduce-scatter as sends and receives (Gloo)
-  int64_t p2p_tag_ = 0;    // the same sequence on every rank: collectives are issued in the same order
+  bool p2p_ = false;     // all-gather / reduce-scatter as sends and receives (Gloo)
+  int64_t p2p_tag_ = 0;  // the same sequence on every rank: collectives are issued in the same order
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   double comm_seconds_ = 0.0;

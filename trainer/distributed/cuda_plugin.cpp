@@ -17,15 +17,14 @@ extern "C" {
 /// Returns 0 and a released c10d::Backend* in *out; 2 for a usage error (no such device), 1 otherwise,
 /// with the message in err.
 __attribute__((visibility("default"))) int meshrun_trainer_make_nccl_backend(c10d::Store* store, int rank,
-                                                                           int world_size, int local_rank,
-                                                                           long long timeout_ms,
-                                                                           c10d::Backend** out, char* err,
-                                                                           size_t err_len) {
+                                                                             int world_size, int local_rank,
+                                                                             long long timeout_ms, c10d::Backend** out,
+                                                                             char* err, size_t err_len) {
   try {
     const int devices = c10::cuda::device_count();
     if (local_rank >= devices) {
-      std::snprintf(err, err_len, "LOCAL_RANK=%d but this node has %d CUDA devices: lower --nproc-per-node",
-                    local_rank, devices);
+      std::snprintf(err, err_len, "LOCAL_RANK=%d but this node has %d CUDA devices: lower --nproc-per-node", local_rank,
+                    devices);
       return 2;
     }
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));

@@ -10,7 +10,8 @@ namespace {
 int read_int(const char* name, bool required, int fallback) {
   const char* raw = std::getenv(name);
   if (raw == nullptr || *raw == '\0') {
-    if (required) throw UsageError(std::string("RANK is set but ") + name + " is not: launch through meshrun or torchrun");
+    if (required)
+      throw UsageError(std::string("RANK is set but ") + name + " is not: launch through meshrun or torchrun");
     return fallback;
   }
   char* end = nullptr;

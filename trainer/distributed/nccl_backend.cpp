@@ -67,7 +67,8 @@ bool load_cuda_plugin(const std::string& device) {
     error += (error.empty() ? "" : "; ") + std::string(e != nullptr ? e : path);
   }
   PluginApi api;
-  const bool complete = handle != nullptr && resolve(handle, "meshrun_trainer_make_nccl_backend", api.make_nccl_backend) &&
+  const bool complete = handle != nullptr &&
+                        resolve(handle, "meshrun_trainer_make_nccl_backend", api.make_nccl_backend) &&
                         resolve(handle, "meshrun_trainer_cuda_memory_stats", api.memory_stats) &&
                         resolve(handle, "meshrun_trainer_cuda_reset_peak_memory", api.reset_peak_memory);
   if (!complete) {
@@ -75,8 +76,10 @@ bool load_cuda_plugin(const std::string& device) {
                                               : std::string("an entry point is missing from ") + kPluginName +
                                                     " (a plugin from another build: rebuild meshrun-trainer)";
     if (required) throw UsageError("system.device=cuda: cannot load the CUDA plugin: " + why);
-    std::fprintf(stderr, "meshrun-trainer: warning: NVIDIA driver present but the CUDA plugin did not load (%s): "
-                 "running on the CPU\n", why.c_str());
+    std::fprintf(stderr,
+                 "meshrun-trainer: warning: NVIDIA driver present but the CUDA plugin did not load (%s): "
+                 "running on the CPU\n",
+                 why.c_str());
     return false;
   }
   plugin() = api;
@@ -84,14 +87,14 @@ bool load_cuda_plugin(const std::string& device) {
 }
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int world_size, int local_rank,
-                                                    std::chrono::milliseconds timeout) {
+                                                    int world_size, int local_rank, std::chrono::milliseconds timeout) {
   if (!MESHRUN_HAVE_NCCL) throw UsageError("this meshrun-trainer was built without CUDA/NCCL: use system.backend=gloo");
-  if (plugin().make_nccl_backend == nullptr) throw UsageError("system.backend=nccl needs the CUDA plugin: use system.device=cuda");
+  if (plugin().make_nccl_backend == nullptr)
+    throw UsageError("system.backend=nccl needs the CUDA plugin: use system.device=cuda");
   c10d::Backend* backend = nullptr;
   char err[1024] = {0};
-  const int rc = plugin().make_nccl_backend(store.get(), rank, world_size, local_rank, static_cast<long long>(timeout.count()),
-                               &backend, err, sizeof(err));
+  const int rc = plugin().make_nccl_backend(store.get(), rank, world_size, local_rank,
+                                            static_cast<long long>(timeout.count()), &backend, err, sizeof(err));
   if (rc == 2) throw UsageError(err);
   if (rc != 0 || backend == nullptr) throw Error(std::string("ProcessGroupNCCL: ") + err);
   return c10::intrusive_ptr<c10d::Backend>::reclaim(backend);

@@ -31,8 +31,7 @@ bool load_cuda_plugin(const std::string& device);
 /// ProcessGroupNCCL from the plugin. Throws meshrun::UsageError when the build has no NCCL or the plugin
 /// is not loaded, and meshrun::Error with the plugin's message when it fails.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                    int world_size, int local_rank,
-                                                    std::chrono::milliseconds timeout);
+                                                    int world_size, int local_rank, std::chrono::milliseconds timeout);
 
 /// The CUDA caching allocator's figures for one device, in bytes.
 struct CudaMemoryStats {

@@ -41,7 +41,8 @@ struct Checkpointed : public torch::autograd::Function<Checkpointed> {
 
 }  // namespace
 
-at::Tensor checkpointed_forward(const UnitFunction& fn, FlatParamUnit& unit, const at::Tensor& x, const at::Tensor& flat) {
+at::Tensor checkpointed_forward(const UnitFunction& fn, FlatParamUnit& unit, const at::Tensor& x,
+                                const at::Tensor& flat) {
   return Checkpointed::apply(x, flat, reinterpret_cast<int64_t>(&fn), reinterpret_cast<int64_t>(&unit));
 }
 

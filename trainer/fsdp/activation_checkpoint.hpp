@@ -17,6 +17,7 @@ using UnitFunction = std::function<at::Tensor(const at::Tensor& x, const std::ve
 
 /// fn(x, unit.views_of(flat)) with only `x` saved for backward. `flat` is the unit's buffer as returned by
 /// pre_forward_flat(); `fn` and `unit` must outlive the backward pass.
-at::Tensor checkpointed_forward(const UnitFunction& fn, FlatParamUnit& unit, const at::Tensor& x, const at::Tensor& flat);
+at::Tensor checkpointed_forward(const UnitFunction& fn, FlatParamUnit& unit, const at::Tensor& x,
+                                const at::Tensor& flat);
 
 }  // namespace meshrun::trainer

@@ -83,9 +83,8 @@ void AdamW::step(double lr) {
         steps.push_back(step);
       }
       if (ps.empty()) continue;
-      at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, config_.beta1, config_.beta2,
-                        decay ? config_.weight_decay : 0.0, config_.eps, /*amsgrad=*/false, /*maximize=*/false,
-                        grad_scale, /*found_inf=*/std::nullopt);
+      at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, config_.beta1, config_.beta2, decay ? config_.weight_decay : 0.0,
+                        config_.eps, /*amsgrad=*/false, /*maximize=*/false, grad_scale, /*found_inf=*/std::nullopt);
     }
   }
   clip_factor_ = 1.0;
@@ -93,7 +92,8 @@ void AdamW::step(double lr) {
 
 int64_t AdamW::state_bytes() const {
   int64_t n = 0;
-  for (size_t i = 0; i < exp_avg_.size(); ++i) n += static_cast<int64_t>(exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes());
+  for (size_t i = 0; i < exp_avg_.size(); ++i)
+    n += static_cast<int64_t>(exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes());
   return n;
 }
 

@@ -10,8 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "trainer/distributed/communicator.hpp"
 #include "trainer/config.hpp"
+#include "trainer/distributed/communicator.hpp"
 #include "trainer/fsdp/flat_param_unit.hpp"
 
 namespace meshrun::trainer {

@@ -189,7 +189,8 @@ at::Tensor FlatParamUnit::post_forward(const at::Tensor& out) {
     reshard();  // no backward will need them
     return out;
   }
-  const bool frees = options_.strategy == ShardingStrategy::FullShard || options_.strategy == ShardingStrategy::HybridShard;
+  const bool frees =
+      options_.strategy == ShardingStrategy::FullShard || options_.strategy == ShardingStrategy::HybridShard;
   if (options_.reshard_after_forward && frees) reshard();
   return PreBackward::apply(out, reinterpret_cast<int64_t>(this));
 }
@@ -240,7 +241,8 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
     }
     // Keep two reductions in flight at most: the previous unit's unsharded gradient is freed now.
     if (options_.last_reduce != nullptr) {
-      if (*options_.last_reduce != nullptr && *options_.last_reduce != this) (*options_.last_reduce)->release_reduce_input();
+      if (*options_.last_reduce != nullptr && *options_.last_reduce != this)
+        (*options_.last_reduce)->release_reduce_input();
       *options_.last_reduce = this;
     }
   }
@@ -297,7 +299,8 @@ void FlatParamUnit::finish_grad_sync() {
   }
   if (!pending_reduce_.valid()) {
     if (grad_pending_zero_) {  // no reduction wrote it this step
-      shard_grad_ = shard_grad_.defined() ? shard_grad_.zero_() : at::zeros_like(shard_, shard_.options().device(device_));
+      shard_grad_ =
+          shard_grad_.defined() ? shard_grad_.zero_() : at::zeros_like(shard_, shard_.options().device(device_));
     }
     grad_pending_zero_ = false;
     return;

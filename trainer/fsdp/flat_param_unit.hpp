@@ -17,9 +17,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
-#include "trainer/fsdp/buffer_pool.hpp"
-#include "trainer/distributed/communicator.hpp"
 #include "trainer/config.hpp"
+#include "trainer/distributed/communicator.hpp"
+#include "trainer/fsdp/buffer_pool.hpp"
 #include "trainer/model/model.hpp"
 
 namespace meshrun::trainer {
@@ -42,9 +42,9 @@ struct UnitOptions {
   at::ScalarType reduce_dtype = at::kFloat;
   bool prefetch = true;
   bool reshard_after_forward = true;  // false for the root: its backward follows its forward at once
-  Communicator* replicas = nullptr;   // HYBRID_*: the ranks holding the same shard, all-reduced after the reduce-scatter
-  bool cpu_offload = false;           // CUDA: shards, gradients (and so AdamW state) in pinned host memory
-  BufferPool* pool = nullptr;         // CPU: where gathered buffers come from (nullptr: the default allocator)
+  Communicator* replicas = nullptr;  // HYBRID_*: the ranks holding the same shard, all-reduced after the reduce-scatter
+  bool cpu_offload = false;          // CUDA: shards, gradients (and so AdamW state) in pinned host memory
+  BufferPool* pool = nullptr;        // CPU: where gathered buffers come from (nullptr: the default allocator)
   // Shared by a model's units: the unit whose gradient reduction was issued last. Issuing the next one
   // completes that one, so at most two unsharded gradients are alive during backward (not all of them).
   FlatParamUnit** last_reduce = nullptr;
@@ -126,8 +126,8 @@ class FlatParamUnit {
   UnitOptions options_;
   GatheredBytes& gathered_;
   at::Device device_;
-  bool sharded_ = true;         // false: NO_SHARD or world size 1 (the shard is the full buffer)
-  bool aliased_ = false;        // the unsharded buffer is the fp32 shard itself: never freed or copied
+  bool sharded_ = true;   // false: NO_SHARD or world size 1 (the shard is the full buffer)
+  bool aliased_ = false;  // the unsharded buffer is the fp32 shard itself: never freed or copied
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;
   int64_t shard_numel_ = 0;
@@ -145,8 +145,8 @@ class FlatParamUnit {
   PendingOp pending_replica_reduce_;
   at::Tensor grad_accum_;  // unsharded gradient kept across micro-batches without sync
   bool sync_ = true;
-  bool reduce_into_shard_grad_ = false;  // the reduce-scatter writes shard_grad_ itself (no copy, no add)
-  bool grad_pending_zero_ = false;       // zero_grad() deferred: nothing has written shard_grad_ this step
+  bool reduce_into_shard_grad_ = false;      // the reduce-scatter writes shard_grad_ itself (no copy, no add)
+  bool grad_pending_zero_ = false;           // zero_grad() deferred: nothing has written shard_grad_ this step
   bool release_grad_between_steps_ = false;  // CUDA: shard_grad_ is freed by zero_grad(), made by the backward
   double grad_scale_ = 1.0;
   std::vector<FlatParamUnit*> backward_prefetch_;

@@ -35,9 +35,9 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
     const int world = comm.world_size();
     const int g = config.fsdp.shard_group_size > 0 ? static_cast<int>(config.fsdp.shard_group_size) : local_world_size;
     if (g < 1 || world % g != 0) {
-      throw UsageError("fsdp.strategy=" + to_string(config.fsdp.strategy) + ": shard group size " + std::to_string(g) +
-                       " (fsdp.shard_group_size, or LOCAL_WORLD_SIZE when 0) must divide WORLD_SIZE=" +
-                       std::to_string(world));
+      throw UsageError(
+          "fsdp.strategy=" + to_string(config.fsdp.strategy) + ": shard group size " + std::to_string(g) +
+          " (fsdp.shard_group_size, or LOCAL_WORLD_SIZE when 0) must divide WORLD_SIZE=" + std::to_string(world));
     }
     const int group = comm.rank() / g;
     const int position = comm.rank() % g;
@@ -60,8 +60,8 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
   options.prefetch = config.fsdp.prefetch;
   options.pool = &pool_;
   options.last_reduce = &last_reduce_;
-  const bool frees = config.fsdp.strategy == ShardingStrategy::FullShard ||
-                     config.fsdp.strategy == ShardingStrategy::HybridShard;
+  const bool frees =
+      config.fsdp.strategy == ShardingStrategy::FullShard || config.fsdp.strategy == ShardingStrategy::HybridShard;
   for (size_t i = 0; i < specs.size(); ++i) {
     UnitOptions unit_options = options;
     // The root's backward follows its forward immediately, and so does the last block's (only the head runs
@@ -113,7 +113,8 @@ at::Tensor ShardedModel::forward(const at::Tensor& tokens) {
     const at::Tensor flat = unit.pre_forward_flat();
     if (prefetch_) {
       // Overlaps with this block's compute; at most limit_all_gathers gathers are in flight.
-      for (size_t j = i + 1; j < units_.size() && j <= i + static_cast<size_t>(limit_all_gathers_); ++j) units_[j]->prefetch();
+      for (size_t j = i + 1; j < units_.size() && j <= i + static_cast<size_t>(limit_all_gathers_); ++j)
+        units_[j]->prefetch();
     }
     const bool recompute = ac_every_ > 0 && at::GradMode::is_enabled() && (i - 1) % static_cast<size_t>(ac_every_) == 0;
     x = unit.post_forward(recompute ? checkpointed_forward(block_fns_[i], unit, x, flat)

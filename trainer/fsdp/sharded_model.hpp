@@ -8,9 +8,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "trainer/fsdp/activation_checkpoint.hpp"
-#include "trainer/distributed/communicator.hpp"
 #include "trainer/config.hpp"
+#include "trainer/distributed/communicator.hpp"
+#include "trainer/fsdp/activation_checkpoint.hpp"
 #include "trainer/fsdp/flat_param_unit.hpp"
 #include "trainer/model/model.hpp"
 
@@ -62,7 +62,7 @@ class ShardedModel {
   at::Device device_;
   GatheredBytes gathered_;
   BufferPool pool_;  // gathered buffers (CPU): mmap'd, cached up to what the strategy holds at its peak
-  FlatParamUnit* last_reduce_ = nullptr;  // the unit whose gradient reduction was issued last
+  FlatParamUnit* last_reduce_ = nullptr;               // the unit whose gradient reduction was issued last
   std::vector<std::unique_ptr<FlatParamUnit>> units_;  // [0] root, [1..] blocks
   Rope rope_;
 };

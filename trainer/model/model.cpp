@@ -84,7 +84,7 @@ Rope make_rope(const ModelConfig& c, int64_t seq_len, at::ScalarType dtype, cons
   at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, half, f64) / static_cast<double>(half));
   at::Tensor angles = at::outer(at::arange(0, seq_len, f64), inv_freq);  // [T, half]
   at::Tensor sin = angles.sin();
-  angles = at::cat({angles, angles}, -1);                                 // [T, head_dim] (rotate-half layout)
+  angles = at::cat({angles, angles}, -1);  // [T, head_dim] (rotate-half layout)
   // rotate_half(x) * sin == swap_halves(x) * [-sin, sin]: the sign moves into the table (exactly).
   return {angles.cos().to(device, dtype), at::cat({-sin, sin}, -1).to(device, dtype)};
 }
