@@ -1,5 +1,6 @@
-// The error hierarchy used by every meshrun library. Library code throws these; only main() catches,
-// prints the message and maps it to an exit code. Messages name the culprit and, where possible, the fix.
+// The error hierarchy used by every meshrun library. Library code throws these; only main() catches
+// (through run_main(), common/run_main.hpp), prints the message and exits with the error's exit_code().
+// Messages name the culprit and, where possible, the fix.
 #pragma once
 
 #include <stdexcept>
@@ -11,12 +12,15 @@ namespace meshrun {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  /// The process exit code when this error ends a program: 1 unless a subclass says otherwise.
+  virtual int exit_code() const noexcept { return 1; }
 };
 
 /// Invalid user input: flags, config files, environment variables. Exit code 2 at the top level.
 class UsageError : public Error {
  public:
   using Error::Error;
+  int exit_code() const noexcept override { return 2; }
 };
 
 /// Socket-level failures: resolve, connect, read, write.

@@ -9,13 +9,13 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/run_main.hpp"
+#include "diagnostics/diagnostics.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/hosts/ssh_fanout.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_command.hpp"
-
-#include "diagnostics/diagnostics.hpp"
 
 namespace {
 
@@ -24,58 +24,39 @@ std::optional<std::string> getenv_lookup(const std::string& name) {
   return v ? std::optional<std::string>(v) : std::nullopt;
 }
 
-int fail(int code, const char* what) {
-  std::fprintf(stderr, "meshrun: error: %s\n", what);
-  return code;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
+int launch(const std::vector<std::string>& args) {
   using namespace meshrun;
   using namespace meshrun::launcher;
-
-  // Subcommands. `meshrun run ...` is the launcher itself; ping and check are the diagnostics.
-  if (argc > 1 && (std::string(argv[1]) == "ping" || std::string(argv[1]) == "check")) {
-    return std::string(argv[1]) == "ping" ? diagnostics::run_ping_command(argc - 1, argv + 1)
-                                          : diagnostics::run_check_command(argc - 1, argv + 1);
-  }
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args.front() == "run") args.erase(args.begin());
-
-  ParseResult parsed;
-  try {
-    parsed = parse_launch_options(args, getenv_lookup, detect_host_info());
-  } catch (const Error& e) {
-    return fail(2, e.what());
-  }
+  const ParseResult parsed = parse_launch_options(args, getenv_lookup, detect_host_info());
   if (parsed.print_and_exit) {
     std::fputs(parsed.print_and_exit->c_str(), stdout);
     return 0;
   }
   const LaunchOptions& options = parsed.options;
-  try {
-    init_logging("meshrun", options.log_level);
-    for (const auto& w : parsed.warnings) std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
-    for (const auto& n : parsed.notes) spdlog::info("{}", n);
-    if (!options.fanout.hostfile.empty()) {
-      // The hosts run the entrypoint; it need not exist here.
-      SignalSet signals(options.signals_to_handle);
-      return SshFanout(options, signals, getenv_lookup).run();
-    }
-    const char* path = std::getenv("PATH");
-    WorkerCommand command = build_worker_command(options, path ? path : "/usr/bin:/bin", getenv_lookup("PYTHON_EXEC"));
-    // Before any thread starts (the in-process daemon), so every thread keeps these signals blocked.
+  init_logging("meshrun", options.log_level);
+  for (const auto& w : parsed.warnings) std::fprintf(stderr, "meshrun: warning: %s\n", w.c_str());
+  for (const auto& n : parsed.notes) spdlog::info("{}", n);
+  if (!options.fanout.hostfile.empty()) {
+    // The hosts run the entrypoint; it need not exist here.
     SignalSet signals(options.signals_to_handle);
-    Agent agent(options, std::move(command), signals);
-    return agent.run();
-  } catch (const EntrypointError& e) {
-    return fail(127, e.what());
-  } catch (const UsageError& e) {
-    return fail(2, e.what());
-  } catch (const Error& e) {
-    return fail(1, e.what());
-  } catch (const std::exception& e) {
-    return fail(1, e.what());
+    return SshFanout(options, signals, getenv_lookup).run();
   }
+  const char* path = std::getenv("PATH");
+  WorkerCommand command = build_worker_command(options, path ? path : "/usr/bin:/bin", getenv_lookup("PYTHON_EXEC"));
+  // Before any thread starts (the in-process daemon), so every thread keeps these signals blocked.
+  SignalSet signals(options.signals_to_handle);
+  Agent agent(options, std::move(command), signals);
+  return agent.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Subcommands. `meshrun run ...` is the launcher itself; ping and check are the diagnostics.
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first == "ping") return meshrun::diagnostics::run_ping_command(argc - 1, argv + 1);
+  if (first == "check") return meshrun::diagnostics::run_check_command(argc - 1, argv + 1);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (first == "run") args.erase(args.begin());
+  return meshrun::run_main("meshrun", [&] { return launch(args); });
 }

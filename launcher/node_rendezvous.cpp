@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/strings.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "rendezvous/server.hpp"
 
@@ -38,8 +39,7 @@ std::string describe_waiting(const proto::AwaitReply& r) {
     const int rank = n.group_rank >= 0 ? n.group_rank : n.requested_rank;
     have += (rank >= 0 ? "node " + std::to_string(rank) : std::string("a node")) + " on " + n.host;
   }
-  std::string missing;
-  for (int m : r.missing_ranks) missing += (missing.empty() ? "" : ",") + std::to_string(m);
+  const std::string missing = join(r.missing_ranks, ",");
   char times[64];
   std::snprintf(times, sizeof(times), "%.0f s of %.0f s", r.waited_s, r.join_timeout_s);
   std::string text =

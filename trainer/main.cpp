@@ -6,11 +6,25 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.hpp"
+#include "common/run_main.hpp"
 #include "trainer/checkpoint/safetensors_export.hpp"
 #include "trainer/config.hpp"
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/preemption.hpp"
 #include "trainer/trainer.hpp"
+
+namespace {
+
+// Trains to the end (or to a signal-triggered checkpoint) and returns the exit code.
+int train_and_report(const meshrun::trainer::TrainerConfig& config) {
+  const auto summary = meshrun::trainer::train(config, meshrun::trainer::read_dist_env());
+  if (summary.stopped_by_signal == 0) return 0;
+  std::fprintf(stderr, "meshrun-trainer: checkpointed on signal, exiting with %d\n",
+               meshrun::trainer::kCheckpointedOnSignal);
+  return meshrun::trainer::kCheckpointedOnSignal;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"meshrun-trainer: FSDP language-model training (LibTorch), launched by meshrun"};
@@ -33,38 +47,24 @@ int main(int argc, char** argv) {
       ->required();
   export_cmd->add_option("--out", export_out, "output .safetensors file; config.json goes next to it")->required();
   CLI11_PARSE(app, argc, argv);
-  try {
-    if (*export_cmd) {
-      meshrun::trainer::export_safetensors(export_checkpoint, export_out);
-      return 0;
+  return meshrun::run_main("meshrun-trainer", [&] {
+    try {
+      if (*export_cmd) {
+        meshrun::trainer::export_safetensors(export_checkpoint, export_out);
+        return 0;
+      }
+      if (help_config) {
+        for (const auto& [key, doc] : meshrun::trainer::config_key_docs())
+          std::printf("%-28s %s\n", key.c_str(), doc.c_str());
+        return 0;
+      }
+      if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
+      if (config_path.empty())
+        throw meshrun::UsageError("--config is required (e.g. --config configs/quickstart.json)");
+      return train_and_report(meshrun::trainer::load_config(config_path, overrides));
+    } catch (const c10::Error& e) {
+      // LibTorch's own message carries a C++ backtrace that means nothing to a user.
+      throw meshrun::Error(std::string("torch error: ") + e.what_without_backtrace());
     }
-    if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
-    if (help_config) {
-      for (const auto& [key, doc] : meshrun::trainer::config_key_docs())
-        std::printf("%-28s %s\n", key.c_str(), doc.c_str());
-      return 0;
-    }
-    if (config_path.empty()) throw meshrun::UsageError("--config is required (e.g. --config configs/quickstart.json)");
-    const auto config = meshrun::trainer::load_config(config_path, overrides);
-    const auto env = meshrun::trainer::read_dist_env();
-    const auto summary = meshrun::trainer::train(config, env);
-    if (summary.stopped_by_signal != 0) {
-      std::fprintf(stderr, "meshrun-trainer: checkpointed on signal, exiting with %d\n",
-                   meshrun::trainer::kCheckpointedOnSignal);
-      return meshrun::trainer::kCheckpointedOnSignal;
-    }
-    return 0;
-  } catch (const meshrun::UsageError& e) {
-    std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());
-    return 2;
-  } catch (const meshrun::Error& e) {
-    std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());
-    return 1;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "meshrun-trainer: torch error: %s\n", e.what_without_backtrace());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshrun-trainer: error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

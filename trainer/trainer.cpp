@@ -16,6 +16,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "common/error.hpp"
+#include "common/strings.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/data/dataset.hpp"
 #include "trainer/distributed/communicator.hpp"
@@ -73,6 +74,12 @@ void set_threads(const SystemConfig& system, const DistEnv& env) {
   at::set_num_threads(threads);
 }
 
+// Threads first (the intra-op pool starts with the first parallel op), then the device.
+at::Device prepare_device(const SystemConfig& system, const DistEnv& env) {
+  set_threads(system, env);
+  return pick_device(system, env);
+}
+
 at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
   return at::tensor(v, at::kLong).view({rows, cols});
 }
@@ -107,7 +114,7 @@ at::Tensor loss_of(ShardedModel& model, const MicroBatch& mb, int64_t vocab) {
   return at::cross_entropy_loss(logits.view({-1, vocab}), targets.view({-1}));
 }
 
-double evaluate(ShardedModel& model, Communicator& comm, const TokenDataset& data, const TrainerConfig& c) {
+double mean_val_loss(ShardedModel& model, Communicator& comm, const TokenDataset& data, const TrainerConfig& c) {
   c10::NoGradGuard no_grad;
   double sum = 0;
   for (int64_t i = 0; i < c.train.eval_batches; ++i) {
@@ -141,197 +148,222 @@ std::vector<int64_t> sample(ShardedModel& model, Communicator& comm, const Train
 
 }  // namespace
 
-TrainSummary train(const TrainerConfig& c, const DistEnv& env) {
-  // First: the signal mask must be in place before Gloo's and the intra-op pool's threads start.
-  PreemptionWatch preemption(c.checkpoint.on_signal && !c.checkpoint.dir.empty());
-  set_threads(c.system, env);
-  const at::Device device = pick_device(c.system, env);
-  auto comm = Communicator::create(env, c, device);
-  const int64_t start_rss = current_rss_bytes();  // LibTorch + process group, before any model memory
-  const bool rank0 = comm->rank() == 0;
-  const int world = comm->world_size();
+Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
+    : config_(config),
+      preemption_(config.checkpoint.on_signal && !config.checkpoint.dir.empty()),
+      device_(prepare_device(config.system, env)),
+      comm_(Communicator::create(env, config, device_)),
+      start_rss_(current_rss_bytes()) {
+  const TrainerConfig& c = config_;
+  const int world = comm_->world_size();
   if (c.train.global_batch_size % world != 0) {
     throw UsageError("train.global_batch_size (" + std::to_string(c.train.global_batch_size) +
                      ") must be divisible by WORLD_SIZE (" + std::to_string(world) + ")");
   }
-
-  TokenDataset data(c.data);
-  if (c.data.format != "text" && data.max_token_sampled() >= c.model.vocab_size) {
-    throw UsageError("data.path holds token id " + std::to_string(data.max_token_sampled()) +
+  data_ = std::make_unique<TokenDataset>(c.data);
+  if (c.data.format != "text" && data_->max_token_sampled() >= c.model.vocab_size) {
+    throw UsageError("data.path holds token id " + std::to_string(data_->max_token_sampled()) +
                      " but model.vocab_size is " + std::to_string(c.model.vocab_size));
   }
   if (!c.output.dir.empty()) std::filesystem::create_directories(c.output.dir);
-
-  ShardedModel model(c, *comm, device, env.local_world_size);
-  AdamW optimizer(c.train, model.units());
-  const double flops_per_token = train_flops_per_token(c.model, c.train.seq_len);
-  const int64_t tokens_per_step = c.train.global_batch_size * c.train.seq_len * c.train.grad_accum_steps;
-
-  MetricsLog log(rank0 && !c.output.dir.empty() ? c.output.dir + "/metrics.jsonl" : "", c.output.progress_bar && rank0,
-                 c.train.steps);
+  model_ = std::make_unique<ShardedModel>(c, *comm_, device_, env.local_world_size);
+  optimizer_ = std::make_unique<AdamW>(c.train, model_->units());
+  flops_per_token_ = train_flops_per_token(c.model, c.train.seq_len);
+  tokens_per_step_ = c.train.global_batch_size * c.train.seq_len * c.train.grad_accum_steps;
+  const bool rank0 = comm_->rank() == 0;
+  log_ = std::make_unique<MetricsLog>(rank0 && !c.output.dir.empty() ? c.output.dir + "/metrics.jsonl" : "",
+                                      c.output.progress_bar && rank0, c.train.steps);
   if (rank0) {
     std::printf(
         "meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
         "data %s (%lld tokens, %zu file(s))\n",
-        c.model.name.c_str(), static_cast<double>(model.numel()) / 1e6, world, comm->backend_name().c_str(),
-        model.layout().c_str(), to_string(c.fsdp.param_dtype).c_str(), to_string(c.fsdp.reduce_dtype).c_str(),
-        static_cast<long long>(tokens_per_step), c.data.path.c_str(), static_cast<long long>(data.size()),
-        data.files().size());
+        c.model.name.c_str(), static_cast<double>(model_->numel()) / 1e6, world, comm_->backend_name().c_str(),
+        model_->layout().c_str(), to_string(c.fsdp.param_dtype).c_str(), to_string(c.fsdp.reduce_dtype).c_str(),
+        static_cast<long long>(tokens_per_step_), c.data.path.c_str(), static_cast<long long>(data_->size()),
+        data_->files().size());
     std::fflush(stdout);
   }
+}
 
-  TrainSummary summary;
-  TrainState state;
-  std::string resume_from = c.checkpoint.resume;
+Trainer::~Trainer() = default;
+
+int64_t Trainer::load() {
+  const bool rank0 = comm_->rank() == 0;
+  std::string resume_from = config_.checkpoint.resume;
   if (resume_from == "auto") {
-    const auto latest = latest_checkpoint(c.checkpoint.dir);
+    const auto latest = latest_checkpoint(config_.checkpoint.dir);
     resume_from = latest.value_or("");
     if (rank0 && !latest)
-      std::printf("checkpoint: nothing to resume in %s, starting fresh\n", c.checkpoint.dir.c_str());
+      std::printf("checkpoint: nothing to resume in %s, starting fresh\n", config_.checkpoint.dir.c_str());
   }
-  if (!resume_from.empty()) {
-    CheckpointStats loaded;
-    state = load_checkpoint(resume_from, c, model, optimizer, *comm, &loaded);
-    log_checkpoint(log, rank0, "loaded", loaded);
-    summary.first_step = state.step + 1;
-  }
-  auto save = [&](int64_t step) {
-    state.step = step;
-    state.optimizer_steps = optimizer.steps_taken();
-    log_checkpoint(log, rank0, "saved", save_checkpoint(c, model, optimizer, *comm, state));
-  };
+  if (resume_from.empty()) return 1;
+  CheckpointStats loaded;
+  const TrainState state = load_checkpoint(resume_from, config_, *model_, *optimizer_, *comm_, &loaded);
+  log_checkpoint(*log_, rank0, "loaded", loaded);
+  return state.step + 1;
+}
 
-  int64_t grad_accum_peak = 0;
-  int64_t activation_peak = 0;
+StepResult Trainer::step(int64_t step) {
+  const TrainerConfig& c = config_;
+  const auto start = Clock::now();
+  comm_->take_comm_seconds();
+  const double lr = learning_rate(c.train, step);
+  optimizer_->zero_grad();
+  double local_loss = 0;
+  for (int64_t micro = 0; micro < c.train.grad_accum_steps; ++micro) {
+    model_->set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
+    const auto mb = sample_micro_batch(*data_, Split::Train, c.train.seed, step - 1, micro * c.train.global_batch_size,
+                                       c.train.global_batch_size, c.train.seq_len, comm_->rank(), comm_->world_size());
+    const int64_t bytes_before = tensor_bytes_in_use(device_);
+    at::Tensor loss = loss_of(*model_, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);
+    // What the forward left alive for backward: saved activations (+ gathered parameters, which
+    // activation checkpointing does not change).
+    activation_peak_ = std::max(activation_peak_, tensor_bytes_in_use(device_) - bytes_before);
+    loss.backward();
+    local_loss += loss.item<double>();
+    int64_t accum = 0;
+    for (auto* u : model_->units()) accum += u->unsharded_grad_bytes();
+    grad_accum_peak_ = std::max(grad_accum_peak_, accum);
+  }
+  model_->finish_grad_sync();
+  const double norm = optimizer_->global_grad_norm(model_->norm_group());
+  optimizer_->clip(norm, c.train.grad_clip);
+  optimizer_->step(lr);
+  const auto [loss, stop] = loss_and_stop(*comm_, local_loss, preemption_.poll() != 0);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  StepRecord r;
+  r.step = step;
+  r.loss = loss;
+  r.lr = lr;
+  r.grad_norm = norm;
+  r.step_time_s = seconds;
+  r.tokens_per_s = static_cast<double>(tokens_per_step_) / seconds;
+  r.flops_per_s = r.tokens_per_s * flops_per_token_;
+  r.mfu = r.flops_per_s / (c.system.peak_flops * comm_->world_size());
+  r.comm_share = comm_->take_comm_seconds() / seconds;
+  if (comm_->rank() == 0) log_->log_step(r, step % c.train.log_interval == 0 || step == 1 || step == c.train.steps);
+  return {loss, stop};
+}
+
+double Trainer::evaluate() { return mean_val_loss(*model_, *comm_, *data_, config_); }
+
+void Trainer::save(int64_t step) {
+  TrainState state;
+  state.step = step;
+  state.optimizer_steps = optimizer_->steps_taken();
+  log_checkpoint(*log_, comm_->rank() == 0, "saved", save_checkpoint(config_, *model_, *optimizer_, *comm_, state));
+}
+
+TrainSummary Trainer::run() {
+  const TrainerConfig& c = config_;
+  const bool rank0 = comm_->rank() == 0;
+  TrainSummary summary;
+  summary.first_step = load();
   for (int64_t step = summary.first_step; step <= c.train.steps; ++step) {
-    const auto start = Clock::now();
-    comm->take_comm_seconds();
-    const double lr = learning_rate(c.train, step);
-    optimizer.zero_grad();
-    double local_loss = 0;
-    for (int64_t micro = 0; micro < c.train.grad_accum_steps; ++micro) {
-      model.set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
-      const auto mb = sample_micro_batch(data, Split::Train, c.train.seed, step - 1, micro * c.train.global_batch_size,
-                                         c.train.global_batch_size, c.train.seq_len, comm->rank(), world);
-      const int64_t bytes_before = tensor_bytes_in_use(device);
-      at::Tensor loss = loss_of(model, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);
-      // What the forward left alive for backward: saved activations (+ gathered parameters, which
-      // activation checkpointing does not change).
-      activation_peak = std::max(activation_peak, tensor_bytes_in_use(device) - bytes_before);
-      loss.backward();
-      local_loss += loss.item<double>();
-      int64_t accum = 0;
-      for (auto* u : model.units()) accum += u->unsharded_grad_bytes();
-      grad_accum_peak = std::max(grad_accum_peak, accum);
-    }
-    model.finish_grad_sync();
-    const double norm = optimizer.global_grad_norm(model.norm_group());
-    optimizer.clip(norm, c.train.grad_clip);
-    optimizer.step(lr);
-    const auto [loss, stop] = loss_and_stop(*comm, local_loss, preemption.poll() != 0);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    summary.losses.push_back(loss);
-
-    StepRecord r;
-    r.step = step;
-    r.loss = loss;
-    r.lr = lr;
-    r.grad_norm = norm;
-    r.step_time_s = seconds;
-    r.tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
-    r.flops_per_s = r.tokens_per_s * flops_per_token;
-    r.mfu = r.flops_per_s / (c.system.peak_flops * world);
-    r.comm_share = comm->take_comm_seconds() / seconds;
-    if (rank0) log.log_step(r, step % c.train.log_interval == 0 || step == 1 || step == c.train.steps);
-
+    const StepResult result = this->step(step);
+    summary.losses.push_back(result.loss);
     if (c.train.eval_interval > 0 && (step % c.train.eval_interval == 0 || step == c.train.steps)) {
-      summary.last_val_loss = evaluate(model, *comm, data, c);
-      if (rank0) log.log_eval(step, summary.last_val_loss);
+      summary.last_val_loss = evaluate();
+      if (rank0) log_->log_eval(step, summary.last_val_loss);
     }
-    if (stop) {
+    if (result.stop_requested) {
       if (rank0)
         std::printf("checkpoint: preemption signal received, checkpointing after step %lld and stopping\n",
                     static_cast<long long>(step));
-      preemption.stopping();
+      preemption_.stopping();
       save(step);
-      summary.stopped_by_signal = preemption.poll() != 0 ? preemption.poll() : SIGUSR1;  // another rank's signal
+      summary.stopped_by_signal = preemption_.poll() != 0 ? preemption_.poll() : SIGUSR1;  // another rank's signal
       return summary;
     }
     const bool periodic = c.checkpoint.interval > 0 && step % c.checkpoint.interval == 0;
     const bool final = step == c.train.steps && c.checkpoint.save_final;
     if (!c.checkpoint.dir.empty() && (periodic || final)) save(step);
   }
+  close(summary);
+  return summary;
+}
 
-  // Memory: what this rank holds, and what the process really peaked at.
+void Trainer::close(const TrainSummary& summary) {
+  report_memory(summary);
+  if (config_.output.dump_params) dump_params();
+  if (config_.train.sample_tokens > 0) print_sample();
+}
+
+// What this rank holds, and what the process really peaked at: printed, and rank<R>.json in output.dir.
+void Trainer::report_memory(const TrainSummary& summary) {
+  const TrainerConfig& c = config_;
   int64_t param_shard = 0;
   int64_t grad_shard = 0;
-  for (auto* u : model.units()) {
+  for (auto* u : model_->units()) {
     param_shard += static_cast<int64_t>(u->shard().nbytes());
     grad_shard += static_cast<int64_t>(u->shard_grad().nbytes());
   }
-  const CudaMemoryStats gpu = device.is_cuda() ? cuda_memory_stats(device.index()) : CudaMemoryStats{};
+  const CudaMemoryStats gpu = device_.is_cuda() ? cuda_memory_stats(device_.index()) : CudaMemoryStats{};
   nlohmann::json report = {
-      {"rank", comm->rank()},
-      {"device", device.str()},
-      {"world_size", world},
+      {"rank", comm_->rank()},
+      {"device", device_.str()},
+      {"world_size", comm_->world_size()},
       {"strategy", to_string(c.fsdp.strategy)},
-      {"numel", model.numel()},
-      {"padded_numel", model.padded_numel()},
+      {"numel", model_->numel()},
+      {"padded_numel", model_->padded_numel()},
       {"param_shard_bytes", param_shard},
-      {"gathered_param_peak_bytes", model.gathered().peak},
+      {"gathered_param_peak_bytes", model_->gathered().peak},
       {"grad_shard_bytes", grad_shard},
-      {"grad_accum_peak_bytes", grad_accum_peak},
-      {"activation_peak_bytes", activation_peak},
-      {"layout", model.layout()},
-      {"optimizer_bytes", optimizer.state_bytes()},
+      {"grad_accum_peak_bytes", grad_accum_peak_},
+      {"activation_peak_bytes", activation_peak_},
+      {"layout", model_->layout()},
+      {"optimizer_bytes", optimizer_->state_bytes()},
       {"peak_rss_bytes", peak_rss_bytes()},
-      {"start_rss_bytes", start_rss},
+      {"start_rss_bytes", start_rss_},
       {"losses", summary.losses},
       {"last_val_loss", summary.last_val_loss},
   };
-  if (device.is_cuda()) {
+  if (device_.is_cuda()) {
     report["device_peak_allocated_bytes"] = gpu.peak_allocated;
     report["device_reserved_bytes"] = gpu.reserved;
   }
   const std::string gpu_peak =
-      device.is_cuda() ? " | peak GPU " + format_bytes(static_cast<double>(gpu.peak_allocated)) : std::string();
+      device_.is_cuda() ? " | peak GPU " + format_bytes(static_cast<double>(gpu.peak_allocated)) : std::string();
   std::printf("rank %d memory: params %s (shard %s + gathered peak %s) | grads %s | optimizer %s | peak RSS %s%s\n",
-              comm->rank(), format_bytes(static_cast<double>(param_shard + model.gathered().peak)).c_str(),
+              comm_->rank(), format_bytes(static_cast<double>(param_shard + model_->gathered().peak)).c_str(),
               format_bytes(static_cast<double>(param_shard)).c_str(),
-              format_bytes(static_cast<double>(model.gathered().peak)).c_str(),
-              format_bytes(static_cast<double>(grad_shard + grad_accum_peak)).c_str(),
-              format_bytes(static_cast<double>(optimizer.state_bytes())).c_str(),
+              format_bytes(static_cast<double>(model_->gathered().peak)).c_str(),
+              format_bytes(static_cast<double>(grad_shard + grad_accum_peak_)).c_str(),
+              format_bytes(static_cast<double>(optimizer_->state_bytes())).c_str(),
               format_bytes(static_cast<double>(peak_rss_bytes())).c_str(), gpu_peak.c_str());
   std::fflush(stdout);
   if (!c.output.dir.empty()) {
-    std::ofstream(c.output.dir + "/rank" + std::to_string(comm->rank()) + ".json") << report.dump(2) << '\n';
+    std::ofstream(c.output.dir + "/rank" + std::to_string(comm_->rank()) + ".json") << report.dump(2) << '\n';
   }
+}
 
-  if (c.output.dump_params) {
-    at::Tensor params = model.full_params_fp32().contiguous();
-    if (rank0) {
-      std::ofstream out(c.output.dir + "/params.bin", std::ios::binary);
-      out.write(static_cast<const char*>(params.data_ptr()), static_cast<std::streamsize>(params.nbytes()));
-    }
-  }
+// Every rank gathers (a collective); rank 0 writes output.dir/params.bin (fp32, flat).
+void Trainer::dump_params() {
+  at::Tensor params = model_->full_params_fp32().contiguous();
+  if (comm_->rank() != 0) return;
+  std::ofstream out(config_.output.dir + "/params.bin", std::ios::binary);
+  out.write(static_cast<const char*>(params.data_ptr()), static_cast<std::streamsize>(params.nbytes()));
+}
 
-  if (c.train.sample_tokens > 0) {
-    const bool text = c.data.format == "text";
-    std::vector<int64_t> prompt = text ? encode_bytes(c.train.sample_prompt) : std::vector<int64_t>{0};
-    if (prompt.empty()) prompt.push_back(static_cast<int64_t>('\n'));
-    const auto produced = sample(model, *comm, c, prompt);
-    if (rank0) {
-      if (text) {
-        std::printf("sample: %s%s\n", c.train.sample_prompt.c_str(), decode_bytes(produced).c_str());
-      } else {
-        std::string ids;
-        for (auto t : produced) ids += std::to_string(t) + " ";
-        std::printf("sample token ids: %s\n", ids.c_str());
-      }
-      std::fflush(stdout);
-    }
+void Trainer::print_sample() {
+  const TrainerConfig& c = config_;
+  const bool text = c.data.format == "text";
+  std::vector<int64_t> prompt = text ? encode_bytes(c.train.sample_prompt) : std::vector<int64_t>{0};
+  if (prompt.empty()) prompt.push_back(static_cast<int64_t>('\n'));
+  const auto produced = sample(*model_, *comm_, c, prompt);
+  if (comm_->rank() != 0) return;
+  if (text) {
+    std::printf("sample: %s%s\n", c.train.sample_prompt.c_str(), decode_bytes(produced).c_str());
+  } else {
+    std::printf("sample token ids: %s\n", join(produced, " ").c_str());
   }
-  return summary;
+  std::fflush(stdout);
+}
+
+TrainSummary train(const TrainerConfig& config, const DistEnv& env) {
+  Trainer trainer(config, env);
+  return trainer.run();
 }
 
 }  // namespace meshrun::trainer

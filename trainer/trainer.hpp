@@ -1,19 +1,80 @@
-// train(): the whole run of one worker: process group, data, sharded model, optimizer loop with
-// gradient accumulation, logging, evaluation, final memory report and a short sample.
+// Trainer: one worker's whole run, shaped like torchtitan's trainer. The constructor sets up (threads,
+// device, process group, data, sharded model, optimizer, metrics); load() resumes from a checkpoint;
+// step() is one optimizer step with gradient accumulation; evaluate(), save() and close() (memory
+// report, parameter dump, a short sample) do what they say; run() is the loop that calls them.
+// train() is the one-call form main() uses.
 #pragma once
 
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "trainer/config.hpp"
 #include "trainer/distributed/dist_env.hpp"
+#include "trainer/metrics.hpp"
+#include "trainer/preemption.hpp"
 
 namespace meshrun::trainer {
+
+class AdamW;
+class Communicator;
+class ShardedModel;
+class TokenDataset;
 
 struct TrainSummary {
   std::vector<double> losses;  // global mean training loss per step
   double last_val_loss = -1;
   int64_t first_step = 1;     // > 1 when resumed from a checkpoint
   int stopped_by_signal = 0;  // SIGUSR1 / SIGTERM: checkpointed and stopped early
+};
+
+/// What one optimizer step produced, agreed by every rank.
+struct StepResult {
+  double loss = 0;              // mean over ranks
+  bool stop_requested = false;  // some rank received a preemption signal
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainerConfig& config, const DistEnv& env);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Restores checkpoint.resume (a step folder, or the newest complete one for "auto"). Returns the
+  /// first step still to run: 1 when there was nothing to resume.
+  int64_t load();
+  /// Runs optimizer step `step` (1-based) and logs it.
+  StepResult step(int64_t step);
+  /// The validation loss, mean over ranks (train.eval_batches batches).
+  double evaluate();
+  /// Writes a checkpoint of the state after `step`.
+  void save(int64_t step);
+  /// End of run: memory report (and rank<R>.json), output.dump_params, train.sample_tokens.
+  void close(const TrainSummary& summary);
+  /// load(), then step/evaluate/save up to train.steps or a preemption signal, then close().
+  TrainSummary run();
+
+ private:
+  void report_memory(const TrainSummary& summary);
+  void dump_params();
+  void print_sample();
+
+  const TrainerConfig& config_;
+  PreemptionWatch preemption_;  // first: its signal mask must precede every thread
+  at::Device device_;
+  std::unique_ptr<Communicator> comm_;
+  int64_t start_rss_ = 0;  // LibTorch + process group, before any model memory
+  std::unique_ptr<TokenDataset> data_;
+  std::unique_ptr<ShardedModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<MetricsLog> log_;
+  int64_t tokens_per_step_ = 0;
+  double flops_per_token_ = 0;
+  int64_t grad_accum_peak_ = 0;
+  int64_t activation_peak_ = 0;
 };
 
 TrainSummary train(const TrainerConfig& config, const DistEnv& env);

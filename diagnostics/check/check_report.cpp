@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/strings.hpp"
 #include "common/version.hpp"
 
 namespace meshrun::diagnostics {
@@ -46,11 +47,11 @@ std::string CheckReport::to_text() const {
   out << "verdict: " << status_name(verdict()) << ": " << results_.size() << " checks, " << fails << " failed, "
       << warns << " warned";
   if (fails > 0) {
-    std::string names;
+    std::vector<std::string> names;
     for (const auto& r : results_) {
-      if (r.status == CheckStatus::kFail) names += (names.empty() ? "" : ", ") + r.name;
+      if (r.status == CheckStatus::kFail) names.push_back(r.name);
     }
-    out << " (fix first: " << names << ")";
+    out << " (fix first: " << join(names) << ")";
   }
   out << "\n";
   return out.str();

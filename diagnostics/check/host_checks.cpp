@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/strings.hpp"
 #include "diagnostics/check/gpu_probe.hpp"
 #include "diagnostics/check/network_interfaces.hpp"
 #include "diagnostics/check/port_owner.hpp"
@@ -13,12 +14,6 @@
 
 namespace meshrun::diagnostics {
 namespace {
-
-std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : sep) + item;
-  return out;
-}
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);

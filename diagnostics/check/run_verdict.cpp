@@ -2,14 +2,10 @@
 
 #include <cstdio>
 
+#include "common/strings.hpp"
+
 namespace meshrun::diagnostics {
 namespace {
-
-std::string join_ints(const std::vector<int>& values) {
-  std::string out;
-  for (int v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
-  return out;
-}
 
 std::string expected_text(int min_nodes, int max_nodes) {
   return min_nodes == max_nodes ? std::to_string(min_nodes)
@@ -102,8 +98,8 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
       r = make_result(CheckStatus::kPass, "rdzv.missing_ranks", "no node rank is missing");
     } else {
       r = make_result(CheckStatus::kFail, "rdzv.missing_ranks",
-                      "node rank(s) " + join_ints(run->missing_ranks) + " have not joined",
-                      "start the node(s) meant for rank(s) " + join_ints(run->missing_ranks) +
+                      "node rank(s) " + join(run->missing_ranks) + " have not joined",
+                      "start the node(s) meant for rank(s) " + join(run->missing_ranks) +
                           " (--node-rank), or check why they cannot reach the endpoint (run `meshrun check` there)");
     }
     r.data = {{"missing_ranks", run->missing_ranks}};

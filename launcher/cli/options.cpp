@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/error.hpp"
+#include "common/strings.hpp"
 #include "common/version.hpp"
 #include "launcher/hosts/slurm_env.hpp"
 
@@ -18,32 +19,6 @@ namespace meshrun::launcher {
 namespace {
 
 constexpr uint16_t kDefaultRdzvPort = 29400;
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t pos = text.find(sep, start);
-    parts.push_back(text.substr(start, pos - start));
-    if (pos == std::string::npos) break;
-    start = pos + 1;
-  }
-  return parts;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-std::optional<int> to_int(const std::string& text) {
-  int value = 0;
-  const auto* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
-  return value;
-}
 
 std::optional<double> to_double(const std::string& text) {
   try {

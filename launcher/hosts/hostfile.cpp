@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/strings.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -16,24 +17,6 @@ std::vector<std::string> words(const std::string& line) {
   std::vector<std::string> out;
   for (std::string w; in >> w;) out.push_back(w);
   return out;
-}
-
-std::optional<int> to_int(const std::string& s) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t pos = text.find(sep, start);
-    out.push_back(text.substr(start, pos - start));
-    if (pos == std::string::npos) return out;
-    start = pos + 1;
-  }
 }
 
 // "host1@host2:0,2" -> host -> slots (empty: the whole host).

@@ -15,6 +15,7 @@ namespace meshrun::launcher {
 class EntrypointError : public UsageError {
  public:
   using UsageError::UsageError;
+  int exit_code() const noexcept override { return 127; }
 };
 
 struct WorkerCommand {

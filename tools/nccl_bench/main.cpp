@@ -16,6 +16,7 @@
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
+#include "common/run_main.hpp"
 #include "proto/store_client.hpp"
 #include "tools/nccl_bench/nccl_id_exchange.hpp"
 #include "tools/nccl_bench/nccl_sweep.hpp"
@@ -247,15 +248,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  try {
+  return meshrun::run_main("meshrun-nccl-bench", [&] {
     options.min_bytes = parse_size(min_bytes);
     options.max_bytes = parse_size(max_bytes);
     return run(options, id_timeout_s);
-  } catch (const meshrun::UsageError& e) {
-    std::cerr << "meshrun-nccl-bench: " << e.what() << "\n";
-    return 2;
-  } catch (const meshrun::Error& e) {
-    std::cerr << "meshrun-nccl-bench: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

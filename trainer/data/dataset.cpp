@@ -1,10 +1,6 @@
 #include "trainer/data/dataset.hpp"
 
-#include <fcntl.h>
 #include <fnmatch.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "common/mapped_file.hpp"
 
 namespace meshrun::trainer {
 namespace fs = std::filesystem;
@@ -61,45 +58,27 @@ TokenDataset::TokenDataset(const DataConfig& config) : files_(list_files(config)
   } else {
     if (files_.size() != 1) throw UsageError("data.format=" + config.format + " needs data.path to be one .bin file");
     width_ = config.format == "bin_u16" ? 2 : 4;
-    const int fd = ::open(files_[0].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw UsageError("cannot open '" + files_[0] + "': " + std::strerror(errno));
-    struct stat st {};
-    ::fstat(fd, &st);
-    mapped_len_ = static_cast<size_t>(st.st_size);
-    if (mapped_len_ % static_cast<size_t>(width_) != 0) {
-      ::close(fd);
-      throw UsageError("'" + files_[0] + "' has " + std::to_string(mapped_len_) + " bytes, not a multiple of " +
+    mapped_ = MappedFile(files_[0]);
+    if (mapped_.size() % static_cast<size_t>(width_) != 0) {
+      throw UsageError("'" + files_[0] + "' has " + std::to_string(mapped_.size()) + " bytes, not a multiple of " +
                        std::to_string(width_) + ": is data.format right?");
     }
-    if (mapped_len_ > 0) {
-      void* p = ::mmap(nullptr, mapped_len_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        throw UsageError("cannot mmap '" + files_[0] + "': " + std::strerror(errno));
-      }
-      mapped_ = static_cast<const uint8_t*>(p);
-    }
-    ::close(fd);  // the mapping keeps the file alive
-    size_ = static_cast<int64_t>(mapped_len_ / static_cast<size_t>(width_));
+    size_ = static_cast<int64_t>(mapped_.size() / static_cast<size_t>(width_));
   }
   train_size_ = size_ - static_cast<int64_t>(static_cast<double>(size_) * config.val_fraction);
   if (size_ < 2) throw UsageError("data.path '" + config.path + "' holds fewer than 2 tokens");
 }
 
-TokenDataset::~TokenDataset() {
-  if (mapped_ != nullptr) ::munmap(const_cast<uint8_t*>(mapped_), mapped_len_);
-}
-
 uint32_t TokenDataset::token(Split split, int64_t i) const {
   const int64_t at = split == Split::Train ? i : train_size_ + i;
-  if (mapped_ == nullptr) return bytes_[static_cast<size_t>(at)];
+  if (mapped_.data() == nullptr) return bytes_[static_cast<size_t>(at)];
   if (width_ == 2) {
     uint16_t v;
-    std::memcpy(&v, mapped_ + at * 2, 2);
+    std::memcpy(&v, mapped_.data() + at * 2, 2);
     return v;
   }
   uint32_t v;
-  std::memcpy(&v, mapped_ + at * 4, 4);
+  std::memcpy(&v, mapped_.data() + at * 4, 4);
   return v;
 }
 

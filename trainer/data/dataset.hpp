@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mapped_file.hpp"
 #include "trainer/config.hpp"
 
 namespace meshrun::trainer {
@@ -18,7 +19,6 @@ class TokenDataset {
  public:
   /// Opens data.path; throws UsageError naming the path when it is missing, empty or malformed.
   explicit TokenDataset(const DataConfig& config);
-  ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
 
@@ -31,10 +31,9 @@ class TokenDataset {
 
  private:
   std::vector<std::string> files_;
-  std::vector<uint8_t> bytes_;       // text: the concatenated files
-  const uint8_t* mapped_ = nullptr;  // bin: the mmap'd file
-  size_t mapped_len_ = 0;
-  int width_ = 1;  // bytes per token
+  std::vector<uint8_t> bytes_;  // text: the concatenated files
+  MappedFile mapped_;           // bin: the file, mapped
+  int width_ = 1;               // bytes per token
   int64_t size_ = 0;
   int64_t train_size_ = 0;
 };

@@ -56,10 +56,10 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
     : spec_(std::move(spec)), comm_(comm), options_(options), gathered_(gathered), device_(device) {
   const int64_t world = comm_.world_size();
   numel_ = spec_.numel();
-  sharded_ = options_.strategy != ShardingStrategy::NoShard && world > 1;
-  padded_numel_ = sharded_ ? (numel_ + world - 1) / world * world : numel_;
-  shard_numel_ = sharded_ ? padded_numel_ / world : padded_numel_;
-  shard_offset_ = sharded_ ? static_cast<int64_t>(comm_.rank()) * shard_numel_ : 0;
+  layout_.sharded = options_.strategy != ShardingStrategy::NoShard && world > 1;
+  padded_numel_ = layout_.sharded ? (numel_ + world - 1) / world * world : numel_;
+  shard_numel_ = layout_.sharded ? padded_numel_ / world : padded_numel_;
+  shard_offset_ = layout_.sharded ? static_cast<int64_t>(comm_.rank()) * shard_numel_ : 0;
 
   at::Tensor padded = at::zeros({padded_numel_}, at::kFloat);
   padded.narrow(0, 0, numel_).copy_(full_init);
@@ -74,7 +74,7 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   // zero_grad(set_to_none=True) does: the caching allocator makes that free, and the backward's peak (the
   // loss's logits) then does not sit on top of every unit's gradient. On the CPU, freeing and re-faulting
   // those pages every step would cost time; pinned (offloaded) host memory is slow to allocate.
-  release_grad_between_steps_ = device_.is_cuda() && !offload;
+  layout_.release_grad_between_steps = device_.is_cuda() && !offload;
   anchor_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)).requires_grad_(true);
 
   int64_t offset = 0;
@@ -100,16 +100,15 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   grad_scale_ = options_.reduce_dtype == at::kFloat ? 1.0 / ranks : 1.0;
   // A fresh reduce-scatter result is exactly what shard_grad_ must hold after zero_grad() + add, so the
   // collective writes it directly (not for hybrid: the replica all-reduce follows).
-  reduce_into_shard_grad_ = sharded_ && options_.reduce_dtype == at::kFloat && options_.replicas == nullptr &&
-                            shard_grad_.device() == device_;
+  layout_.reduce_into_shard_grad = layout_.sharded && options_.reduce_dtype == at::kFloat &&
+                                   options_.replicas == nullptr && shard_grad_.device() == device_;
 
-  aliased_ = !sharded_ && options_.param_dtype == at::kFloat && shard_.device() == device_;
-  if (aliased_) {
+  layout_.aliased = !layout_.sharded && options_.param_dtype == at::kFloat && shard_.device() == device_;
+  param_state_ = ParamState::kUnsharded;
+  if (layout_.aliased) {
     storage_ = shard_.storage();
-    materialized_ = true;
   } else {
     storage_ = new_unsharded().storage();
-    materialized_ = true;
     gathered_.add(static_cast<int64_t>(storage_.nbytes()));
     reshard();
   }
@@ -128,23 +127,24 @@ at::Tensor FlatParamUnit::new_unsharded() const {
 }
 
 void FlatParamUnit::prefetch() {
-  if (materialized_ || pending_gather_.valid()) return;
+  if (param_state_ != ParamState::kSharded) return;
   at::Tensor out = new_unsharded();
   // Cast before gathering: the wire carries param_dtype, as FSDP's mixed precision does. An offloaded shard
   // is copied to the device asynchronously (pinned memory) and cast there: a host-to-device copy that also
   // changes the dtype converts on the CPU into pageable memory first, and then cannot be asynchronous.
   at::Tensor in = shard_.to(device_, /*non_blocking=*/true).to(options_.param_dtype);
-  if (!sharded_) {
+  if (!layout_.sharded) {
     out.copy_(in);
     pending_gather_ = PendingOp{nullptr, out, in, {}};
   } else {
     pending_gather_ = comm_.all_gather(out, in);
   }
+  param_state_ = ParamState::kGathering;
 }
 
 void FlatParamUnit::materialize() {
-  if (materialized_) return;
-  if (!pending_gather_.valid()) prefetch();
+  if (param_state_ == ParamState::kUnsharded) return;
+  if (param_state_ == ParamState::kSharded) prefetch();
   comm_.wait(pending_gather_);
   // Move the gathered bytes into the long-lived storage: every saved view of it sees them.
   auto* src = pending_gather_.output.storage().unsafeGetStorageImpl();
@@ -154,17 +154,17 @@ void FlatParamUnit::materialize() {
   dst->set_nbytes(nbytes);
   src->set_nbytes(0);
   pending_gather_ = PendingOp{};
-  materialized_ = true;
+  param_state_ = ParamState::kUnsharded;
   gathered_.add(static_cast<int64_t>(nbytes));
 }
 
 void FlatParamUnit::reshard() {
-  if (aliased_ || !materialized_) return;
+  if (layout_.aliased || param_state_ != ParamState::kUnsharded) return;
   auto* impl = storage_.unsafeGetStorageImpl();
   gathered_.add(-static_cast<int64_t>(impl->nbytes()));
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));
   impl->set_nbytes(0);
-  materialized_ = false;
+  param_state_ = ParamState::kSharded;
 }
 
 at::Tensor FlatParamUnit::pre_forward_flat() {
@@ -228,15 +228,16 @@ void FlatParamUnit::post_backward(const at::Tensor& flat_grad) {
     if (ranks > 1 && grad_scale_ == 1.0) g.div_(ranks);
     if (ranks == 1) {
       pending_reduce_ = PendingOp{nullptr, g, {}, {}};
-    } else if (!sharded_) {
+    } else if (!layout_.sharded) {
       // Replicated inside the group: one all-reduce over every rank that holds this unit.
       pending_reduce_ = comm_.world_size() > 1 ? comm_.all_reduce(g) : PendingOp{nullptr, g, {}, {}};
     } else {
       // FlatParamUnit::finish_grad_sync() knows the output aliases shard_grad_ and skips the add.
-      const bool direct = reduce_into_shard_grad_ && grad_pending_zero_ && !pending_reduce_.valid();
+      const bool direct =
+          layout_.reduce_into_shard_grad && grad_state_ == GradState::kUnwritten && !pending_reduce_.valid();
       if (direct && !shard_grad_.defined()) shard_grad_ = at::empty({shard_numel_}, g.options());
       at::Tensor out = direct ? shard_grad_ : at::empty({shard_numel_}, g.options());
-      if (direct) grad_pending_zero_ = false;
+      if (direct) grad_state_ = GradState::kWritten;
       pending_reduce_ = comm_.reduce_scatter(out, g);
     }
     // Keep two reductions in flight at most: the previous unit's unsharded gradient is freed now.
@@ -272,22 +273,22 @@ void FlatParamUnit::release_reduce_input() {
 void FlatParamUnit::zero_grad() {
   // Deferred: the step's first result is copied into shard_grad_ (or written there by the collective), so
   // the memset and the add of a zeroed buffer are saved; finish_grad_sync() zeroes only if nothing came.
-  grad_pending_zero_ = true;
-  if (release_grad_between_steps_) shard_grad_ = at::Tensor();
+  grad_state_ = GradState::kUnwritten;
+  if (layout_.release_grad_between_steps) shard_grad_ = at::Tensor();
 }
 
 void FlatParamUnit::accumulate_grad(const at::Tensor& result) {
   // Cast where the result is: a device-to-host copy that also casts goes through a pageable host buffer and
   // converts there (measured: 1.58 s for a 1.15B bf16 gradient into pinned fp32, against a plain DMA).
   const at::Tensor g = result.to(at::kFloat);
-  if (grad_pending_zero_ && !shard_grad_.defined()) {
+  if (grad_state_ == GradState::kUnwritten && !shard_grad_.defined()) {
     shard_grad_ = g.to(device_);  // a fresh fp32 result on the device becomes the shard gradient as it is
-  } else if (grad_pending_zero_) {
+  } else if (grad_state_ == GradState::kUnwritten) {
     shard_grad_.copy_(g);  // device to pinned host when offloaded: one DMA
   } else {
     shard_grad_.add_(g.to(shard_grad_.device()));
   }
-  grad_pending_zero_ = false;
+  grad_state_ = GradState::kWritten;
 }
 
 void FlatParamUnit::finish_grad_sync() {
@@ -298,16 +299,16 @@ void FlatParamUnit::finish_grad_sync() {
     return;
   }
   if (!pending_reduce_.valid()) {
-    if (grad_pending_zero_) {  // no reduction wrote it this step
+    if (grad_state_ == GradState::kUnwritten) {  // no reduction wrote it this step
       shard_grad_ =
           shard_grad_.defined() ? shard_grad_.zero_() : at::zeros_like(shard_, shard_.options().device(device_));
     }
-    grad_pending_zero_ = false;
+    grad_state_ = GradState::kWritten;
     return;
   }
   comm_.wait(pending_reduce_);
   if (pending_reduce_.output.is_same(shard_grad_)) {
-    grad_pending_zero_ = false;  // the reduce-scatter wrote it directly
+    grad_state_ = GradState::kWritten;  // the reduce-scatter wrote it directly
   } else {
     accumulate_grad(pending_reduce_.output);
   }
@@ -321,7 +322,7 @@ int64_t FlatParamUnit::unsharded_grad_bytes() const {
 at::Tensor FlatParamUnit::full_fp32() {
   c10::NoGradGuard no_grad;
   at::Tensor out = at::empty({padded_numel_}, shard_.options().device(device_));
-  if (sharded_) {
+  if (layout_.sharded) {
     PendingOp op = comm_.all_gather(out, shard_.to(device_));
     comm_.wait(op);
   } else {

@@ -117,7 +117,6 @@ class FlatParamUnit {
   void materialize();
   /// shard_grad_ <- result (the step's first) or shard_grad_ += result.
   void accumulate_grad(const at::Tensor& result);
-  bool sharded() const { return sharded_; }
   /// An uninitialised unsharded buffer (param dtype) from the pool, or the default allocator.
   at::Tensor new_unsharded() const;
 
@@ -126,8 +125,26 @@ class FlatParamUnit {
   UnitOptions options_;
   GatheredBytes& gathered_;
   at::Device device_;
-  bool sharded_ = true;   // false: NO_SHARD or world size 1 (the shard is the full buffer)
-  bool aliased_ = false;  // the unsharded buffer is the fp32 shard itself: never freed or copied
+  // Where the parameters are: the unsharded buffer's bytes come and go, the shard always stays.
+  enum class ParamState {
+    kSharded,    // only the shard; the unsharded storage has no bytes
+    kGathering,  // an all-gather into a fresh buffer is in flight (pending_gather_)
+    kUnsharded,  // the unsharded storage holds the parameters
+  };
+  // Whether this step's gradient reduction has written shard_grad_ yet (zero_grad() is deferred).
+  enum class GradState {
+    kUnwritten,  // after zero_grad(): the first result is copied in (or reduced into it); none means zeros
+    kWritten,    // later results are added
+  };
+  // Decided once, at construction, from the strategy, dtypes, devices and world size.
+  struct Layout {
+    bool sharded = true;                      // false: NO_SHARD or world size 1 (the shard is the full buffer)
+    bool aliased = false;                     // the unsharded buffer is the fp32 shard itself: never freed or copied
+    bool reduce_into_shard_grad = false;      // the reduce-scatter writes shard_grad_ itself (no copy, no add)
+    bool release_grad_between_steps = false;  // CUDA: shard_grad_ is freed by zero_grad(), made by the backward
+  };
+
+  Layout layout_;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;
   int64_t shard_numel_ = 0;
@@ -139,15 +156,13 @@ class FlatParamUnit {
   at::Tensor shard_grad_;  // fp32
   at::Tensor anchor_;      // leaf that requires grad, so the post-backward node is part of the graph
   c10::Storage storage_;   // the unsharded buffer (param dtype); bytes freed / re-gathered
-  bool materialized_ = false;
+  ParamState param_state_ = ParamState::kUnsharded;
   PendingOp pending_gather_;
   PendingOp pending_reduce_;
   PendingOp pending_replica_reduce_;
   at::Tensor grad_accum_;  // unsharded gradient kept across micro-batches without sync
-  bool sync_ = true;
-  bool reduce_into_shard_grad_ = false;      // the reduce-scatter writes shard_grad_ itself (no copy, no add)
-  bool grad_pending_zero_ = false;           // zero_grad() deferred: nothing has written shard_grad_ this step
-  bool release_grad_between_steps_ = false;  // CUDA: shard_grad_ is freed by zero_grad(), made by the backward
+  bool sync_ = true;       // this micro-batch's backward reduces (false: accumulate into grad_accum_)
+  GradState grad_state_ = GradState::kWritten;
   double grad_scale_ = 1.0;
   std::vector<FlatParamUnit*> backward_prefetch_;
 };
