@@ -12,14 +12,24 @@
 //     SIGUSR1/SIGUSR2                        -> forward only
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/cli/options.hpp"
 #include "launcher/workers/worker_command.hpp"
 
+namespace meshrun::proto {
+struct Assignment;
+}  // namespace meshrun::proto
+
 namespace meshrun::launcher {
 
+class NodeRendezvous;
 class SignalSet;
+class WorkerGroup;
+struct GroupSpec;
 
 class Agent {
  public:
@@ -32,11 +42,46 @@ class Agent {
   int run();
 
  private:
+  // How one attempt ended.
+  struct AttemptResult {
+    enum class Kind {
+      kSucceeded,
+      kWorkerFailed,
+      kRemoteRestart,   // another node failed or left: the daemon opened a new round
+      kScaleUp,         // a waiting node is admitted (free: not counted against --max-restarts)
+      kRunFailed,       // the daemon declared the whole run failed
+      kRendezvousLost,  // the daemon stopped answering
+      kSignaled,
+    };
+    Kind kind = Kind::kSucceeded;
+    int exit_code = 0;   // kWorkerFailed: the worker's code; kSignaled: 128+signal
+    std::string reason;  // for the daemon and the user
+  };
+  // When the next heartbeat is due, and how many in a row failed.
+  struct HeartbeatSchedule {
+    std::chrono::steady_clock::time_point next;
+    int failures = 0;
+  };
+
+  void make_log_root(const std::string& run_id);
+  GroupSpec group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv) const;
+  /// Supervises one attempt's workers until it ends.
+  AttemptResult supervise(WorkerGroup& group, NodeRendezvous& rdzv);
+  std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals);
+  std::optional<AttemptResult> on_worker_exits(WorkerGroup& group);
+  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, NodeRendezvous& rdzv, HeartbeatSchedule& schedule);
+  /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
+  std::optional<int> conclude(const AttemptResult& result, NodeRendezvous& rdzv);
+
   const LaunchOptions& options_;
   WorkerCommand command_;
   SignalSet& signals_;
+  std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
+  // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
+  // as in torchrun.
+  int restarts_used_ = 0;
 };
 
 }  // namespace meshrun::launcher
