@@ -80,7 +80,8 @@ inline bool wait_for_file(const std::string& path, std::chrono::seconds limit = 
   return true;
 }
 
-/// A child process with stdout+stderr captured to a file.
+/// A child process with stdout+stderr captured to a file. It inherits this process's environment with
+/// `env_overrides` applied: "KEY=VALUE" sets, a bare "KEY" removes.
 class Process {
  public:
   Process(const std::vector<std::string>& argv, const std::vector<std::string>& env_overrides,
@@ -90,7 +91,11 @@ class Process {
     if (pid_ == 0) {
       for (const auto& kv : env_overrides) {
         const auto eq = kv.find('=');
-        ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+        if (eq == std::string::npos) {
+          ::unsetenv(kv.c_str());
+        } else {
+          ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+        }
       }
       const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);

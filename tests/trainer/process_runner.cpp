@@ -1,61 +1,32 @@
 #include "tests/trainer/process_runner.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <memory>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "support/subprocess.hpp"
 
 namespace meshrun::trainer::test {
 namespace {
 
-int spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-          const std::string& output_path, int stdout_fd = -1) {
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv(*e);
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  // Workers must not inherit a rank layout from the environment running the tests.
-  for (const char* k : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
-    merged.erase(k);
-  merged["OMP_NUM_THREADS"] = "1";
-  for (const auto& [k, v] : env) merged[k] = v;
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
-  std::vector<char*> argp;
-  for (auto& s : args) argp.push_back(s.data());
-  argp.push_back(nullptr);
+using namespace std::chrono_literals;
+using meshrun::testing::Process;
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (stdout_fd >= 0) {
-    posix_spawn_file_actions_adddup2(&actions, stdout_fd, STDOUT_FILENO);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  }
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argp[0], &actions, nullptr, argp.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error("cannot start " + args[0] + ": " + std::strerror(rc));
-  return pid;
+// Generous: a safety net for a hung worker, never a timing assertion.
+constexpr auto kRunLimit = std::chrono::seconds(600);
+
+// Workers must not inherit a rank layout from the environment running the tests; one thread each.
+std::vector<std::string> worker_env(const std::map<std::string, std::string>& extra) {
+  std::vector<std::string> env = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",       "LOCAL_WORLD_SIZE",
+                                  "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS=1"};
+  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
+  return env;
 }
 
 std::vector<std::string> trainer_args(const std::string& dir) {
@@ -70,7 +41,12 @@ std::vector<std::string> trainer_args(const std::string& dir) {
           "system.timeout_s=30"};
 }
 
-int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+void append_sets(std::vector<std::string>& argv, const std::vector<std::string>& sets) {
+  for (const auto& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+}
 
 }  // namespace
 
@@ -80,48 +56,42 @@ std::string make_temp_dir() {
   return tmpl;
 }
 
+std::string read_file(const std::string& path) { return meshrun::testing::read_file(path); }
+
 LauncherJob::LauncherJob(const std::string& dir, int nproc, const std::vector<std::string>& sets,
                          const std::map<std::string, std::string>& env)
     : log_(dir + "/launcher.txt") {
   std::vector<std::string> argv = {MESHRUN_LAUNCHER_BIN, "--standalone", "--nproc-per-node", std::to_string(nproc)};
   for (auto& a : trainer_args(dir)) argv.push_back(a);
-  for (const auto& s : sets) {
-    argv.push_back("--set");
-    argv.push_back(s);
-  }
-  pid_ = spawn(argv, env, log_);
+  append_sets(argv, sets);
+  process_ = std::make_unique<Process>(argv, worker_env(env), log_);
 }
 
-LauncherJob::~LauncherJob() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-}
+LauncherJob::~LauncherJob() = default;  // Process kills (SIGKILL) and reaps a launcher not waited for
 
-void LauncherJob::signal(int sig) {
-  if (pid_ > 0) ::kill(pid_, sig);
-}
+void LauncherJob::signal(int sig) { process_->signal(sig); }
 
-int LauncherJob::wait() {
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return exit_code_of(status);
-}
+int LauncherJob::wait() { return process_->wait(kRunLimit); }
 
 std::string LauncherJob::output() const { return read_file(log_); }
 
-Daemon::Daemon() {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  pid_ = spawn({MESHRUN_RENDEZVOUS_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"}, {}, "", fds[1]);
-  ::close(fds[1]);
+Daemon::Daemon() : dir_(make_temp_dir()) {
+  const std::string out = dir_ + "/daemon.txt";
+  process_ = std::make_unique<Process>(
+      std::vector<std::string>{MESHRUN_RENDEZVOUS_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"},
+      std::vector<std::string>{}, out);
+  // The daemon prints "listening on HOST:PORT" once its socket is bound.
+  const auto end = std::chrono::steady_clock::now() + 30s;
   std::string line;
-  char ch;
-  while (::read(fds[0], &ch, 1) == 1 && ch != '\n') line.push_back(ch);
-  ::close(fds[0]);
+  while (line.find('\n') == std::string::npos) {
+    if (std::chrono::steady_clock::now() > end || !meshrun::testing::process_alive(process_->pid())) {
+      throw std::runtime_error("meshrun-rendezvous did not print 'listening on HOST:PORT' (got '" + read_file(out) +
+                               "')");
+    }
+    std::this_thread::sleep_for(10ms);
+    line = read_file(out);
+  }
+  line.resize(line.find('\n'));
   const auto colon = line.rfind(':');
   if (line.rfind("listening on", 0) != 0 || colon == std::string::npos) {
     throw std::runtime_error("meshrun-rendezvous did not print 'listening on HOST:PORT' (got '" + line + "')");
@@ -130,11 +100,9 @@ Daemon::Daemon() {
 }
 
 Daemon::~Daemon() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
+  process_->signal(SIGTERM);
+  process_->wait(30s);
+  std::system(("rm -rf '" + dir_ + "'").c_str());
 }
 
 bool RunResult::ok() const {
@@ -164,41 +132,28 @@ RunResult run_workers_in(const std::string& dir, int world, const std::vector<st
   per_rank.resize(static_cast<size_t>(procs));
   std::unique_ptr<Daemon> daemon;
   if (world > 0) daemon = std::make_unique<Daemon>();
-  std::vector<int> pids;
+  std::vector<std::unique_ptr<Process>> workers;
   for (int r = 0; r < procs; ++r) {
+    const RankRun& rank = per_rank[static_cast<size_t>(r)];
     std::vector<std::string> argv = trainer_args(result.dir);
     for (const auto& a : extra_args) argv.push_back(a);
-    for (const auto& s : common_sets) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
-    for (const auto& s : per_rank[static_cast<size_t>(r)].sets) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
+    append_sets(argv, common_sets);
+    append_sets(argv, rank.sets);
     std::map<std::string, std::string> env;
     if (world > 0) {
       env = {{"RANK", std::to_string(r)},           {"LOCAL_RANK", std::to_string(r)},
              {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
              {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(daemon->port())}};
     }
-    for (const auto& [k, v] : per_rank[static_cast<size_t>(r)].env) env[k] = v;
-    pids.push_back(spawn(argv, env, result.dir + "/out" + std::to_string(r) + ".txt"));
+    for (const auto& [k, v] : rank.env) env[k] = v;
+    workers.push_back(
+        std::make_unique<Process>(argv, worker_env(env), result.dir + "/out" + std::to_string(r) + ".txt"));
   }
-  for (int r = 0; r < procs; ++r) {
-    int status = 0;
-    ::waitpid(pids[static_cast<size_t>(r)], &status, 0);
-    result.exit_codes.push_back(exit_code_of(status));
-    result.outputs.push_back(read_file(result.dir + "/out" + std::to_string(r) + ".txt"));
+  for (auto& worker : workers) {
+    result.exit_codes.push_back(worker->wait(kRunLimit));
+    result.outputs.push_back(worker->output());
   }
   return result;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::map<int64_t, double> read_step_losses(const std::string& dir) {

@@ -1,10 +1,16 @@
 // Test support: runs the real meshrun-rendezvous daemon and real meshrun-trainer worker processes
-// (one per rank), and reads what the workers wrote to their output directory.
+// (one per rank, through tests/support's Process), and reads what the workers wrote to their output
+// directory.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace meshrun::testing {
+class Process;
+}  // namespace meshrun::testing
 
 namespace meshrun::trainer::test {
 
@@ -18,7 +24,8 @@ class Daemon {
   int port() const { return port_; }
 
  private:
-  int pid_ = -1;
+  std::string dir_;  // holds the daemon's output
+  std::unique_ptr<testing::Process> process_;
   int port_ = 0;
 };
 
@@ -59,8 +66,8 @@ class LauncherJob {
   std::string output() const;
 
  private:
-  int pid_ = -1;
   std::string log_;
+  std::unique_ptr<testing::Process> process_;
 };
 
 std::string make_temp_dir();
