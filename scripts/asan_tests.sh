@@ -4,9 +4,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$ROOT/build-asan"
-TORCH_PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
-cmake -S "$ROOT" -B "$DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMESHRUN_SANITIZE=ON -DMESHRUN_BUILD_TRAINER=OFF \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" >/dev/null
+cd "$ROOT" && cmake --preset asan >/dev/null
 cmake --build "$DIR" --target meshrun-rendezvous test_common test_proto test_rendezvous_unit test_rendezvous_server
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in test_common test_proto test_rendezvous_unit test_rendezvous_server; do

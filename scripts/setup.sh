@@ -28,7 +28,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # --- system packages (only the missing ones; apt-get update once when needed) ---
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
           libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
-          clang libclang-rt-14-dev python3 python3-venv python3-dev
+          clang clang-format clang-tidy libclang-rt-14-dev python3 python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
           openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev)
 missing=()

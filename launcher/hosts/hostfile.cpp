@@ -95,7 +95,8 @@ std::vector<HostEntry> select_hosts(std::vector<HostEntry> hosts, const std::str
   const std::string flag = including ? "--include" : "--exclude";
   const auto filter = parse_filter(including ? include : exclude, flag);
   for (const auto& [host, slots] : filter) {
-    const auto it = std::find_if(hosts.begin(), hosts.end(), [&](const HostEntry& h) { return h.host == host; });
+    const auto it =
+        std::find_if(hosts.begin(), hosts.end(), [&name = host](const HostEntry& h) { return h.host == name; });
     if (it == hosts.end()) throw UsageError(flag + ": host " + host + " is not in the hostfile");
     check_slots(*it, slots, flag);
   }
