@@ -16,6 +16,7 @@
 set -u
 
 MC_SUBNET=10.231.0
+source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
 MC_TAG=mrc$$                         # namespace prefix, unique per test process
 MC_FAILS=0
 
@@ -27,11 +28,12 @@ mc_elapsed() { awk -v a="$1" -v b="$(mc_now)" 'BEGIN { printf "%.2f", b - a }'; 
 
 mc_init() {
   MC_N=$1
-  if [ "$(id -u)" != 0 ]; then echo "SKIPPED: network namespaces need root (running as uid $(id -u))"; exit 77; fi
+  if [ "$(id -u)" != 0 ]; then skip_or_fail "network namespaces need root (running as uid $(id -u))"; fi
   MC_DIR=$(mktemp -d /tmp/meshrun-cluster-XXXXXX)
   chmod 755 "$MC_DIR"
   if ! ip netns add "${MC_TAG}sw" 2> "$MC_DIR/netns.err"; then
-    echo "SKIPPED: cannot create a network namespace: $(cat "$MC_DIR/netns.err")"; rm -rf "$MC_DIR"; exit 77
+    local why; why=$(cat "$MC_DIR/netns.err"); rm -rf "$MC_DIR"
+    skip_or_fail "cannot create a network namespace: $why"
   fi
   trap mc_cleanup EXIT
   trap 'exit 130' INT

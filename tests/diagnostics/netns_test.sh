@@ -2,13 +2,16 @@
 # `meshrun ping` / `meshrun check` inside a private network namespace (root only): a daemon port that
 # drops packets (iptables DROP), an address with no route, and a host name that resolves to 127.0.1.1
 # in a multi-node job. Nothing leaves the namespace: it has only its own loopback.
-# Exits 77 (reported as skipped) when namespaces cannot be created. Usage: netns_test.sh MESHRUN DAEMON
+# Exits 77 (reported as skipped) when namespaces cannot be created, except under CI=true, where that
+# fails. Usage: netns_test.sh MESHRUN DAEMON
 set -u
 MESHRUN=$1 DAEMON=$2
-if [ "$(id -u)" != 0 ]; then echo "SKIPPED: network namespaces need root (running as uid $(id -u))"; exit 77; fi
+source "$(dirname "$0")/../support/skip.sh"
+if [ "$(id -u)" != 0 ]; then skip_or_fail "network namespaces need root (running as uid $(id -u))"; fi
 NS=mrdiag$$
 if ! ip netns add "$NS" 2>/tmp/$NS.err; then
-  echo "SKIPPED: cannot create a network namespace: $(cat /tmp/$NS.err)"; rm -f /tmp/$NS.err; exit 77
+  why=$(cat /tmp/$NS.err); rm -f /tmp/$NS.err
+  skip_or_fail "cannot create a network namespace: $why"
 fi
 rm -f /tmp/$NS.err
 T=$(mktemp -d /tmp/meshrun-netns-XXXXXX)

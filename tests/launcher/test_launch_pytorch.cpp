@@ -6,10 +6,8 @@
 
 TEST_CASE("a PyTorch gloo all_reduce works through meshrun's store", "[launch][pytorch]") {
   const std::string venv = VENV_BIN;
-  if (!meshrun::testing::file_exists(venv + "/python")) {
-    WARN("no " << venv << "/python: skipping the PyTorch test (run scripts/setup.sh)");
-    return;
-  }
+  INFO("the PyTorch test needs " << venv << "/python with torch (run scripts/setup.sh)");
+  REQUIRE(meshrun::testing::file_exists(venv + "/python"));
   meshrun::testing::TempDir dir;
   const char* path = std::getenv("PATH");
   // .py entrypoints run under `python` from PATH, so the venv goes first.
