@@ -88,7 +88,7 @@ case $SCENARIO in
     ;;
   dropport)
     # NOTE: the daemon declares the first silent node dead and counts the other as a survivor that will
-    # re-join; one that never does is declared lost only after keep-alive + 30 s (see the README's
+    # re-join; one that never does is declared lost only after keep-alive + 30 s (see docs/multi-node.md's
     # multi-node guide), so node0 ends by the join timeout, kept short here.
     start3 --nnodes 2:3 --max-restarts 3 --rdzv-conf last_call_timeout=5,join_timeout=8
     t0=$(mc_now)

@@ -121,12 +121,12 @@ has check_port_busy "WARN host.ports: port $HPORT is in use by pid"
 run check_usage 2 "$MESHRUN" check --nnodes x
 run check_usage2 2 "$MESHRUN" check --rdzv-id good
 
-# --- --json: exactly the fields README.md (troubleshooting) documents, with their types ---------------
+# --- --json: exactly the fields docs/troubleshooting.md documents, with their types ---------------
 run check_json 1 "$MESHRUN" check --rdzv-endpoint "$EP" --rdzv-id dup --json
 "$PY" - "$T/check_json.out" "$DOC" <<'PYEOF' || fail "--json does not match the documented fields"
 import json, re, sys
 out, doc = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
-section = doc.split("#### `meshrun check --json` fields", 1)[1]
+section = doc.split("### `meshrun check --json` fields", 1)[1]
 section = re.split(r"^#{1,4} ", section, maxsplit=1, flags=re.M)[0]  # up to the next heading
 documented = {}
 for m in re.finditer(r"^\| `([^`]+)` \| (\w+) \|", section, re.M):

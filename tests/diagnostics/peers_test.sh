@@ -1,7 +1,7 @@
 #!/bin/bash
 # `meshrun check --bandwidth --peers N` end to end on 127.0.0.1 (no root needed): three instances
 # against a real daemon measure all three pairs and exactly one (#0) prints the matrix; --json data of
-# bandwidth.peers / bandwidth.pairs is exactly what README.md documents; two instances of --peers 3
+# bandwidth.peers / bandwidth.pairs is exactly what docs/troubleshooting.md documents; two instances of --peers 3
 # name the one that never came after a bounded wait; usage errors.
 # Usage: peers_test.sh MESHRUN DAEMON PYTHON DOC
 set -u
@@ -59,10 +59,10 @@ fi
 
 # --- --json: the documented data fields, in both directions -----------------------------------------
 instances json 3 --rdzv-id json --peers 3 --peer-mib 16 --json
-"$PY" - "$DOC" "$T"/json.0.out "$T"/json.1.out "$T"/json.2.out <<'PYEOF' || fail "--json bandwidth data does not match README.md"
+"$PY" - "$DOC" "$T"/json.0.out "$T"/json.1.out "$T"/json.2.out <<'PYEOF' || fail "--json bandwidth data does not match docs/troubleshooting.md"
 import json, re, sys
 doc = open(sys.argv[1]).read()
-section = doc.split("#### `meshrun check --bandwidth --peers` data", 1)[1]
+section = doc.split("### `meshrun check --bandwidth --peers` data", 1)[1]
 section = re.split(r"^#{1,4} ", section, maxsplit=1, flags=re.M)[0]
 documented = {}
 for m in re.finditer(r"^\| `(bandwidth\.\w+)` \| `([^`]+)` \| (\w+) \|", section, re.M):
