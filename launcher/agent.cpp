@@ -174,13 +174,14 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Node
   try {
     const auto beat = rdzv.heartbeat();
     schedule.failures = 0;
-    if (beat.action == "restart") {
+    if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
       group.stop(signals_, grace);
-      const auto kind = beat.cause == "scale_up" ? AttemptResult::Kind::kScaleUp : AttemptResult::Kind::kRemoteRestart;
+      const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
+                                                                    : AttemptResult::Kind::kRemoteRestart;
       return AttemptResult{kind, 1, beat.reason};
     }
-    if (beat.action == "fail") {
+    if (beat.action == proto::HeartbeatAction::kFail) {
       say("the run failed: " + beat.reason + "; stopping the workers");
       group.stop(signals_, grace);
       return AttemptResult{AttemptResult::Kind::kRunFailed, 1, beat.reason};

@@ -208,12 +208,14 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   auto next_note = std::chrono::steady_clock::now() + kProgressEvery;
   while (true) {
     const proto::AwaitReply reply = client_->await(run_id_, node_id_, kAwaitSlice);
-    if (reply.status == "assigned") {
+    if (reply.status == proto::AwaitStatus::kAssigned) {
       proto::Assignment a = reply.assignment;
       if (a.master_addr.empty()) a.master_addr = endpoint_.host;
       return a;
     }
-    if (reply.status == "failed") throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.reason);
+    if (reply.status == proto::AwaitStatus::kFailed) {
+      throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.reason);
+    }
     if (check_signals()) return std::nullopt;
     if (std::chrono::steady_clock::now() >= next_note) {
       std::fprintf(stderr, "meshrun: %s\n", describe_waiting(reply).c_str());
@@ -258,7 +260,8 @@ void NodeRendezvous::wait_for_other_nodes() {
     const proto::StatusReply status = client_->status(run_id_);
     bool running = false;
     for (const auto& run : status.runs) {
-      if (run.run_id == run_id_ && run.state != "finished" && run.state != "failed") running = true;
+      const bool ended = run.state == proto::RunState::kFinished || run.state == proto::RunState::kFailed;
+      if (run.run_id == run_id_ && !ended) running = true;
     }
     if (!running) return;
     if (std::chrono::steady_clock::now() >= next_note) {

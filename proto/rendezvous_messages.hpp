@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +25,57 @@ namespace meshrun::proto {
 inline constexpr const char* kServerName = "meshrun-rendezvous";
 /// Assignment::nodes lists every node only for rounds up to this size (status has the full list).
 inline constexpr size_t kMaxNodesInAssignment = 32;
+
+// The enumerated fields of the replies. On the wire each is its JSON string (listed beside each value);
+// to_string() gives it, from_string<Enum>() reads it back and throws ProtocolError on an unknown one.
+
+/// AwaitReply::status.
+enum class AwaitStatus {
+  kWaiting,   // "waiting": the round is still open
+  kAssigned,  // "assigned": the round closed; `assignment` holds this node's ranks
+  kFailed,    // "failed": the run failed, or this node's join did (`reason` says why)
+};
+
+/// HeartbeatReply::action: what the agent must do with its workers.
+enum class HeartbeatAction {
+  kContinue,  // "continue"
+  kRestart,   // "restart": the round was invalidated; stop the workers and re-join
+  kFail,      // "fail": the run failed for everyone
+};
+
+/// HeartbeatReply::cause: why the current round was opened.
+enum class RestartCause {
+  kNone,          // "": no restart yet (round 0)
+  kNodeLost,      // "node_lost": a node missed its heartbeats
+  kWorkerFailed,  // "worker_failed": a node reported a worker failure
+  kNodeLeft,      // "node_left": a node left unsuccessfully
+  kScaleUp,       // "scale_up": a node is waiting and the round has room
+};
+
+/// RunStatus::state.
+enum class RunState {
+  kOpen,      // "open": nodes are joining
+  kClosed,    // "closed": ranks assigned
+  kFinished,  // "finished": in the vocabulary, never reported: the daemon forgets a run once all nodes left
+  kFailed,    // "failed"
+};
+
+std::string_view to_string(AwaitStatus value);
+std::string_view to_string(HeartbeatAction value);
+std::string_view to_string(RestartCause value);
+std::string_view to_string(RunState value);
+
+/// Parses the wire name of `Enum`; throws ProtocolError naming the field and the known names.
+template <typename Enum>
+Enum from_string(std::string_view text);
+template <>
+AwaitStatus from_string<AwaitStatus>(std::string_view text);
+template <>
+HeartbeatAction from_string<HeartbeatAction>(std::string_view text);
+template <>
+RestartCause from_string<RestartCause>(std::string_view text);
+template <>
+RunState from_string<RunState>(std::string_view text);
 
 struct Hello {
   std::string server;        // kServerName
@@ -71,7 +123,7 @@ struct Assignment {
 };
 
 struct AwaitReply {
-  std::string status;  // "waiting", "assigned" or "failed"
+  AwaitStatus status = AwaitStatus::kWaiting;
   // waiting:
   std::vector<NodeInfo> joined;
   int min_nodes = 0;
@@ -87,16 +139,16 @@ struct AwaitReply {
 
 struct HeartbeatReply {
   int64_t round = 0;
-  std::string action;  // "continue", "restart" or "fail"
+  HeartbeatAction action = HeartbeatAction::kContinue;
   std::string reason;  // why a restart is needed (the event that opened the current round)
-  std::string cause;   // restart cause: "node_lost", "worker_failed", "node_left", "scale_up"
+  RestartCause cause = RestartCause::kNone;
   int waiting_nodes = 0;
 };
 
 struct RunStatus {
   std::string run_id;
   int64_t round = 0;
-  std::string state;  // "open", "closed", "finished", "failed"
+  RunState state = RunState::kOpen;
   int min_nodes = 0;
   int max_nodes = 0;
   std::vector<NodeInfo> nodes;
@@ -118,6 +170,16 @@ struct StatusReply {
 };
 
 // JSON mapping: member names are the JSON keys; missing keys keep their defaults (older peers).
+// The enums travel as their wire names (a JSON string that is not one of them is a ProtocolError).
+void to_json(nlohmann::json& j, AwaitStatus value);
+void to_json(nlohmann::json& j, HeartbeatAction value);
+void to_json(nlohmann::json& j, RestartCause value);
+void to_json(nlohmann::json& j, RunState value);
+void from_json(const nlohmann::json& j, AwaitStatus& value);
+void from_json(const nlohmann::json& j, HeartbeatAction& value);
+void from_json(const nlohmann::json& j, RestartCause& value);
+void from_json(const nlohmann::json& j, RunState& value);
+
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Hello, server, version, unix_time_ms, peer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr, local_world_size, min_nodes, max_nodes,
                                                 requested_rank, last_call_timeout_s, join_timeout_s,

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/byte_codec.hpp"
+#include "proto/reply.hpp"
 #include "proto/request.hpp"
 
 namespace meshrun::proto {
@@ -58,7 +59,8 @@ int try_connect(const addrinfo* ai, TimePoint deadline, int& err) {
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) return -1;
   }
-  // Back to blocking mode: reads and writes use poll() for their deadlines.
+  // Still non-blocking here: StoreClient::connect switches to blocking I/O with kernel timeouts, the
+  // diagnostics poll() on the socket. Requests are small writes that must leave at once: no Nagle.
   const int flags = 1;
   ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &flags, sizeof flags);
   err = 0;
@@ -143,8 +145,10 @@ StoreClient StoreClient::connect(const Endpoint& endpoint, const ConnectOptions&
 
 TimePoint StoreClient::op_deadline() const { return std::chrono::steady_clock::now() + options_.op_timeout; }
 
-// The socket is blocking with SO_SNDTIMEO / SO_RCVTIMEO as deadlines, so a request/response costs one
-// send() and one recv(); the receive timeout is only re-set when a call's deadline differs noticeably.
+// The socket is blocking, so a request/response usually costs one send() and one recv() (replies are
+// read through rbuf_). SO_RCVTIMEO tracks each call's deadline, re-set only when it differs noticeably;
+// SO_SNDTIMEO stays at the op timeout set by connect(): a send that makes no progress checks its own
+// deadline only each time that expires.
 void StoreClient::send_bytes(const std::string& bytes, TimePoint deadline) {
   size_t sent = 0;
   while (sent < bytes.size()) {
@@ -201,26 +205,16 @@ void StoreClient::recv_exact(void* data, size_t size, TimePoint deadline) {
   }
 }
 
-std::string StoreClient::recv_string(TimePoint deadline) {
-  uint64_t len = 0;
-  recv_exact(&len, sizeof len, deadline);
-  if (len > (uint64_t{1} << 34)) throw ProtocolError("implausible string length from " + endpoint_.to_string());
-  std::string s(static_cast<size_t>(len), '\0');
-  if (len > 0) recv_exact(s.data(), s.size(), deadline);
-  return s;
-}
+class StoreClient::ReplySource {
+ public:
+  ReplySource(StoreClient& client, TimePoint deadline) : client_(client), deadline_(deadline) {}
+  void read_exact(void* data, size_t size) { client_.recv_exact(data, size, deadline_); }
+  std::string peer() const { return client_.endpoint_.to_string(); }
 
-int64_t StoreClient::recv_int64(TimePoint deadline) {
-  int64_t v = 0;
-  recv_exact(&v, sizeof v, deadline);
-  return v;
-}
-
-uint8_t StoreClient::recv_u8(TimePoint deadline) {
-  uint8_t v = 0;
-  recv_exact(&v, sizeof v, deadline);
-  return v;
-}
+ private:
+  StoreClient& client_;
+  TimePoint deadline_;
+};
 
 void StoreClient::set(const std::string& key, const std::string& value) {
   send_bytes(encode_request({.type = QueryType::kSet, .keys = {key}, .values = {value}, .number = 0}), op_deadline());
@@ -230,13 +224,13 @@ std::string StoreClient::get(const std::string& key) {
   wait({key});
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kGet, .keys = {key}, .values = {}, .number = 0}), deadline);
-  return recv_string(deadline);
+  return decode_string(ReplySource(*this, deadline));
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kAdd, .keys = {key}, .values = {}, .number = delta}), deadline);
-  return recv_int64(deadline);
+  return decode_int64(ReplySource(*this, deadline));
 }
 
 std::string StoreClient::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
@@ -244,22 +238,23 @@ std::string StoreClient::compare_set(const std::string& key, const std::string& 
   send_bytes(
       encode_request({.type = QueryType::kCompareSet, .keys = {key}, .values = {expected, desired}, .number = 0}),
       deadline);
-  return recv_string(deadline);
+  return decode_string(ReplySource(*this, deadline));
 }
 
 bool StoreClient::check(const std::vector<std::string>& keys) {
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kCheck, .keys = keys, .values = {}, .number = 0}), deadline);
-  return recv_u8(deadline) == static_cast<uint8_t>(CheckResponse::kReady);
+  return decode_status<CheckResponse>(ReplySource(*this, deadline)) == CheckResponse::kReady;
 }
 
 void StoreClient::wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(options_.op_timeout);
   send_bytes(encode_request({.type = QueryType::kWait, .keys = keys, .values = {}, .number = 0}), deadline);
   try {
-    const uint8_t reply = recv_u8(deadline);
-    if (reply != static_cast<uint8_t>(WaitResponse::kStopWaiting)) {
-      throw ProtocolError("unexpected wait reply " + std::to_string(reply) + " from " + endpoint_.to_string());
+    const auto reply = decode_status<WaitResponse>(ReplySource(*this, deadline));
+    if (reply != WaitResponse::kStopWaiting) {
+      throw ProtocolError("unexpected wait reply " + std::to_string(static_cast<int>(reply)) + " from " +
+                          endpoint_.to_string());
     }
   } catch (const TimeoutError&) {
     // Withdraw the wait so the connection stays usable; the server answers WAIT_CANCELED (a
@@ -267,7 +262,7 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::optional<Durat
     const auto cancel_deadline = op_deadline();
     send_bytes(encode_request({.type = QueryType::kCancelWait, .keys = {}, .values = {}, .number = 0}),
                cancel_deadline);
-    while (recv_u8(cancel_deadline) != static_cast<uint8_t>(WaitResponse::kWaitCanceled)) {}
+    while (decode_status<WaitResponse>(ReplySource(*this, cancel_deadline)) != WaitResponse::kWaitCanceled) {}
     std::string names;
     for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
     throw TimeoutError("wait for key(s) " + names + " on " + endpoint_.to_string() + " timed out after " +
@@ -278,13 +273,13 @@ void StoreClient::wait(const std::vector<std::string>& keys, std::optional<Durat
 bool StoreClient::delete_key(const std::string& key) {
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kDeleteKey, .keys = {key}, .values = {}, .number = 0}), deadline);
-  return recv_int64(deadline) > 0;
+  return decode_int64(ReplySource(*this, deadline)) > 0;
 }
 
 int64_t StoreClient::num_keys() {
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kGetNumKeys, .keys = {}, .values = {}, .number = 0}), deadline);
-  return recv_int64(deadline);
+  return decode_int64(ReplySource(*this, deadline));
 }
 
 void StoreClient::append(const std::string& key, const std::string& value) {
@@ -296,10 +291,7 @@ std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& 
   wait(keys);
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kMultiGet, .keys = keys, .values = {}, .number = 0}), deadline);
-  std::vector<std::string> values;
-  values.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) values.push_back(recv_string(deadline));
-  return values;
+  return decode_strings(ReplySource(*this, deadline), keys.size());
 }
 
 void StoreClient::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
@@ -311,9 +303,7 @@ void StoreClient::multi_set(const std::vector<std::string>& keys, const std::vec
 void StoreClient::ping(uint32_t nonce) {
   const auto deadline = op_deadline();
   send_bytes(encode_request({.type = QueryType::kPing, .keys = {}, .values = {}, .number = nonce}), deadline);
-  uint32_t echo = 0;
-  recv_exact(&echo, sizeof echo, deadline);
-  if (echo != nonce) {
+  if (decode_nonce(ReplySource(*this, deadline)) != nonce) {
     throw ProtocolError(endpoint_.to_string() + " answered a ping with the wrong nonce: not a TCPStore server");
   }
 }
@@ -322,7 +312,7 @@ nlohmann::json StoreClient::meshrun(const nlohmann::json& request, std::optional
   const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(options_.op_timeout);
   send_bytes(encode_request({.type = QueryType::kMeshrun, .keys = {}, .values = {request.dump()}, .number = 0}),
              deadline);
-  const std::string text = recv_string(deadline);
+  const std::string text = decode_string(ReplySource(*this, deadline));
   auto reply = nlohmann::json::parse(text, nullptr, false);
   if (reply.is_discarded() || !reply.is_object()) {
     throw ProtocolError("malformed reply from " + endpoint_.to_string() + " to '" +

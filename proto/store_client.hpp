@@ -86,12 +86,12 @@ class StoreClient {
   StoreClient(UniqueFd fd, Endpoint endpoint, ConnectOptions options)
       : fd_(std::move(fd)), endpoint_(std::move(endpoint)), options_(options) {}
 
+  /// The socket as a source for the reply decoders of proto/reply.hpp, bounded by one deadline.
+  class ReplySource;
+
   void send_bytes(const std::string& bytes, TimePoint deadline);
   void recv_exact(void* data, size_t size, TimePoint deadline);
   void arm_recv_timeout(TimePoint deadline);
-  std::string recv_string(TimePoint deadline);
-  int64_t recv_int64(TimePoint deadline);
-  uint8_t recv_u8(TimePoint deadline);
   TimePoint op_deadline() const;
 
   UniqueFd fd_;

@@ -6,8 +6,9 @@
 //   vector   := u64 count, then `count` strings           (MULTI_GET / MULTI_SET / CHECK / WAIT keys)
 //   int64    := 8 bytes, two's complement                 (ADD deltas and results, counts)
 // A connection starts with VALIDATE carrying kValidationMagic; the server sends no reply to it.
-// Every other query's reply is listed next to it below. MESHRUN (0x40) carries a JSON document for the
-// rendezvous and answers with one; a real TCPStore server would just drop a client that sends it.
+// Every other query's reply is listed next to it below (reply.hpp encodes and decodes them). MESHRUN
+// (0x40) carries a JSON document for the rendezvous and answers with one; a real TCPStore server would
+// just drop a client that sends it.
 #pragma once
 
 #include <cstddef>

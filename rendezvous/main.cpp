@@ -10,6 +10,7 @@
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/run_main.hpp"
 #include "common/version.hpp"
 #include "proto/rendezvous_client.hpp"
 #include "rendezvous/server.hpp"
@@ -24,6 +25,19 @@ void raise_open_file_limit() {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
+}
+
+// Serves in the foreground until SIGINT/SIGTERM.
+int serve(const meshrun::rendezvous::ServerOptions& options, const std::string& log_level) {
+  using namespace meshrun;
+  init_logging("rendezvous", log_level);
+  raise_open_file_limit();
+  rendezvous::Server server(options);
+  std::cout << "listening on " << Endpoint{options.host, server.port()}.to_string() << std::endl;
+  spdlog::info("meshrun-rendezvous {} listening on {}:{}", kVersion, options.host, server.port());
+  server.run(/*handle_signals=*/true);
+  spdlog::info("stopped");
+  return 0;
 }
 
 int run_status(const std::string& endpoint_text, bool as_json, double timeout_s) {
@@ -75,22 +89,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  try {
+  return run_main("meshrun-rendezvous", [&] {
     if (status_cmd->parsed()) return run_status(endpoint, as_json, timeout_s);
-    init_logging("rendezvous", log_level);
-    raise_open_file_limit();
     options.limits.max_value_bytes = max_message_bytes;
-    rendezvous::Server server(options);
-    std::cout << "listening on " << Endpoint{options.host, server.port()}.to_string() << std::endl;
-    spdlog::info("meshrun-rendezvous {} listening on {}:{}", kVersion, options.host, server.port());
-    server.run(/*handle_signals=*/true);
-    spdlog::info("stopped");
-    return 0;
-  } catch (const UsageError& e) {
-    std::cerr << "meshrun-rendezvous: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "meshrun-rendezvous: " << e.what() << "\n";
-    return 1;
-  }
+    return serve(options, log_level);
+  });
 }

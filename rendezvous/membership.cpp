@@ -10,10 +10,38 @@
 namespace meshrun::rendezvous {
 namespace {
 
+using proto::AwaitStatus;
+using proto::HeartbeatAction;
+using proto::RestartCause;
+
+// A joiner of an open round is alive while it is blocked in an await. Between two awaits (a round trip,
+// a progress line, a reconnect) it gets this much beyond its keep-alive timeout before it is dropped.
+constexpr double kJoinerGapGraceSeconds = 10.0;
+// A survivor of an invalidated round stops its workers before it re-joins; that takes up to the
+// launcher's SIGTERM -> SIGKILL grace (--shutdown-timeout, 30 s by default), on top of its keep-alive.
+constexpr double kSurvivorStopGraceSeconds = 30.0;
+
 std::string describe(const proto::JoinRequest& r) { return fmt::format("{} (pid {})", r.host, r.pid); }
+/// The survivor key: what stays the same when an agent re-joins under a new node id.
 std::string identity(const proto::JoinRequest& r) { return fmt::format("{}/{}", r.host, r.pid); }
 
+proto::AwaitReply failed(proto::AwaitReply reply, std::string reason) {
+  reply.status = AwaitStatus::kFailed;
+  reply.reason = std::move(reason);
+  return reply;
+}
+
+proto::HeartbeatReply fail(proto::HeartbeatReply reply, std::string reason) {
+  reply.action = HeartbeatAction::kFail;
+  reply.reason = std::move(reason);
+  return reply;
+}
+
 }  // namespace
+
+bool Membership::Run::has_participant(const std::string& node_id) const {
+  return std::find(participants.begin(), participants.end(), node_id) != participants.end();
+}
 
 const Membership::Run* Membership::find_run(const std::string& run_id) const {
   auto it = runs_.find(run_id);
@@ -62,26 +90,34 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
   return run;
 }
 
+// A node rank requested twice in the same round is a configuration error: name both hosts.
+void Membership::check_duplicate_rank(Run& run, const proto::JoinRequest& request) {
+  if (request.requested_rank < 0) return;
+  const auto& pool = run.closed ? run.waiting : run.participants;
+  for (const auto& other_id : pool) {
+    const Node& other = run.nodes.at(other_id);
+    if (other.request.requested_rank != request.requested_rank) continue;
+    const std::string dup =
+        fmt::format("rank {}: {}, {}", request.requested_rank, describe(other.request), describe(request));
+    if (std::find(run.duplicate_ranks.begin(), run.duplicate_ranks.end(), dup) == run.duplicate_ranks.end()) {
+      run.duplicate_ranks.push_back(dup);
+    }
+    throw RemoteError(fmt::format("node rank {} is requested by both {} and {}: give every node its own --node-rank",
+                                  request.requested_rank, describe(other.request), describe(request)));
+  }
+}
+
+void Membership::survivor_returned(Run& run, const proto::JoinRequest& request) {
+  auto it = run.survivors.find(identity(request));
+  if (it == run.survivors.end()) return;
+  it->second.last_seen = clock_.now();
+  if (--it->second.rejoins_expected == 0) run.survivors.erase(it);
+}
+
 std::string Membership::join(const proto::JoinRequest& request) {
   Run& run = run_for_join(request);
   const auto now = clock_.now();
-  // A node rank requested twice in the same round is a configuration error: name both hosts.
-  if (request.requested_rank >= 0) {
-    const auto& pool = run.closed ? run.waiting : run.participants;
-    for (const auto& other_id : pool) {
-      const Node& other = run.nodes.at(other_id);
-      if (other.request.requested_rank == request.requested_rank) {
-        const std::string dup =
-            fmt::format("rank {}: {}, {}", request.requested_rank, describe(other.request), describe(request));
-        if (std::find(run.duplicate_ranks.begin(), run.duplicate_ranks.end(), dup) == run.duplicate_ranks.end()) {
-          run.duplicate_ranks.push_back(dup);
-        }
-        throw RemoteError(
-            fmt::format("node rank {} is requested by both {} and {}: give every node its own --node-rank",
-                        request.requested_rank, describe(other.request), describe(request)));
-      }
-    }
-  }
+  check_duplicate_rank(run, request);
   Node node;
   node.request = request;
   node.id = fmt::format("{}#{}", run.id, ++run.next_node);
@@ -94,10 +130,7 @@ std::string Membership::join(const proto::JoinRequest& request) {
     run.last_event = fmt::format("{} is waiting for the next round", describe(request));
   } else {
     run.participants.push_back(id);
-    if (auto back = run.expected_back.find(identity(request)); back != run.expected_back.end()) {
-      if (--back->second == 0) run.expected_back.erase(back);
-    }
-    run.survivor_seen[identity(request)] = now;
+    survivor_returned(run, request);
     run.last_event = fmt::format("{} joined round {}", describe(request), run.round);
     if (static_cast<int>(run.participants.size()) >= run.min_nodes) {
       run.last_call_deadline = now + from_seconds(request.last_call_timeout_s);
@@ -113,7 +146,7 @@ void Membership::maybe_close(Run& run) {
   if (count >= run.max_nodes) return close_round(run);
   if (count < run.min_nodes) return;
   // Re-rendezvous after a restart: close as soon as every survivor is back.
-  if (run.round > 0 && run.expected_back.empty()) return close_round(run);
+  if (run.round > 0 && run.survivors.empty()) return close_round(run);
   if (run.last_call_deadline && clock_.now() >= *run.last_call_deadline) close_round(run);
 }
 
@@ -147,32 +180,30 @@ void Membership::close_round(Run& run) {
   for (const Node* node : nodes) run.assigned.push_back(info(*node));
   run.closed = true;
   ++version_;
-  run.expected_back.clear();
+  run.survivors.clear();
   run.last_call_deadline.reset();
   run.last_event = fmt::format("round {} closed with {} node(s)", run.round, n);
 }
 
-void Membership::invalidate(Run& run, const std::string& cause, const std::string& reason, std::string lost_node) {
+void Membership::invalidate(Run& run, RestartCause cause, const std::string& reason, std::string lost_node) {
   // Survivors of the closed round must re-join; late joiners carry over into the new round.
-  std::map<std::string, int> survivors;
   const auto now = clock_.now();
   run.retired.clear();
-  run.survivor_seen.clear();
-  run.survivor_keep_alive.clear();
+  run.survivors.clear();
   for (const auto& id : run.participants) {
     const Node& node = run.nodes.at(id);
     if (id != lost_node && !node.finished) {
       const std::string who = identity(node.request);
-      ++survivors[who];
+      Survivor& survivor = run.survivors[who];
+      ++survivor.rejoins_expected;
+      survivor.last_seen = now;
+      survivor.keep_alive_timeout_s = node.request.keep_alive_timeout_s;
       run.retired[id] = who;
-      run.survivor_seen[who] = now;
-      run.survivor_keep_alive[who] = node.request.keep_alive_timeout_s;
     }
     run.nodes.erase(id);
   }
   run.participants = run.waiting;
   run.waiting.clear();
-  run.expected_back = survivors;
   run.closed = false;
   run.assigned.clear();
   run.last_call_deadline.reset();
@@ -182,7 +213,7 @@ void Membership::invalidate(Run& run, const std::string& cause, const std::strin
   run.restart_cause = cause;
   run.restart_reason = reason;
   int alive = static_cast<int>(run.participants.size());
-  for (const auto& [who, count] : survivors) alive += count;
+  for (const auto& [who, survivor] : run.survivors) alive += survivor.rejoins_expected;
   if (!lost_node.empty() && alive < run.min_nodes) {
     run.fatal_error = fmt::format("{}; {} node(s) remain, fewer than the minimum of {}", reason, alive, run.min_nodes);
     run.last_event = run.fatal_error;
@@ -193,26 +224,22 @@ void Membership::invalidate(Run& run, const std::string& cause, const std::strin
 }
 
 void Membership::expire_survivors(Run& run) {
-  // A survivor stops its workers (up to their shutdown grace) before it re-joins; one that has shown
-  // no sign of life for its keep-alive timeout plus that grace is gone.
-  constexpr double kStopGraceSeconds = 30;
+  // A survivor that has shown no sign of life for its keep-alive timeout plus the stop grace is gone.
   const auto now = clock_.now();
   std::vector<std::string> lost;
-  for (const auto& [who, count] : run.expected_back) {
-    const auto seen = run.survivor_seen.find(who);
-    if (seen == run.survivor_seen.end()) continue;
-    const double silent = to_seconds(now - seen->second);
-    if (silent > run.survivor_keep_alive[who] + kStopGraceSeconds) lost.push_back(who);
+  for (const auto& [who, survivor] : run.survivors) {
+    const double silent = to_seconds(now - survivor.last_seen);
+    if (silent > survivor.keep_alive_timeout_s + kSurvivorStopGraceSeconds) lost.push_back(who);
   }
   if (lost.empty()) return;
   std::string names;
   for (const auto& who : lost) {
     names += (names.empty() ? "" : ", ") + who;
-    run.expected_back.erase(who);
+    run.survivors.erase(who);
   }
   ++version_;
   run.last_event = "did not re-join after the restart: " + names;
-  if (static_cast<int>(run.participants.size()) < run.min_nodes && run.expected_back.empty()) {
+  if (static_cast<int>(run.participants.size()) < run.min_nodes && run.survivors.empty()) {
     run.fatal_error = fmt::format(
         "{} (host/pid) did not re-join round {} ({}); {} node(s) remain, fewer than the "
         "minimum of {}",
@@ -273,60 +300,51 @@ bool Membership::settled(const std::string& run_id, const std::string& node_id) 
   if (run == nullptr || !run->fatal_error.empty()) return true;
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end() || !it->second.error.empty()) return true;
-  if (!run->closed) return false;
-  return std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
+  return run->closed && run->has_participant(node_id);
 }
 
 proto::AwaitReply Membership::poll(const std::string& run_id, const std::string& node_id) const {
   proto::AwaitReply reply;
   const Run* run = find_run(run_id);
   if (run == nullptr) {
-    reply.status = "failed";
-    reply.reason = "run '" + run_id + "' is not known to this daemon (it finished, failed, or the daemon restarted)";
-    return reply;
+    return failed(reply,
+                  "run '" + run_id + "' is not known to this daemon (it finished, failed, or the daemon restarted)");
   }
   reply.min_nodes = run->min_nodes;
   reply.max_nodes = run->max_nodes;
-  if (!run->fatal_error.empty()) {
-    reply.status = "failed";
-    reply.reason = run->fatal_error;
-    return reply;
-  }
+  if (!run->fatal_error.empty()) return failed(reply, run->fatal_error);
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end()) {
-    reply.status = "failed";
-    reply.reason = "node " + node_id + " is no longer part of run '" + run_id + "': " + run->last_event;
-    return reply;
+    return failed(reply, "node " + node_id + " is no longer part of run '" + run_id + "': " + run->last_event);
   }
   const Node& self = it->second;
-  if (!self.error.empty()) {
-    reply.status = "failed";
-    reply.reason = self.error;
+  if (!self.error.empty()) return failed(reply, self.error);
+  if (run->closed && run->has_participant(node_id)) {
+    reply.status = AwaitStatus::kAssigned;
+    reply.assignment = assignment(*run, self);
     return reply;
   }
-  const bool participant =
-      std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
-  if (run->closed && participant) {
-    reply.status = "assigned";
-    auto& a = reply.assignment;
-    a.round = run->round;
-    a.group_rank = self.group_rank;
-    a.group_world_size = static_cast<int>(run->assigned.size());
-    a.master_port = run->master_port;
-    // The node list is informational; sending it to every node is O(n^2) bytes, so large rounds skip it.
-    if (run->assigned.size() <= proto::kMaxNodesInAssignment) a.nodes = run->assigned;
-    for (const auto& node : run->assigned) {
-      a.world_size += node.local_world_size;
-      if (node.group_rank < self.group_rank) a.rank_offset += node.local_world_size;
-    }
-    return reply;
-  }
-  reply.status = "waiting";
+  reply.status = AwaitStatus::kWaiting;
   for (const auto& id : run->participants) reply.joined.push_back(info(run->nodes.at(id)));
   reply.missing_ranks = missing_ranks(*run);
   reply.waited_s = to_seconds(clock_.now() - self.joined_at);
   reply.join_timeout_s = self.request.join_timeout_s;
   return reply;
+}
+
+proto::Assignment Membership::assignment(const Run& run, const Node& node) const {
+  proto::Assignment a;
+  a.round = run.round;
+  a.group_rank = node.group_rank;
+  a.group_world_size = static_cast<int>(run.assigned.size());
+  a.master_port = run.master_port;
+  // The node list is informational; sending it to every node is O(n^2) bytes, so large rounds skip it.
+  if (run.assigned.size() <= proto::kMaxNodesInAssignment) a.nodes = run.assigned;
+  for (const auto& other : run.assigned) {
+    a.world_size += other.local_world_size;
+    if (other.group_rank < node.group_rank) a.rank_offset += other.local_world_size;
+  }
+  return a;
 }
 
 void Membership::set_awaiting(const std::string& run_id, const std::string& node_id, bool awaiting) {
@@ -339,44 +357,31 @@ void Membership::set_awaiting(const std::string& run_id, const std::string& node
 }
 
 proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std::string& node_id) {
-  proto::HeartbeatReply reply;
-  reply.action = "continue";
+  proto::HeartbeatReply reply;  // continue
   Run* run = find_run(run_id);
-  if (run == nullptr) {
-    reply.action = "fail";
-    reply.reason = "run '" + run_id + "' is not known to this daemon (did it restart?)";
-    return reply;
-  }
+  if (run == nullptr) return fail(reply, "run '" + run_id + "' is not known to this daemon (did it restart?)");
   reply.round = run->round;
   reply.waiting_nodes = static_cast<int>(run->waiting.size());
-  if (!run->fatal_error.empty()) {
-    reply.action = "fail";
-    reply.reason = run->fatal_error;
-    return reply;
-  }
+  if (!run->fatal_error.empty()) return fail(reply, run->fatal_error);
   auto it = run->nodes.find(node_id);
-  const bool participant =
-      std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
-  if (it == run->nodes.end() || !run->closed || !participant) {
-    if (auto retired = run->retired.find(node_id); retired != run->retired.end()) {
-      run->survivor_seen[retired->second] = clock_.now();  // alive, still stopping its workers
-    }
-    reply.action = "restart";
-    reply.reason = run->restart_reason.empty() ? run->last_event : run->restart_reason;
-    reply.cause = run->restart_cause;
-    return reply;
-  }
-  it->second.last_seen = clock_.now();
-  // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
-  if (!run->waiting.empty() && static_cast<int>(run->participants.size()) < run->max_nodes) {
+  const bool in_closed_round = it != run->nodes.end() && run->closed && run->has_participant(node_id);
+  if (in_closed_round) {
+    it->second.last_seen = clock_.now();
+    // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
+    if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) return reply;
     const Node& newcomer = run->nodes.at(run->waiting.front());
-    invalidate(*run, "scale_up",
+    invalidate(*run, RestartCause::kScaleUp,
                fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
-    reply.action = "restart";
-    reply.reason = run->restart_reason;
-    reply.cause = run->restart_cause;
-    reply.round = run->round;
+  } else if (auto retired = run->retired.find(node_id); retired != run->retired.end()) {
+    // A node of the last round, alive and still stopping its workers: its re-join window restarts.
+    if (auto survivor = run->survivors.find(retired->second); survivor != run->survivors.end()) {
+      survivor->second.last_seen = clock_.now();
+    }
   }
+  reply.action = HeartbeatAction::kRestart;
+  reply.reason = run->restart_reason.empty() ? run->last_event : run->restart_reason;
+  reply.cause = run->restart_cause;
+  reply.round = run->round;
   return reply;
 }
 
@@ -385,10 +390,8 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
   if (run == nullptr || !run->closed) return;
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end()) return;
-  const bool participant =
-      std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
-  if (!participant) return;  // already restarting
-  invalidate(*run, "worker_failed",
+  if (!run->has_participant(node_id)) return;  // already restarting
+  invalidate(*run, RestartCause::kWorkerFailed,
              fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host, reason));
 }
 
@@ -398,8 +401,7 @@ void Membership::leave(const std::string& run_id, const std::string& node_id, co
   if (run == nullptr) return;
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end()) return;
-  const bool participant =
-      std::find(run->participants.begin(), run->participants.end(), node_id) != run->participants.end();
+  const bool participant = run->has_participant(node_id);
   const std::string who = describe(it->second.request);
   if (ok && run->closed && participant) {
     if (it->second.finished) return;
@@ -413,7 +415,7 @@ void Membership::leave(const std::string& run_id, const std::string& node_id, co
     return;
   }
   if (run->closed && participant) {
-    invalidate(*run, "node_left", fmt::format("{} left: {}", who, reason), node_id);
+    invalidate(*run, RestartCause::kNodeLeft, fmt::format("{} left: {}", who, reason), node_id);
     return;
   }
   remove_node(*run, node_id);
@@ -425,65 +427,73 @@ void Membership::leave(const std::string& run_id, const std::string& node_id, co
 
 bool Membership::tick() {
   bool changed = false;
-  const auto now = clock_.now();
   for (auto& [id, run] : runs_) {
     if (!run.fatal_error.empty()) continue;
-    if (run.closed) {
-      // Keep-alive expiry of a participant of the closed round.
-      for (const auto& node_id : run.participants) {
-        const Node& node = run.nodes.at(node_id);
-        if (node.finished) continue;
-        const double silent = to_seconds(now - node.last_seen);
-        if (silent > node.request.keep_alive_timeout_s) {
-          invalidate(run, "node_lost",
-                     fmt::format("node {} on {} is dead: no heartbeat for {:.1f} s (keep-alive timeout {:.1f} s)",
-                                 node.group_rank, describe(node.request), silent, node.request.keep_alive_timeout_s),
-                     node_id);
-          changed = true;
-          break;
-        }
-      }
-      continue;
-    }
-    // Open round: drop joiners that went silent, fail joiners past their join timeout.
-    std::vector<std::string> gone;
-    for (const auto& node_id : run.participants) {
-      Node& node = run.nodes.at(node_id);
-      if (!node.error.empty()) continue;
-      if (!node.awaiting && to_seconds(now - node.last_seen) > node.request.keep_alive_timeout_s + 10.0) {
-        gone.push_back(node_id);
-      } else if (to_seconds(now - node.joined_at) > node.request.join_timeout_s) {
-        std::string joined;
-        for (const auto& other : run.participants) {
-          const Node& o = run.nodes.at(other);
-          joined += (joined.empty() ? "" : ", ") + describe(o.request);
-        }
-        std::string missing;
-        for (int r : missing_ranks(run)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        node.error = fmt::format(
-            "rendezvous '{}' timed out after {:.0f} s: {}/{} node(s) joined ({}); missing node rank(s): {}. Start the "
-            "missing nodes, or lower --nnodes",
-            run.id, node.request.join_timeout_s, run.participants.size(), run.min_nodes, joined,
-            missing.empty() ? "none" : missing);
-        ++version_;
-        changed = true;
-      }
-    }
-    for (const auto& node_id : gone) {
-      remove_node(run, node_id);
-      changed = true;
-    }
-    if (run.round > 0 && !run.expected_back.empty()) {
-      const auto before = version_;
-      expire_survivors(run);
-      changed = changed || version_ != before;
-      if (!run.fatal_error.empty()) continue;
-    }
-    const bool was_closed = run.closed;
-    maybe_close(run);
-    changed = changed || (run.closed != was_closed);
+    const bool run_changed = run.closed ? expire_participants(run) : tick_open_round(run);
+    changed = changed || run_changed;
   }
   return changed;
+}
+
+bool Membership::expire_participants(Run& run) {
+  const auto now = clock_.now();
+  for (const auto& node_id : run.participants) {
+    const Node& node = run.nodes.at(node_id);
+    if (node.finished) continue;
+    const double silent = to_seconds(now - node.last_seen);
+    if (silent > node.request.keep_alive_timeout_s) {
+      invalidate(run, RestartCause::kNodeLost,
+                 fmt::format("node {} on {} is dead: no heartbeat for {:.1f} s (keep-alive timeout {:.1f} s)",
+                             node.group_rank, describe(node.request), silent, node.request.keep_alive_timeout_s),
+                 node_id);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Membership::tick_open_round(Run& run) {
+  bool changed = false;
+  const auto now = clock_.now();
+  std::vector<std::string> gone;
+  for (const auto& node_id : run.participants) {
+    Node& node = run.nodes.at(node_id);
+    if (!node.error.empty()) continue;
+    if (!node.awaiting &&
+        to_seconds(now - node.last_seen) > node.request.keep_alive_timeout_s + kJoinerGapGraceSeconds) {
+      gone.push_back(node_id);
+    } else if (to_seconds(now - node.joined_at) > node.request.join_timeout_s) {
+      node.error = join_timeout_error(run, node);
+      ++version_;
+      changed = true;
+    }
+  }
+  for (const auto& node_id : gone) {
+    remove_node(run, node_id);
+    changed = true;
+  }
+  if (run.round > 0 && !run.survivors.empty()) {
+    const auto before = version_;
+    expire_survivors(run);
+    changed = changed || version_ != before;
+    if (!run.fatal_error.empty()) return changed;
+  }
+  maybe_close(run);
+  return changed || run.closed;
+}
+
+std::string Membership::join_timeout_error(const Run& run, const Node& node) const {
+  std::string joined;
+  for (const auto& other : run.participants) {
+    joined += (joined.empty() ? "" : ", ") + describe(run.nodes.at(other).request);
+  }
+  std::string missing;
+  for (int r : missing_ranks(run)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  return fmt::format(
+      "rendezvous '{}' timed out after {:.0f} s: {}/{} node(s) joined ({}); missing node rank(s): {}. Start the "
+      "missing nodes, or lower --nnodes",
+      run.id, node.request.join_timeout_s, run.participants.size(), run.min_nodes, joined,
+      missing.empty() ? "none" : missing);
 }
 
 std::vector<proto::RunStatus> Membership::status(const std::string& run_id) const {
@@ -493,7 +503,9 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
     proto::RunStatus s;
     s.run_id = id;
     s.round = run.round;
-    s.state = !run.fatal_error.empty() ? "failed" : run.closed ? "closed" : "open";
+    s.state = !run.fatal_error.empty() ? proto::RunState::kFailed
+              : run.closed             ? proto::RunState::kClosed
+                                       : proto::RunState::kOpen;
     s.min_nodes = run.min_nodes;
     s.max_nodes = run.max_nodes;
     for (const auto& node_id : run.participants) s.nodes.push_back(info(run.nodes.at(node_id)));

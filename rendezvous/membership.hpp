@@ -64,21 +64,26 @@ class Membership {
     int group_rank = -1;
     std::string error;  // set when this node's join failed (timeout, conflict)
   };
+  /// A node of the invalidated round that has not re-joined yet. Keyed by "host/pid": its node id
+  /// changes when it re-joins, its host and pid do not.
+  struct Survivor {
+    int rejoins_expected = 0;         // above 1 only when agents share a host and pid
+    TimePoint last_seen;              // last sign of life since the restart (heartbeat or re-join)
+    double keep_alive_timeout_s = 0;  // its own, from its join request
+  };
   struct Run {
     std::string id;
     int min_nodes = 1;
     int max_nodes = 1;
     int64_t round = 0;
     bool closed = false;
-    std::string fatal_error;                            // non-empty: the run failed for everyone
-    std::vector<std::string> participants;              // node ids of the current round, in join order
-    std::vector<std::string> waiting;                   // joined while closed: admitted next round
-    std::map<std::string, Node> nodes;                  // participants + waiting
-    std::map<std::string, int> expected_back;           // "host/pid" of survivors of the last round -> count
-    std::map<std::string, TimePoint> survivor_seen;     // "host/pid" -> last sign of life since the restart
-    std::map<std::string, double> survivor_keep_alive;  // "host/pid" -> its keep-alive timeout
-    std::map<std::string, std::string> retired;         // node id of the last round -> "host/pid"
-    std::string restart_cause;                          // why the current round was opened
+    std::string fatal_error;                     // non-empty: the run failed for everyone
+    std::vector<std::string> participants;       // node ids of the current round, in join order
+    std::vector<std::string> waiting;            // joined while closed: admitted next round
+    std::map<std::string, Node> nodes;           // participants + waiting
+    std::map<std::string, Survivor> survivors;   // "host/pid" -> survivor of the last round not back yet
+    std::map<std::string, std::string> retired;  // node id in the last round -> its "host/pid"
+    proto::RestartCause restart_cause = proto::RestartCause::kNone;  // why the current round was opened
     std::string restart_reason;
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
@@ -87,18 +92,29 @@ class Membership {
     int master_port = 0;
     int finished_nodes = 0;
     uint64_t next_node = 0;
+
+    bool has_participant(const std::string& node_id) const;
   };
 
   Run& run_for_join(const proto::JoinRequest& request);
+  /// Refuses (RemoteError) a node rank that another node of the same round already requested.
+  void check_duplicate_rank(Run& run, const proto::JoinRequest& request);
+  /// Counts a re-joining survivor of the last round as back.
+  void survivor_returned(Run& run, const proto::JoinRequest& request);
   void maybe_close(Run& run);
   void close_round(Run& run);
-  /// Opens round+1 for `cause` ("node_lost", "worker_failed", "node_left", "scale_up"). `lost_node`
-  /// (dead or gone) is not counted among the survivors.
-  void invalidate(Run& run, const std::string& cause, const std::string& reason, std::string lost_node = "");
+  /// Opens round+1 for `cause`. `lost_node` (dead or gone) is not counted among the survivors.
+  void invalidate(Run& run, proto::RestartCause cause, const std::string& reason, std::string lost_node = "");
   /// Survivors that neither re-joined nor heartbeat within the re-join window are lost.
   void expire_survivors(Run& run);
+  /// Invalidates a closed round whose participant missed its keep-alive. True when it did.
+  bool expire_participants(Run& run);
+  /// Drops silent joiners, fails those past their join timeout, closes the round when it may.
+  bool tick_open_round(Run& run);
+  std::string join_timeout_error(const Run& run, const Node& node) const;
   void remove_node(Run& run, const std::string& node_id);
   proto::NodeInfo info(const Node& node) const;
+  proto::Assignment assignment(const Run& run, const Node& node) const;
   std::vector<int> missing_ranks(const Run& run) const;
   const Run* find_run(const std::string& run_id) const;
   Run* find_run(const std::string& run_id);

@@ -34,9 +34,8 @@ class Server {
   /// Thread-safe; makes run() return.
   void stop();
 
-  class Impl;  // opaque; public so the connection class in server.cpp can name it
-
  private:
+  class Impl;  // the io_context and the two layers (server.cpp); opaque, so users need no Asio
   std::unique_ptr<Impl> impl_;
 };
 

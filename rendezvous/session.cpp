@@ -1,14 +1,34 @@
 #include "rendezvous/session.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
-#include "proto/byte_codec.hpp"
+#include "proto/reply.hpp"
 
 namespace meshrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using proto::CheckResponse;
 using proto::QueryType;
+using proto::WaitResponse;
+
+namespace {
+
+bool all_present(const KvStore& store, const std::vector<std::string>& keys) {
+  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return store.contains(k); });
+}
+
+// MULTI_GET: a missing key reads as "" (clients WAIT first).
+std::vector<std::string> values_of(const KvStore& store, const std::vector<std::string>& keys) {
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) values.push_back(store.get(k).value_or(std::string()));
+  return values;
+}
+
+}  // namespace
 
 std::string address_text(const asio::ip::address& addr) {
   if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
@@ -27,8 +47,6 @@ Session::Session(tcp::socket socket, SessionHost& host, std::shared_ptr<Listener
   socket_.set_option(tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);  // replies are written directly when the socket takes them
 }
-
-void Session::send_u8(uint8_t v) { send(std::string(1, static_cast<char>(v))); }
 
 /// Runs `fn`; an exception closes this session only.
 template <typename Fn>
@@ -71,7 +89,7 @@ void Session::wake() {
 void Session::finish_await(const nlohmann::json& reply) {
   if (closed_ || blocked_ != Blocked::kAwait) return;
   blocked_ = Blocked::kNone;
-  send_string(reply.dump());
+  send(proto::encode_string(reply.dump()));
   process();
   flush();
 }
@@ -113,7 +131,7 @@ void Session::process() {
         host_.forget_wait(wait_id_);
         on_ready_ = nullptr;
         blocked_ = Blocked::kNone;
-        send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled));
+        send(proto::encode_status(WaitResponse::kWaitCanceled));
         continue;
       }
       return;
@@ -128,142 +146,112 @@ void Session::process() {
 void Session::handle_rejected(const proto::Request& r) {
   if (r.type == QueryType::kValidate) return;
   if (r.type == QueryType::kPing) {  // answered, so a diagnosing client can tell "rejected" from "dead"
-    proto::ByteWriter w;
-    w.put_u32(static_cast<uint32_t>(r.number));
-    send(w.take());
+    send(proto::encode_nonce(static_cast<uint32_t>(r.number)));
     return;
   }
   if (r.type == QueryType::kMeshrun) {
-    send_string(
+    send(proto::encode_string(
         nlohmann::json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}
-            .dump());
+            .dump()));
   }
   close("peer not allowed by --allow");
 }
 
 void Session::handle(const proto::Request& r) {
   if (!allowed_) return handle_rejected(r);
-  KvStore& store = listener_->store;
   switch (r.type) {
     case QueryType::kValidate:
       if (static_cast<uint32_t>(r.number) != proto::kValidationMagic)
         close("bad validation magic: not a TCPStore client");
       return;
-    case QueryType::kPing: {
-      proto::ByteWriter w;
-      w.put_u32(static_cast<uint32_t>(r.number));
-      send(w.take());
-      return;
-    }
-    case QueryType::kSet: host_.wake(store.set(r.keys[0], r.values[0])); return;
-    case QueryType::kCompareSet: {
-      std::vector<WaitId> woken;
-      send_string(store.compare_set(r.keys[0], r.values[0], r.values[1], woken));
-      host_.wake(woken);
-      return;
-    }
-    case QueryType::kGet:
-      // Clients WAIT before GET; a raw GET of a missing key gets "" (as PyTorch's libuv server does).
-      send_string(store.get(r.keys[0]).value_or(std::string()));
-      return;
-    case QueryType::kAdd: {
-      std::vector<WaitId> woken;
-      const int64_t value = store.add(r.keys[0], r.number, woken);
-      proto::ByteWriter w;
-      w.put_i64(value);
-      send(w.take());
-      host_.wake(woken);
-      return;
-    }
-    case QueryType::kCheck: {
-      bool ready = true;
-      for (const auto& k : r.keys) ready = ready && store.contains(k);
-      send_u8(static_cast<uint8_t>(ready ? proto::CheckResponse::kReady : proto::CheckResponse::kNotReady));
-      return;
-    }
+    case QueryType::kPing: send(proto::encode_nonce(static_cast<uint32_t>(r.number))); return;
     case QueryType::kWait:
-      block_until(r.keys, [this] { send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting)); });
+      block_until(r.keys, [this] { send(proto::encode_status(WaitResponse::kStopWaiting)); });
       return;
-    case QueryType::kGetNumKeys: {
-      proto::ByteWriter w;
-      w.put_i64(static_cast<int64_t>(store.size()));
-      send(w.take());
-      return;
-    }
-    case QueryType::kDeleteKey: {
-      proto::ByteWriter w;
-      w.put_i64(store.erase(r.keys[0]) ? 1 : 0);
-      send(w.take());
-      return;
-    }
-    case QueryType::kAppend: host_.wake(store.append(r.keys[0], r.values[0])); return;
-    case QueryType::kMultiGet: {
-      proto::ByteWriter w;
-      for (const auto& k : r.keys) w.put_string(store.get(k).value_or(std::string()));
-      send(w.take());
-      return;
-    }
-    case QueryType::kMultiSet: {
-      std::vector<WaitId> woken;
+    case QueryType::kCancelWait: send(proto::encode_status(WaitResponse::kWaitCanceled)); return;
+    case QueryType::kBarrier: return handle_barrier(r);
+    case QueryType::kMeshrun: return handle_meshrun(r);
+    case QueryType::kSet:
+    case QueryType::kCompareSet:
+    case QueryType::kGet:
+    case QueryType::kAdd:
+    case QueryType::kCheck:
+    case QueryType::kGetNumKeys:
+    case QueryType::kDeleteKey:
+    case QueryType::kAppend:
+    case QueryType::kMultiGet:
+    case QueryType::kMultiSet:
+    case QueryType::kQueuePush:
+    case QueryType::kQueuePop:
+    case QueryType::kQueueLen:
+    case QueryType::kListKeys: return handle_store(r);
+  }
+}
+
+// The queries that read or change the key-value store; writes wake the waits they satisfy.
+void Session::handle_store(const proto::Request& r) {
+  KvStore& store = listener_->store;
+  std::vector<WaitId> woken;
+  switch (r.type) {
+    case QueryType::kSet: woken = store.set(r.keys[0], r.values[0]); break;
+    case QueryType::kCompareSet:
+      send(proto::encode_string(store.compare_set(r.keys[0], r.values[0], r.values[1], woken)));
+      break;
+    // Clients WAIT before GET; a raw GET of a missing key gets "" (as PyTorch's libuv server does).
+    case QueryType::kGet: send(proto::encode_string(store.get(r.keys[0]).value_or(std::string()))); break;
+    case QueryType::kAdd: send(proto::encode_int64(store.add(r.keys[0], r.number, woken))); break;
+    case QueryType::kCheck:
+      send(proto::encode_status(all_present(store, r.keys) ? CheckResponse::kReady : CheckResponse::kNotReady));
+      break;
+    case QueryType::kGetNumKeys: send(proto::encode_int64(static_cast<int64_t>(store.size()))); break;
+    case QueryType::kDeleteKey: send(proto::encode_int64(store.erase(r.keys[0]) ? 1 : 0)); break;
+    case QueryType::kAppend: woken = store.append(r.keys[0], r.values[0]); break;
+    case QueryType::kMultiGet: send(proto::encode_strings(values_of(store, r.keys))); break;
+    case QueryType::kMultiSet:
       for (size_t i = 0; i < r.keys.size(); ++i) {
         auto ids = store.set(r.keys[i], r.values[i]);
         woken.insert(woken.end(), ids.begin(), ids.end());
       }
-      host_.wake(woken);
-      return;
-    }
-    case QueryType::kCancelWait: send_u8(static_cast<uint8_t>(proto::WaitResponse::kWaitCanceled)); return;
-    case QueryType::kQueuePush: host_.wake(store.queue_push(r.keys[0], r.values[0])); return;
+      break;
+    case QueryType::kQueuePush: woken = store.queue_push(r.keys[0], r.values[0]); break;
     case QueryType::kQueuePop: {
-      proto::ByteWriter w;
-      w.put_i64(store.queue_len(r.keys[0]));
-      if (auto value = store.queue_pop(r.keys[0])) w.put_string(*value);
-      send(w.take());
-      return;
+      const int64_t length_before = store.queue_len(r.keys[0]);
+      send(proto::encode_queue_pop(length_before, store.queue_pop(r.keys[0])));
+      break;
     }
-    case QueryType::kQueueLen: {
-      proto::ByteWriter w;
-      w.put_i64(store.queue_len(r.keys[0]));
-      send(w.take());
-      return;
-    }
-    case QueryType::kListKeys: {
-      const auto keys = store.keys();
-      proto::ByteWriter w;
-      w.put_u64(keys.size());
-      for (const auto& k : keys) w.put_string(k);
-      send(w.take());
-      return;
-    }
-    case QueryType::kBarrier: {
-      // The count lives in the key itself; the last arrival releases everyone parked on it.
-      std::vector<WaitId> woken;
-      const WaitId id = host_.register_wait(shared_from_this());
-      if (store.barrier(r.keys[0], r.number, id, woken)) {
-        host_.forget_wait(id);
-        send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting));
-      } else {
-        wait_id_ = id;
-        on_ready_ = [this] { send_u8(static_cast<uint8_t>(proto::WaitResponse::kStopWaiting)); };
-        blocked_ = Blocked::kWait;
-      }
-      host_.wake(woken);
-      return;
-    }
-    case QueryType::kMeshrun: {
-      auto request = nlohmann::json::parse(r.values[0], nullptr, false);
-      if (request.is_discarded() || !request.is_object()) {
-        close("meshrun request is not a JSON object");
-        return;
-      }
-      auto reply = host_.handle_meshrun(shared_from_this(), request);
-      if (reply) {
-        send_string(reply->dump());
-      } else {
-        blocked_ = Blocked::kAwait;
-      }
-      return;
-    }
+    case QueryType::kQueueLen: send(proto::encode_int64(store.queue_len(r.keys[0]))); break;
+    case QueryType::kListKeys: send(proto::encode_string_list(store.keys())); break;
+    default: close("query " + std::to_string(static_cast<int>(r.type)) + " is not a store query"); return;
+  }
+  host_.wake(woken);
+}
+
+// BARRIER: the count lives in the key itself; the last arrival releases everyone parked on it.
+void Session::handle_barrier(const proto::Request& r) {
+  std::vector<WaitId> woken;
+  const WaitId id = host_.register_wait(shared_from_this());
+  if (listener_->store.barrier(r.keys[0], r.number, id, woken)) {
+    host_.forget_wait(id);
+    send(proto::encode_status(WaitResponse::kStopWaiting));
+  } else {
+    wait_id_ = id;
+    on_ready_ = [this] { send(proto::encode_status(WaitResponse::kStopWaiting)); };
+    blocked_ = Blocked::kWait;
+  }
+  host_.wake(woken);
+}
+
+void Session::handle_meshrun(const proto::Request& r) {
+  auto request = nlohmann::json::parse(r.values[0], nullptr, false);
+  if (request.is_discarded() || !request.is_object()) {
+    close("meshrun request is not a JSON object");
+    return;
+  }
+  auto reply = host_.handle_meshrun(shared_from_this(), request);
+  if (reply) {
+    send(proto::encode_string(reply->dump()));
+  } else {
+    blocked_ = Blocked::kAwait;
   }
 }
 
@@ -277,12 +265,6 @@ void Session::block_until(const std::vector<std::string>& keys, std::function<vo
   wait_id_ = id;
   on_ready_ = std::move(on_ready);
   blocked_ = Blocked::kWait;
-}
-
-void Session::send_string(const std::string& s) {
-  proto::ByteWriter w;
-  w.put_string(s);
-  send(w.take());
 }
 
 void Session::flush() {

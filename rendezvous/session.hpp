@@ -17,21 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "proto/request.hpp"
-#include "rendezvous/kv_store.hpp"
+#include "rendezvous/listener.hpp"
 
 namespace meshrun::rendezvous {
 
 class Session;
 
-/// One listening port and the store behind it.
-struct Listener {
-  Listener(boost::asio::io_context& io, std::string run) : acceptor(io), run_id(std::move(run)) {}
-  boost::asio::ip::tcp::acceptor acceptor;
-  KvStore store;
-  std::string run_id;  // empty for the main port
-};
-
-/// What a session needs from the server that owns it (the server's shared state lives there).
+/// What a session needs from the network layer that owns it (StoreServer: the shared state lives there).
 class SessionHost {
  public:
   virtual ~SessionHost() = default;
@@ -73,10 +65,11 @@ class Session : public std::enable_shared_from_this<Session> {
   template <typename Fn>
   bool guarded(Fn&& fn);
   void handle(const proto::Request& r);
+  void handle_store(const proto::Request& r);
+  void handle_barrier(const proto::Request& r);
+  void handle_meshrun(const proto::Request& r);
   void handle_rejected(const proto::Request& r);
   void block_until(const std::vector<std::string>& keys, std::function<void()> on_ready);
-  void send_u8(uint8_t v);
-  void send_string(const std::string& s);
   void send(const std::string& bytes) { pending_.append(bytes); }
   void flush();
   void do_write();

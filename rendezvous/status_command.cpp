@@ -29,7 +29,7 @@ void print_status_table(const proto::StatusReply& s, std::ostream& out) {
   }
   for (const auto& run : s.runs) {
     out << fmt::format("run '{}': round {}, {}, nodes {}:{}, store port {}, {} key(s)\n", run.run_id, run.round,
-                       run.state, run.min_nodes, run.max_nodes, run.master_port, run.keys);
+                       proto::to_string(run.state), run.min_nodes, run.max_nodes, run.master_port, run.keys);
     print_nodes(run.nodes, out);
     if (!run.waiting.empty()) {
       out << "  waiting for the next round:\n";

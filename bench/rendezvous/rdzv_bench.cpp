@@ -49,11 +49,11 @@ int main(int argc, char** argv) {
       const auto id = c.join(r);
       for (;;) {
         const auto reply = c.await(run_id, id, std::chrono::seconds(30));
-        if (reply.status == "assigned") {
+        if (reply.status == proto::AwaitStatus::kAssigned) {
           ranks[static_cast<size_t>(i)] = reply.assignment.group_rank;
           break;
         }
-        if (reply.status == "failed") break;
+        if (reply.status == proto::AwaitStatus::kFailed) break;
       }
       done_at[static_cast<size_t>(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });

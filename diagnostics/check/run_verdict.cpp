@@ -50,9 +50,10 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
   // rdzv.run: the run's state and last event.
   {
     CheckResult r;
-    const std::string what = "run '" + run->run_id + "' round " + std::to_string(run->round) + " is " + run->state +
+    const std::string what = "run '" + run->run_id + "' round " + std::to_string(run->round) + " is " +
+                             std::string(proto::to_string(run->state)) +
                              (run->last_event.empty() ? "" : "; last event: " + run->last_event);
-    if (run->state == "failed") {
+    if (run->state == proto::RunState::kFailed) {
       r = make_result(CheckStatus::kFail, "rdzv.run", what, "fix the cause above, then restart every node of the run");
     } else {
       r = make_result(CheckStatus::kPass, "rdzv.run", what);
@@ -71,7 +72,7 @@ std::vector<CheckResult> judge_run(const proto::StatusReply& status, const RunEx
         std::to_string(joined) + " of " + expected + " node(s) joined" + (names.empty() ? "" : ": " + names);
     if (!run->waiting.empty()) detail += "; " + std::to_string(run->waiting.size()) + " waiting for the next round";
     CheckResult r;
-    if (run->state == "open" && joined < run->min_nodes) {
+    if (run->state == proto::RunState::kOpen && joined < run->min_nodes) {
       r = make_result(CheckStatus::kFail, "rdzv.nodes", detail,
                       "start the remaining " + std::to_string(run->min_nodes - joined) +
                           " node(s) with the same --rdzv-endpoint and --rdzv-id");

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     bool assigned = false;
     for (;;) {
       if (!assigned) {
-        assigned = client.await(join.run_id, node_id, std::chrono::milliseconds(500)).status == "assigned";
+        assigned =
+            client.await(join.run_id, node_id, std::chrono::milliseconds(500)).status == proto::AwaitStatus::kAssigned;
       } else {
         client.heartbeat(join.run_id, node_id);
         std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -154,7 +154,7 @@ TEST_CASE("judge_run names stale nodes and failed runs", "[rdzv]") {
   proto::StatusReply status;
   proto::RunStatus run;
   run.run_id = "r";
-  run.state = "closed";
+  run.state = proto::RunState::kClosed;
   run.min_nodes = run.max_nodes = 2;
   proto::NodeInfo ok;
   ok.node_id = "r#1";
@@ -178,7 +178,7 @@ TEST_CASE("judge_run names stale nodes and failed runs", "[rdzv]") {
   CHECK(it->detail.find("frozen-host") != std::string::npos);
   CHECK(it->detail.find("good-host") == std::string::npos);
 
-  status.runs[0].state = "failed";
+  status.runs[0].state = proto::RunState::kFailed;
   status.runs[0].last_event = "node 1 is dead";
   const auto failed = judge_run(status, {.run_id = "r", .min_nodes = 2, .max_nodes = 2, .nnodes_given = true});
   CHECK(failed[0].name == "rdzv.run");
@@ -186,7 +186,7 @@ TEST_CASE("judge_run names stale nodes and failed runs", "[rdzv]") {
   CHECK(failed[0].detail.find("node 1 is dead") != std::string::npos);
 
   // A different --nnodes than the run's is a warning.
-  status.runs[0].state = "closed";
+  status.runs[0].state = proto::RunState::kClosed;
   const auto mismatch = judge_run(status, {.run_id = "r", .min_nodes = 3, .max_nodes = 3, .nnodes_given = true});
   CHECK(mismatch[1].name == "rdzv.nodes");
   CHECK(mismatch[1].status == CheckStatus::kWarn);

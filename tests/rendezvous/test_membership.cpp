@@ -32,13 +32,13 @@ TEST_CASE("a fixed-size round closes when every node joined and ranks are consis
   FakeClock clock;
   Membership m(clock);
   const auto b = m.join(node("host-b", 2, 2, 3));
-  CHECK(m.poll("job", b).status == "waiting");
+  CHECK(m.poll("job", b).status == proto::AwaitStatus::kWaiting);
   CHECK(m.poll("job", b).missing_ranks == std::vector<int>{1});
   const auto a = m.join(node("host-a", 2, 2, 2));
   const auto ra = m.poll("job", a);
   const auto rb = m.poll("job", b);
-  REQUIRE(ra.status == "assigned");
-  REQUIRE(rb.status == "assigned");
+  REQUIRE(ra.status == proto::AwaitStatus::kAssigned);
+  REQUIRE(rb.status == proto::AwaitStatus::kAssigned);
   // Sorted by host: host-a is node 0 with ranks 0-1, host-b node 1 with ranks 2-4.
   CHECK(ra.assignment.group_rank == 0);
   CHECK(rb.assignment.group_rank == 1);
@@ -67,13 +67,13 @@ TEST_CASE("an elastic round closes after the last call once min nodes joined", "
   clock.advance(seconds(1));
   const auto b = m.join(node("b", 2, 4));
   m.tick();
-  CHECK(m.poll("job", a).status == "waiting");
+  CHECK(m.poll("job", a).status == proto::AwaitStatus::kWaiting);
   clock.advance(seconds(4));  // last call is 5 s after the second join
   m.tick();
-  CHECK(m.poll("job", a).status == "waiting");
+  CHECK(m.poll("job", a).status == proto::AwaitStatus::kWaiting);
   clock.advance(seconds(2));
   m.tick();
-  CHECK(m.poll("job", b).status == "assigned");
+  CHECK(m.poll("job", b).status == proto::AwaitStatus::kAssigned);
   CHECK(m.poll("job", b).assignment.group_world_size == 2);
 }
 
@@ -83,16 +83,16 @@ TEST_CASE("a node that joins a closed round waits and is admitted at the next ro
   const auto a = m.join(node("a", 1, 2));
   clock.advance(seconds(6));
   m.tick();
-  REQUIRE(m.poll("job", a).status == "assigned");
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
   const auto late = m.join(node("z", 1, 2));
-  CHECK(m.poll("job", late).status == "waiting");
+  CHECK(m.poll("job", late).status == proto::AwaitStatus::kWaiting);
   auto hb = m.heartbeat("job", a);
-  CHECK(hb.action == "restart");
+  CHECK(hb.action == proto::HeartbeatAction::kRestart);
   CHECK_THAT(hb.reason, Catch::Contains("z") && Catch::Contains("waiting"));
   CHECK(hb.round == 1);
   const auto a2 = m.join(node("a", 1, 2));  // the survivor re-joins
-  CHECK(m.poll("job", a2).status == "assigned");
-  CHECK(m.poll("job", late).status == "assigned");
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kAssigned);
+  CHECK(m.poll("job", late).status == proto::AwaitStatus::kAssigned);
   CHECK(m.poll("job", late).assignment.group_world_size == 2);
 }
 
@@ -101,20 +101,20 @@ TEST_CASE("a silent node is declared dead and survivors re-rendezvous", "[member
   Membership m(clock);
   const auto a = m.join(node("a", 1, 2));
   const auto b = m.join(node("b", 1, 2));
-  REQUIRE(m.poll("job", a).status == "assigned");
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
   for (int i = 0; i < 3; ++i) {
     clock.advance(seconds(1));
-    CHECK(m.heartbeat("job", a).action == "continue");  // only a keeps beating
+    CHECK(m.heartbeat("job", a).action == proto::HeartbeatAction::kContinue);  // only a keeps beating
     m.tick();
   }
   clock.advance(milliseconds(500));
   m.heartbeat("job", a);
   m.tick();
   const auto hb = m.heartbeat("job", a);
-  CHECK(hb.action == "restart");
+  CHECK(hb.action == proto::HeartbeatAction::kRestart);
   CHECK_THAT(hb.reason, Catch::Contains("node 1") && Catch::Contains("b") && Catch::Contains("dead"));
   const auto a2 = m.join(node("a", 1, 2));
-  CHECK(m.poll("job", a2).status == "assigned");  // the only survivor is back: close at once
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kAssigned);  // the only survivor is back: close at once
   CHECK(m.poll("job", a2).assignment.world_size == 2);
   (void)b;
 }
@@ -124,16 +124,16 @@ TEST_CASE("when fewer than min nodes survive a death the run fails naming the de
   Membership m(clock);
   const auto a = m.join(node("a", 2, 2));
   const auto b = m.join(node("b", 2, 2));
-  REQUIRE(m.poll("job", a).status == "assigned");
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
   clock.advance(seconds(2));
   m.heartbeat("job", a);
   clock.advance(seconds(2));
   m.heartbeat("job", a);
   m.tick();
   const auto hb = m.heartbeat("job", a);
-  CHECK(hb.action == "fail");
+  CHECK(hb.action == proto::HeartbeatAction::kFail);
   CHECK_THAT(hb.reason, Catch::Contains("b (pid 100) is dead") && Catch::Contains("fewer than the minimum of 2"));
-  CHECK(m.poll("job", b).status == "failed");
+  CHECK(m.poll("job", b).status == proto::AwaitStatus::kFailed);
 }
 
 TEST_CASE("a worker failure reported by one node restarts every node", "[membership]") {
@@ -143,12 +143,12 @@ TEST_CASE("a worker failure reported by one node restarts every node", "[members
   const auto b = m.join(node("b", 2, 2));
   m.report_failure("job", b, "rank 3 exited with code 3");
   const auto hb = m.heartbeat("job", a);
-  CHECK(hb.action == "restart");
+  CHECK(hb.action == proto::HeartbeatAction::kRestart);
   CHECK_THAT(hb.reason, Catch::Contains("rank 3 exited with code 3"));
   const auto a2 = m.join(node("a", 2, 2));
   const auto b2 = m.join(node("b", 2, 2));
   CHECK(m.poll("job", a2).assignment.round == 1);
-  CHECK(m.poll("job", b2).status == "assigned");
+  CHECK(m.poll("job", b2).status == proto::AwaitStatus::kAssigned);
 }
 
 TEST_CASE("a join that cannot complete times out with who joined and which ranks are missing", "[membership]") {
@@ -161,7 +161,7 @@ TEST_CASE("a join that cannot complete times out with who joined and which ranks
   clock.advance(seconds(11));
   m.tick();
   const auto reply = m.poll("job", a);
-  CHECK(reply.status == "failed");
+  CHECK(reply.status == proto::AwaitStatus::kFailed);
   CHECK_THAT(reply.reason,
              Catch::Contains("1/3") && Catch::Contains("host-a") && Catch::Contains("missing node rank(s): 1, 2"));
 }
@@ -202,8 +202,8 @@ TEST_CASE("heartbeats tell survivors why the round restarted", "[membership]") {
   m.report_failure("job", b, "rank 2 exited with code 1");
   m.join(node("c", 1, 3));  // a later event must not replace the restart's reason
   const auto hb = m.heartbeat("job", a);
-  CHECK(hb.action == "restart");
-  CHECK(hb.cause == "worker_failed");
+  CHECK(hb.action == proto::HeartbeatAction::kRestart);
+  CHECK(hb.cause == proto::RestartCause::kWorkerFailed);
   CHECK_THAT(hb.reason, Catch::Contains("rank 2 exited with code 1"));
 }
 
@@ -219,14 +219,14 @@ TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[m
   m.set_awaiting("job", a2, true);
   clock.advance(seconds(20));
   m.tick();
-  CHECK(m.poll("job", a2).status == "waiting");  // still inside the re-join window
-  m.heartbeat("job", b);                         // b is alive (stopping its workers): window restarts
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);  // still inside the re-join window
+  m.heartbeat("job", b);  // b is alive (stopping its workers): window restarts
   clock.advance(seconds(20));
   m.tick();
-  CHECK(m.poll("job", a2).status == "waiting");
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);
   clock.advance(seconds(20));
   m.tick();
   const auto reply = m.poll("job", a2);
-  CHECK(reply.status == "failed");
+  CHECK(reply.status == proto::AwaitStatus::kFailed);
   CHECK_THAT(reply.reason, Catch::Contains("b/100") && Catch::Contains("did not re-join"));
 }

@@ -175,13 +175,13 @@ TEST_CASE("rendezvous over the wire assigns ranks and a private store per run", 
       const auto id = rdzv.join(make_join("host-" + std::to_string(i), "run-a"));
       for (;;) {
         replies[static_cast<size_t>(i)] = rdzv.await("run-a", id, 2s);
-        if (replies[static_cast<size_t>(i)].status != "waiting") break;
+        if (replies[static_cast<size_t>(i)].status != proto::AwaitStatus::kWaiting) break;
       }
     });
   }
   for (auto& t : agents) t.join();
-  REQUIRE(replies[0].status == "assigned");
-  REQUIRE(replies[1].status == "assigned");
+  REQUIRE(replies[0].status == proto::AwaitStatus::kAssigned);
+  REQUIRE(replies[1].status == proto::AwaitStatus::kAssigned);
   CHECK(replies[0].assignment.group_rank + replies[1].assignment.group_rank == 1);
   CHECK(replies[0].assignment.world_size == 4);
   CHECK(replies[0].assignment.master_addr == "127.0.0.1");
@@ -199,7 +199,7 @@ TEST_CASE("rendezvous over the wire assigns ranks and a private store per run", 
   auto status = daemon.rendezvous().status();
   REQUIRE(status.runs.size() == 1);
   CHECK(status.runs[0].run_id == "run-a");
-  CHECK(status.runs[0].state == "closed");
+  CHECK(status.runs[0].state == proto::RunState::kClosed);
   CHECK(status.runs[0].keys == 1);
 }
 

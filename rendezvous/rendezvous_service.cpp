@@ -1,0 +1,167 @@
+#include "rendezvous/rendezvous_service.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/version.hpp"
+
+namespace meshrun::rendezvous {
+
+using nlohmann::json;
+
+namespace {
+
+// Deadlines (keep-alive expiry, last call, await timeouts) are checked this often: late by at most this
+// much, at the cost of a no-op wake-up per interval when idle.
+constexpr auto kTickInterval = std::chrono::milliseconds(50);
+// An await parks its connection; the cap keeps every request answered within half a minute (the
+// protocol's documented limit), and agents simply await again.
+constexpr double kMaxAwaitSeconds = 30.0;
+// An await that names no timeout (older clients) waits this long.
+constexpr double kDefaultAwaitSeconds = 5.0;
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+RendezvousService::RendezvousService(boost::asio::io_context& io, RunPorts& ports) : ports_(ports), tick_timer_(io) {
+  schedule_tick();
+}
+
+std::optional<json> RendezvousService::handle(const std::shared_ptr<Session>& session, const json& request) {
+  const std::string op = request.value("op", std::string());
+  std::optional<json> reply;
+  try {
+    reply = dispatch(op, session, request);
+  } catch (const RemoteError& e) {
+    spdlog::warn("{} from {} refused: {}", op, session->peer(), e.what());
+    reply = json{{"error", e.what()}};
+  } catch (const json::exception& e) {
+    reply = json{{"error", "malformed '" + op + "' request: " + e.what()}};
+  }
+  check_awaits(false);
+  return reply;
+}
+
+std::optional<json> RendezvousService::dispatch(const std::string& op, const std::shared_ptr<Session>& session,
+                                                const json& request) {
+  if (op == "hello") return hello(*session);
+  if (op == "join") return join(request.get<proto::JoinRequest>());
+  if (op == "await") return await(session, request);
+  if (op == "heartbeat") {
+    return membership_.heartbeat(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>());
+  }
+  if (op == "fail") {
+    membership_.report_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
+                               request.value("reason", std::string("unknown")));
+    return json::object();
+  }
+  if (op == "leave") return leave(request);
+  if (op == "status") return status(request.value("run_id", std::string()));
+  return json{{"error", "unknown meshrun op '" + op + "' (this daemon is meshrun " + std::string(kVersion) + ")"}};
+}
+
+json RendezvousService::hello(const Session& session) const {
+  return proto::Hello{
+      .server = proto::kServerName, .version = kVersion, .unix_time_ms = unix_time_ms(), .peer = session.peer()};
+}
+
+json RendezvousService::join(const proto::JoinRequest& request) {
+  const std::string node_id = membership_.join(request);
+  if (!ports_.has_run_port(request.run_id)) {
+    const uint16_t port = ports_.open_run_port(request.run_id);
+    membership_.set_master_port(request.run_id, port);
+    spdlog::info("run '{}': workers' store on port {}", request.run_id, port);
+  }
+  spdlog::info("run '{}': {} (pid {}, {} workers) joined as {}", request.run_id, request.host, request.pid,
+               request.local_world_size, node_id);
+  return json{{"node_id", node_id}, {"round", 0}};
+}
+
+std::optional<json> RendezvousService::await(const std::shared_ptr<Session>& session, const json& request) {
+  const auto run_id = request.at("run_id").get<std::string>();
+  const auto node_id = request.at("node_id").get<std::string>();
+  const double timeout_s = std::clamp(request.value("timeout_s", kDefaultAwaitSeconds), 0.0, kMaxAwaitSeconds);
+  if (membership_.settled(run_id, node_id) || timeout_s <= 0) return await_reply(*session, run_id, node_id);
+  membership_.set_awaiting(run_id, node_id, true);
+  awaits_.push_back({session, run_id, node_id, clock_.now() + from_seconds(timeout_s)});
+  return std::nullopt;
+}
+
+json RendezvousService::leave(const json& request) {
+  membership_.leave(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
+                    request.value("reason", std::string()), request.value("ok", false));
+  reap_finished_runs();
+  return json::object();
+}
+
+json RendezvousService::status(const std::string& run_id) const {
+  proto::StatusReply reply;
+  reply.server = proto::kServerName;
+  reply.version = kVersion;
+  reply.uptime_s = to_seconds(clock_.now() - started_);
+  reply.keys = static_cast<int64_t>(ports_.key_count(""));
+  reply.connections = static_cast<int>(ports_.connection_count());
+  reply.runs = membership_.status(run_id);
+  for (auto& run : reply.runs) run.keys = static_cast<int64_t>(ports_.key_count(run.run_id));
+  return reply;
+}
+
+json RendezvousService::await_reply(const Session& session, const std::string& run_id, const std::string& node_id) {
+  auto reply = membership_.poll(run_id, node_id);
+  if (reply.status == proto::AwaitStatus::kAssigned && reply.assignment.master_addr.empty()) {
+    // The address this agent reached us at is one its workers can reach too.
+    reply.assignment.master_addr = session.local_addr();
+  }
+  if (reply.status == proto::AwaitStatus::kFailed) spdlog::warn("run '{}': {}", run_id, reply.reason);
+  return reply;
+}
+
+void RendezvousService::schedule_tick() {
+  tick_timer_.expires_after(kTickInterval);
+  tick_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    membership_.tick();
+    reap_finished_runs();
+    check_awaits(true);
+    schedule_tick();
+  });
+}
+
+void RendezvousService::check_awaits(bool include_deadlines) {
+  const bool changed = membership_.version() != seen_version_;
+  if (!changed && !include_deadlines) return;
+  seen_version_ = membership_.version();
+  const auto now = clock_.now();
+  for (auto it = awaits_.begin(); it != awaits_.end();) {
+    auto session = it->session.lock();
+    if (!session || !session->awaiting()) {
+      membership_.set_awaiting(it->run_id, it->node_id, false);
+      it = awaits_.erase(it);
+      continue;
+    }
+    const bool due = include_deadlines && now >= it->deadline;
+    if ((changed && membership_.settled(it->run_id, it->node_id)) || due) {
+      membership_.set_awaiting(it->run_id, it->node_id, false);
+      const json reply = await_reply(*session, it->run_id, it->node_id);
+      it = awaits_.erase(it);
+      session->finish_await(reply);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RendezvousService::reap_finished_runs() {
+  for (const auto& run_id : membership_.take_finished_runs()) {
+    if (ports_.close_run_port(run_id)) spdlog::info("run '{}' finished: its store port is closed", run_id);
+  }
+}
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,66 @@
+// RendezvousService: the rendezvous side of the daemon. It answers MESHRUN requests (hello, join, await,
+// heartbeat, fail, leave, status) against Membership, parks awaits until their round settles or their
+// deadline passes, and ticks the membership deadlines. It sees the network only through RunPorts (each
+// run's store port, counts for status) and the Session of the request. Runs on the io thread.
+#pragma once
+
+#include "rendezvous/session.hpp"  // first Asio include (it orders <utility> before Asio)
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.hpp"
+#include "rendezvous/membership.hpp"
+#include "rendezvous/meshrun_handler.hpp"
+#include "rendezvous/run_ports.hpp"
+
+namespace meshrun::rendezvous {
+
+class RendezvousService final : public MeshrunHandler {
+ public:
+  /// Starts ticking the membership deadlines on `io`; `ports` must outlive this service.
+  RendezvousService(boost::asio::io_context& io, RunPorts& ports);
+  RendezvousService(const RendezvousService&) = delete;
+  RendezvousService& operator=(const RendezvousService&) = delete;
+
+  std::optional<nlohmann::json> handle(const std::shared_ptr<Session>& session, const nlohmann::json& request) override;
+  /// Stops the tick (shutdown).
+  void stop() { tick_timer_.cancel(); }
+
+ private:
+  /// A client blocked in an "await" until its round settles or its deadline passes.
+  struct PendingAwait {
+    std::weak_ptr<Session> session;
+    std::string run_id;
+    std::string node_id;
+    TimePoint deadline;
+  };
+
+  std::optional<nlohmann::json> dispatch(const std::string& op, const std::shared_ptr<Session>& session,
+                                         const nlohmann::json& request);
+  nlohmann::json hello(const Session& session) const;
+  nlohmann::json join(const proto::JoinRequest& request);
+  std::optional<nlohmann::json> await(const std::shared_ptr<Session>& session, const nlohmann::json& request);
+  nlohmann::json leave(const nlohmann::json& request);
+  nlohmann::json status(const std::string& run_id) const;
+  nlohmann::json await_reply(const Session& session, const std::string& run_id, const std::string& node_id);
+  void schedule_tick();
+  /// Answers the parked awaits whose round settled (and, with `include_deadlines`, those past due).
+  void check_awaits(bool include_deadlines);
+  void reap_finished_runs();
+
+  RunPorts& ports_;
+  SteadyClock clock_;
+  Membership membership_{clock_};
+  std::list<PendingAwait> awaits_;
+  uint64_t seen_version_ = 0;  // membership version check_awaits() last looked at
+  boost::asio::steady_timer tick_timer_;
+  TimePoint started_ = clock_.now();
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,119 @@
+#include "rendezvous/store_server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "rendezvous/server.hpp"  // AddressInUseError
+
+namespace meshrun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+StoreServer::StoreServer(asio::io_context& io, const ServerOptions& options) : io_(io), options_(options) {
+  for (const auto& rule : options.allow) allow_.push_back(Cidr::parse(rule));
+  main_ = std::make_shared<Listener>(io_, "");
+  bind(*main_, options.host, options.port);
+  port_ = main_->acceptor.local_endpoint().port();
+}
+
+void StoreServer::start(MeshrunHandler& meshrun) {
+  meshrun_ = &meshrun;
+  accept(main_);
+}
+
+void StoreServer::close() {
+  boost::system::error_code ec;
+  main_->acceptor.close(ec);
+  for (auto& [id, listener] : run_listeners_) listener->acceptor.close(ec);
+  auto sessions = sessions_;  // closing a session erases it from sessions_
+  for (const auto& s : sessions) s->close("");
+}
+
+void StoreServer::bind(Listener& listener, const std::string& host, uint16_t port) {
+  boost::system::error_code ec;
+  tcp::resolver resolver(io_);
+  auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || results.empty()) {
+    throw UsageError("cannot resolve listen address '" + host + "': " + ec.message() +
+                     " (use an IP address such as 0.0.0.0 or 127.0.0.1)");
+  }
+  const tcp::endpoint ep = results.begin()->endpoint();
+  listener.acceptor.open(ep.protocol());
+  listener.acceptor.set_option(tcp::acceptor::reuse_address(true));
+  listener.acceptor.bind(ep, ec);
+  // With SO_REUSEADDR two processes may both bind the port; the second then fails in listen().
+  if (!ec) listener.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    const std::string fix =
+        ec == asio::error::address_in_use
+            ? " (another process uses this port: pick another with --port, or --port 0 for a free one)"
+            : "";
+    const std::string message = "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() + fix;
+    if (ec == asio::error::address_in_use) throw AddressInUseError(message);
+    throw NetworkError(message);
+  }
+}
+
+void StoreServer::accept(const std::shared_ptr<Listener>& listener) {
+  listener->acceptor.async_accept([this, listener](boost::system::error_code ec, tcp::socket socket) {
+    if (!listener->acceptor.is_open()) return;
+    if (!ec) {
+      boost::system::error_code peer_ec;
+      const auto remote = socket.remote_endpoint(peer_ec);
+      const bool ok = !peer_ec && allowed(allow_, address_text(remote.address()));
+      auto session = std::make_shared<Session>(std::move(socket), *this, listener, ok);
+      sessions_.insert(session);
+      session->start();
+    } else if (ec != asio::error::operation_aborted) {
+      spdlog::warn("accept failed: {}", ec.message());
+    }
+    accept(listener);
+  });
+}
+
+WaitId StoreServer::register_wait(const std::shared_ptr<Session>& session) {
+  const WaitId id = next_wait_id_++;
+  waits_[id] = session;
+  return id;
+}
+
+void StoreServer::wake(const std::vector<WaitId>& ids) {
+  for (WaitId id : ids) {
+    auto it = waits_.find(id);
+    if (it == waits_.end()) continue;
+    auto session = it->second.lock();
+    waits_.erase(it);
+    if (session) session->wake();
+  }
+}
+
+std::optional<nlohmann::json> StoreServer::handle_meshrun(const std::shared_ptr<Session>& session,
+                                                          const nlohmann::json& request) {
+  return meshrun_->handle(session, request);
+}
+
+uint16_t StoreServer::open_run_port(const std::string& run_id) {
+  auto listener = std::make_shared<Listener>(io_, run_id);
+  bind(*listener, options_.host, 0);
+  accept(listener);
+  run_listeners_[run_id] = listener;
+  return listener->acceptor.local_endpoint().port();
+}
+
+bool StoreServer::close_run_port(const std::string& run_id) {
+  auto it = run_listeners_.find(run_id);
+  if (it == run_listeners_.end()) return false;
+  boost::system::error_code ec;
+  it->second->acceptor.close(ec);
+  run_listeners_.erase(it);
+  return true;
+}
+
+size_t StoreServer::key_count(const std::string& run_id) const {
+  if (run_id.empty()) return main_->store.size();
+  auto it = run_listeners_.find(run_id);
+  return it == run_listeners_.end() ? 0 : it->second->store.size();
+}
+
+}  // namespace meshrun::rendezvous
