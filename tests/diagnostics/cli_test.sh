@@ -59,16 +59,16 @@ wait_line "$T/http.log" 'Serving HTTP' && HPORT=$(sed -n 's/.* port \([0-9]*\).*
 run ping_http 1 "$MESHRUN" ping "127.0.0.1:$HPORT" -c 1 -W 1
 has ping_http "[not-a-store]"
 
-if "$PY" -c 'import torch.distributed' 2>/dev/null; then
+# A real PyTorch TCPStore server: torch must import (scripts/setup.sh installs it into .venv).
+"$PY" -c 'import torch.distributed' || fail "torch does not import in $PY: run scripts/setup.sh"
+{
   "$PY" -u -c 'import torch.distributed as d, time
 s = d.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 print("port", s.port, flush=True); time.sleep(120)' > "$T/torch.log" 2>&1 & PIDS+=($!)
   wait_line "$T/torch.log" '^port' && TPORT=$(awk '/^port/{print $2}' "$T/torch.log")
   run ping_tcpstore 0 "$MESHRUN" ping "127.0.0.1:$TPORT" -c 1
   has ping_tcpstore "[tcpstore]"; has ping_tcpstore "1 sent, 1 answered"
-else
-  echo "(no torch in $PY: the real-PyTorch TCPStore case is covered by the fake peer in test_diagnostics_loopback)"
-fi
+}
 
 run ping_usage 2 "$MESHRUN" ping
 run ping_usage2 2 "$MESHRUN" ping "$EP" -c 0

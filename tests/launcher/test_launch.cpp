@@ -124,6 +124,8 @@ TEST_CASE("a failing worker stops the others, its code is the job's, the summary
   CHECK_THAT(out, Catch::Contains("rank:       2 (local rank 2"));
   CHECK_THAT(out, Catch::Contains("exit code 3"));
   CHECK_THAT(out, Catch::Contains("about to fail on purpose"));
+  // The others were up when rank 2 failed (it waits for them), and the launcher stopped them with SIGTERM.
+  for (int r : {0, 1, 3}) CHECK(read_file(dir.path() + "/got." + std::to_string(r)) == std::to_string(SIGTERM) + "\n");
   CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }
 

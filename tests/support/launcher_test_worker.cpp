@@ -43,6 +43,20 @@ int wait_for_signal(const std::string& dir) {
   return g_signal == 0 ? 99 : 0;
 }
 
+// Waits (up to 60 s) until every other rank of WORLD_SIZE has written DIR/pid.<rank>, i.e. is waiting for
+// a signal. False when they never come.
+bool wait_for_the_others(const std::string& dir) {
+  const int world = std::atoi(env_or("WORLD_SIZE", "1").c_str());
+  for (int i = 0; i < 60 * 100; ++i) {
+    bool all = true;
+    for (int r = 0; r < world && all; ++r)
+      all = r == rank() || ::access((dir + "/pid." + std::to_string(r)).c_str(), F_OK) == 0;
+    if (all) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +94,7 @@ int main(int argc, char** argv) {
   if (mode == "exit" && argc >= 3) return std::atoi(argv[2]);
   if (mode == "fail-rank" && argc >= 5) {
     if (rank() == std::atoi(argv[2])) {
+      if (!wait_for_the_others(argv[4])) return 98;
       std::fprintf(stderr, "rank %d is about to fail on purpose\n", rank());
       return std::atoi(argv[3]);
     }
