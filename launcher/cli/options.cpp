@@ -118,7 +118,7 @@ std::string help_footer() {
          "Also: `meshrun run ...` (same as meshrun ...), `meshrun ping`, `meshrun check`.\n"
          "Exit codes: 0 success; the first failed worker's exit code (128+N when killed by signal N);\n"
          "128+N when meshrun itself got signal N; 1 rendezvous/launcher errors; 2 bad options;\n"
-         "127 entrypoint not found. See the README.\n";
+         "127 entrypoint not found. See docs/launcher.md.\n";
 }
 
 // Fills the rendezvous settings from SLURM's environment (see slurm_env.hpp); warns instead when SLURM
