@@ -26,7 +26,7 @@ void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c
 }  // namespace
 
 Agent::Agent(const LaunchOptions& options, WorkerCommand command, SignalSet& signals)
-    : options_(options), command_(std::move(command)), signals_(signals) {}
+    : options_(options), command_(std::move(command)), signals_(signals), grace_(to_ms(options.shutdown_timeout_s)) {}
 
 Agent::~Agent() {
   if (temporary_root_ && !log_root_.empty()) {
@@ -123,14 +123,13 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, NodeRendezvous& rdzv) 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the attempt; SIGUSR1/SIGUSR2 are forwarded and the workers decide
 // (checkpoint, then exit or go on).
 std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const std::vector<int>& signals) {
-  const Ms grace = to_ms(options_.shutdown_timeout_s);
   for (int sig : signals) {
     if (!is_terminating_signal(sig)) {
       group.signal_all(sig);
       continue;
     }
     say("got " + signal_name(sig) + ": forwarding it to the workers and stopping them");
-    group.stop(signals_, grace, sig);
+    group.stop(signals_, grace_, sig);
     AttemptResult result{AttemptResult::Kind::kSignaled, 128 + sig, "launcher got " + signal_name(sig)};
     for (const auto& w : group.workers()) {
       if (w.process && w.process->status() && checkpointed_on_signal(*w.process->status())) {
@@ -146,9 +145,8 @@ std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const 
 }
 
 std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group) {
-  const Ms grace = to_ms(options_.shutdown_timeout_s);
   if (const auto failed = group.first_failure()) {
-    group.stop(signals_, grace);
+    group.stop(signals_, grace_);
     const FailureInfo info = group.failure_info(*failed);
     if (checkpointed_on_signal(info.status)) {
       // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
@@ -162,7 +160,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group) {
         "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe()};
   }
   if (group.all_exited()) {
-    group.stop(signals_, grace);  // reaps, kills leftovers of the workers' groups, drains output
+    group.stop(signals_, grace_);  // reaps, kills leftovers of the workers' groups, drains output
     return AttemptResult{AttemptResult::Kind::kSucceeded, 0, "all workers exited 0"};
   }
   return std::nullopt;
@@ -170,20 +168,19 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group) {
 
 std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, NodeRendezvous& rdzv,
                                                         HeartbeatSchedule& schedule) {
-  const Ms grace = to_ms(options_.shutdown_timeout_s);
   try {
     const auto beat = rdzv.heartbeat();
     schedule.failures = 0;
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
-      group.stop(signals_, grace);
+      group.stop(signals_, grace_);
       const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
                                                                     : AttemptResult::Kind::kRemoteRestart;
       return AttemptResult{kind, 1, beat.reason};
     }
     if (beat.action == proto::HeartbeatAction::kFail) {
       say("the run failed: " + beat.reason + "; stopping the workers");
-      group.stop(signals_, grace);
+      group.stop(signals_, grace_);
       return AttemptResult{AttemptResult::Kind::kRunFailed, 1, beat.reason};
     }
     return std::nullopt;
@@ -198,7 +195,7 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Node
     const std::string reason = "lost the rendezvous at " + endpoint + ": " + std::to_string(schedule.failures) +
                                " heartbeats in a row failed (last: " + e.what() + ")";
     say(reason + "; stopping the workers (is the rendezvous host up? see `meshrun ping " + endpoint + "`)");
-    group.stop(signals_, grace);
+    group.stop(signals_, grace_);
     return AttemptResult{AttemptResult::Kind::kRendezvousLost, 1, reason};
   }
 }

@@ -76,6 +76,7 @@ class Agent {
   const LaunchOptions& options_;
   WorkerCommand command_;
   SignalSet& signals_;
+  std::chrono::milliseconds grace_;  // --shutdown-timeout: TERM to KILL when stopping workers
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
