@@ -148,7 +148,15 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
   const uint16_t bound = server_->port();
   if (bind_host == "127.0.0.1" || endpoint_.host.empty()) endpoint_ = Endpoint{.host = "127.0.0.1", .port = bound};
   endpoint_.port = bound;
-  spdlog::info("hosting the rendezvous on {}:{}", bind_host, bound);
+  if (port == 0 && options_.max_nodes > 1) {
+    // The port was left to the kernel: the other nodes cannot join unless they are told which one it is.
+    spdlog::warn(
+        "hosting the rendezvous on {}:{} (port 0 was asked: the other nodes join with --rdzv-endpoint "
+        "<this host>:{})",
+        bind_host, bound, bound);
+  } else {
+    spdlog::info("hosting the rendezvous on {}:{}", bind_host, bound);
+  }
   return true;
 }
 

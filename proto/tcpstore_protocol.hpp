@@ -21,8 +21,9 @@ inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 enum class QueryType : uint8_t {
   kValidate = 0,  // u32 magic                          -> (nothing)
   kSet = 1,       // key, value                         -> (nothing)
-  kCompareSet =
-      2,  // key, expected, desired             -> value now stored (or `expected` if key absent and expected non-empty)
+  // COMPARE_SET: key, expected, desired -> the value now stored (`expected` if the key is absent and
+  // `expected` is non-empty).
+  kCompareSet = 2,
   kGet = 3,          // key                                -> value ("" when absent; clients WAIT first)
   kAdd = 4,          // key, int64 delta                   -> int64 new value
   kCheck = 5,        // vector keys                        -> u8 CheckResponse

@@ -1,7 +1,8 @@
 # cluster.sh: turns this machine into N "nodes" for tests (source it; bash only). Each node is a network
 # namespace on a private bridge, with its own address 10.231.0.(i+1), host name node<i> and /etc/hosts
 # (private UTS and mount namespaces per command, /etc itself is never edited). Nothing can leave the
-# nodes: they have no default route, and the root namespace gets a blackhole route for the subnet.
+# nodes: they have no default route, and no route is added to the root namespace (the host's own
+# routing table is never touched, so a host that uses this subnet keeps its traffic).
 #
 #   mc_init N          create the nodes (exits 77 with the reason when namespaces cannot be made)
 #   mc_on I CMD...     run CMD on node I;  mc_spawn I LOG CMD...: in the background, pid in MC_PID
@@ -12,7 +13,7 @@
 #   mc_job_pids MARKER         pids on any node whose environment holds MARKER (one job's processes)
 #   mc_expect_gone MARKER SECS wait (bounded) until no such process is left; fails and lists them if any
 # Cleanup runs from an EXIT trap, also after failures: every process in every namespace is killed by pid,
-# the namespaces, the route and the daemons' files are removed, and the function checks that no pid is left.
+# the namespaces and the daemons' files are removed, and the function checks that no pid is left.
 set -u
 
 MC_SUBNET=10.231.0
@@ -40,8 +41,6 @@ mc_init() {
   trap 'exit 143' TERM
   export MC_HOSTS=$MC_DIR/hosts
   { echo "127.0.0.1 localhost"; for i in $(seq 0 $((MC_N - 1))); do echo "$(mc_ip "$i") node$i"; done; } > "$MC_HOSTS"
-  # Safety net: a mistaken connect() from the root namespace fails at once instead of leaving the machine.
-  if ip route add blackhole "$MC_SUBNET.0/24" 2> /dev/null; then MC_ROUTE=1; else MC_ROUTE=0; fi
   local sw="${MC_TAG}sw" i
   ip -n "$sw" link set lo up
   ip -n "$sw" link add br0 type bridge
@@ -95,7 +94,6 @@ mc_cleanup() {
   done
   [ -n "$(echo $left)" ] && echo "cleanup: processes still in the namespaces: $left"
   for ns in $(mc_all_ns); do [ -e "/run/netns/$ns" ] && ip netns del "$ns"; done
-  [ "${MC_ROUTE:-0}" = 1 ] && ip route del blackhole "$MC_SUBNET.0/24" 2> /dev/null
   [ -f "${MC_DIR:-/nonexistent}/munge/munged.pid" ] && kill "$(cat "$MC_DIR/munge/munged.pid")" 2> /dev/null
   if [ "${MC_KEEP:-0}" = 1 ]; then echo "cleanup: kept $MC_DIR"; else rm -rf "${MC_DIR:?}"; fi
   exit $rc

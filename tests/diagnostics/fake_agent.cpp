@@ -1,6 +1,7 @@
-// fake_agent ENDPOINT RUN_ID HOST NODE_RANK NNODES: a stand-in for a meshrun agent. It joins the run
-// with a 1.5 s keep-alive, then keeps itself alive (await while the round is open, heartbeat every
-// 0.5 s once ranks are assigned) until killed. Tests SIGSTOP it to make a stale node.
+// fake_agent ENDPOINT RUN_ID HOST NODE_RANK NNODES [KEEP_ALIVE_S]: a stand-in for a meshrun agent. It
+// joins the run with the keep-alive timeout given (default 60 s, so a loaded machine never makes it look
+// stale), then keeps itself alive (await while the round is open, heartbeat every 0.5 s once ranks are
+// assigned) until killed. Tests SIGSTOP one with a short keep-alive to make a stale node.
 // Prints "joined <node id>" once joined; exits 3 (printing why) when the daemon refuses the join.
 #include <unistd.h>
 
@@ -15,8 +16,8 @@
 
 int main(int argc, char** argv) {
   using namespace meshrun;
-  if (argc != 6) {
-    std::cerr << "usage: fake_agent ENDPOINT RUN_ID HOST NODE_RANK NNODES\n";
+  if (argc != 6 && argc != 7) {
+    std::cerr << "usage: fake_agent ENDPOINT RUN_ID HOST NODE_RANK NNODES [KEEP_ALIVE_S]\n";
     return 2;
   }
   try {
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
     join.addr = argv[3];
     join.requested_rank = std::stoi(argv[4]);
     join.min_nodes = join.max_nodes = std::stoi(argv[5]);
-    join.keep_alive_timeout_s = 1.5;
+    join.keep_alive_timeout_s = argc == 7 ? std::stod(argv[6]) : 60.0;
     join.pid = ::getpid();
     const std::string node_id = client.join(join);
     std::cout << "joined " << node_id << std::endl;

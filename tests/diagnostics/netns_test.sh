@@ -24,10 +24,8 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
-if ! command -v iptables > /dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables > "$T/apt.log" 2>&1 ||
-    { echo "FAILED: iptables is missing and could not be installed"; cat "$T/apt.log"; exit 1; }
-fi
+# scripts/setup.sh installs iptables; the test never installs anything itself.
+command -v iptables > /dev/null || skip_or_fail "iptables is not installed (scripts/setup.sh installs it)"
 FAILS=0
 fail() { echo "FAILED: $*"; FAILS=$((FAILS + 1)); }
 in_ns() { ip netns exec "$NS" "$@"; }

@@ -1,7 +1,4 @@
 // meshrun end to end: real launcher processes, real workers, loopback only.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <catch2/catch.hpp>
 #include <csignal>
@@ -11,7 +8,6 @@
 
 #include "support/subprocess.hpp"
 
-using meshrun::testing::free_port;
 using meshrun::testing::Process;
 using meshrun::testing::read_file;
 using meshrun::testing::TempDir;
@@ -86,13 +82,15 @@ TEST_CASE("env contract for 1 and 4 workers", "[launch]") {
 
 TEST_CASE("two launchers form one job of two nodes", "[launch]") {
   TempDir dir;
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  const auto args = [&](int) {
+  const auto args = [&](const std::string& endpoint, bool is_host) {
     return meshrun_cmd({"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                        "--rdzv-id", "two-nodes", kWorker, "env", dir.path()});
+                        "--rdzv-conf", is_host ? "is_host=1" : "is_host=0", "--rdzv-id", "two-nodes", kWorker, "env",
+                        dir.path()});
   };
-  Process a(args(0), {}, dir.path() + "/out.a");
-  Process b(args(1), {}, dir.path() + "/out.b");
+  Process a(args("127.0.0.1:0", true), {}, dir.path() + "/out.a");
+  const std::string endpoint = meshrun::testing::wait_for_hosted_endpoint(a);
+  REQUIRE(!endpoint.empty());
+  Process b(args(endpoint, false), {}, dir.path() + "/out.b");
   const int code_a = a.wait();
   const int code_b = b.wait();
   INFO(a.output() << b.output());

@@ -1,8 +1,5 @@
 // meshrun agents losing each other on loopback (no namespaces needed): a dead rendezvous host, and a dead
 // node that leaves fewer than the minimum. tests/cluster repeats these across network namespaces.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -11,12 +8,12 @@
 
 #include "support/subprocess.hpp"
 
-using meshrun::testing::free_port;
 using meshrun::testing::Process;
 using meshrun::testing::read_file;
 using meshrun::testing::TempDir;
 using meshrun::testing::unique_marker;
 using meshrun::testing::wait_for_file;
+using meshrun::testing::wait_for_hosted_endpoint;
 
 namespace {
 
@@ -57,8 +54,9 @@ void wait_for_workers(const std::string& dir, int n) {
 TEST_CASE("the rendezvous host dying stops every other agent, which names the endpoint", "[launch][faults]") {
   TempDir dir;
   const std::string marker = unique_marker();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  Process host(agent(endpoint, "host-dies", "2", true, dir.path()), {marker}, dir.path() + "/out.host");
+  Process host(agent("127.0.0.1:0", "host-dies", "2", true, dir.path()), {marker}, dir.path() + "/out.host");
+  const std::string endpoint = wait_for_hosted_endpoint(host);
+  REQUIRE(!endpoint.empty());
   Process other(agent(endpoint, "host-dies", "2", false, dir.path()), {marker}, dir.path() + "/out.other");
   wait_for_workers(dir.path(), 4);
   const auto t0 = std::chrono::steady_clock::now();
@@ -76,8 +74,9 @@ TEST_CASE("the rendezvous host dying stops every other agent, which names the en
 TEST_CASE("a dead node that leaves fewer than the minimum fails the run, naming the node", "[launch][faults]") {
   TempDir dir;
   const std::string marker = unique_marker();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  Process host(agent(endpoint, "below-min", "2", true, dir.path()), {marker}, dir.path() + "/out.host");
+  Process host(agent("127.0.0.1:0", "below-min", "2", true, dir.path()), {marker}, dir.path() + "/out.host");
+  const std::string endpoint = wait_for_hosted_endpoint(host);
+  REQUIRE(!endpoint.empty());
   Process other(agent(endpoint, "below-min", "2", false, dir.path()), {marker}, dir.path() + "/out.other");
   wait_for_workers(dir.path(), 4);
   const pid_t victim = other.pid();
@@ -94,8 +93,9 @@ TEST_CASE("a dead node that leaves fewer than the minimum fails the run, naming 
 TEST_CASE("with MIN:MAX a dead node is dropped and the others restart without it", "[launch][faults]") {
   TempDir dir;
   const std::string marker = unique_marker();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  Process host(agent(endpoint, "elastic", "1:2", true, dir.path()), {marker}, dir.path() + "/out.host");
+  Process host(agent("127.0.0.1:0", "elastic", "1:2", true, dir.path()), {marker}, dir.path() + "/out.host");
+  const std::string endpoint = wait_for_hosted_endpoint(host);
+  REQUIRE(!endpoint.empty());
   Process other(agent(endpoint, "elastic", "1:2", false, dir.path()), {marker}, dir.path() + "/out.other");
   wait_for_workers(dir.path(), 4);
   other.signal(SIGKILL);

@@ -1,4 +1,9 @@
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include "proto/byte_codec.hpp"
 #include "proto/request.hpp"
@@ -11,6 +16,42 @@ Request decode_all(const std::string& bytes) {
   auto result = decode_request(bytes, Limits{}, out);
   REQUIRE(result.status == DecodeStatus::kComplete);
   REQUIRE(result.consumed == bytes.size());
+  return out;
+}
+
+// tests/proto/pytorch_wire.txt: the bytes PyTorch's TCPStore client sends per operation ("NAME HEX" per
+// line), captured from the pinned torch by pytorch_wire_capture.py (ctest proto.pytorch_wire_capture checks
+// the file is still what that torch sends).
+std::map<std::string, std::string> pytorch_captures() {
+  std::ifstream in(MESHRUN_PYTORCH_WIRE_FIXTURE);
+  REQUIRE(in.good());
+  std::map<std::string, std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name, hex, bytes;
+    fields >> name >> hex;
+    REQUIRE(hex.size() % 2 == 0);
+    for (size_t i = 0; i < hex.size(); i += 2)
+      bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    out[name] = bytes;
+  }
+  return out;
+}
+
+// Decodes `bytes` as a sequence of whole requests.
+std::vector<Request> decode_sequence(const std::string& bytes) {
+  std::vector<Request> out;
+  std::string_view rest(bytes);
+  while (!rest.empty()) {
+    Request r;
+    const auto result = decode_request(rest, Limits{}, r);
+    INFO(result.error);
+    REQUIRE(result.status == DecodeStatus::kComplete);
+    rest.remove_prefix(result.consumed);
+    out.push_back(std::move(r));
+  }
   return out;
 }
 }  // namespace
@@ -48,12 +89,53 @@ TEST_CASE("every query type survives an encode/decode round trip", "[codec]") {
   }
 }
 
-TEST_CASE("the wire bytes match PyTorch's TCPStore client", "[codec]") {
-  // Captured from torch 2.15: set("k", "v") -> 01 | u64 2 | "/k" | u64 1 | "v"
-  const std::string expected("\x01\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v", 20);
-  CHECK(encode_request({QueryType::kSet, {"/k"}, {"v"}, 0}) == expected);
-  // validate: 00 | CE F7 85 3C
-  CHECK(encode_request({QueryType::kValidate, {}, {}, kValidationMagic}) == std::string("\x00\xCE\xF7\x85\x3C", 5));
+TEST_CASE("every request PyTorch's TCPStore client sends decodes and re-encodes byte for byte", "[codec]") {
+  // What each captured operation must be, written from the client call (keys get the client's "/").
+  const std::map<std::string, std::vector<Request>> expected = {
+      {"connect", {{QueryType::kValidate, {}, {}, kValidationMagic}, {QueryType::kPing, {}, {}, 0}}},
+      {"set", {{QueryType::kSet, {"/k"}, {"v"}, 0}}},
+      {"get", {{QueryType::kWait, {"/k"}, {}, 0}, {QueryType::kGet, {"/k"}, {}, 0}}},
+      {"compare_set", {{QueryType::kCompareSet, {"/k"}, {"v", "w"}, 0}}},
+      {"add", {{QueryType::kAdd, {"/n"}, {}, 5}}},
+      {"check", {{QueryType::kCheck, {"/k", "/n"}, {}, 0}}},
+      {"wait", {{QueryType::kWait, {"/k"}, {}, 0}}},
+      {"wait_timeout", {{QueryType::kWait, {"/absent"}, {}, 0}, {QueryType::kCancelWait, {}, {}, 0}}},
+      {"num_keys", {{QueryType::kGetNumKeys, {}, {}, 0}}},
+      {"delete_key", {{QueryType::kDeleteKey, {"/k"}, {}, 0}}},
+      {"append", {{QueryType::kAppend, {"/a"}, {"x"}, 0}}},
+      {"multi_get", {{QueryType::kWait, {"/m1", "/m2"}, {}, 0}, {QueryType::kMultiGet, {"/m1", "/m2"}, {}, 0}}},
+      {"multi_set", {{QueryType::kMultiSet, {"/m1", "/m2"}, {"1", "2"}, 0}}},
+      {"queue_push", {{QueryType::kQueuePush, {"/q"}, {"item"}, 0}}},
+      {"queue_pop", {{QueryType::kQueuePop, {"/q"}, {}, 0}}},
+      {"queue_pop_blocking", {{QueryType::kWait, {"/q"}, {}, 0}, {QueryType::kQueuePop, {"/q"}, {}, 0}}},
+      {"queue_len", {{QueryType::kQueueLen, {"/q"}, {}, 0}}},
+      {"list_keys", {{QueryType::kListKeys, {}, {}, 0}}},
+      {"barrier", {{QueryType::kBarrier, {"/b"}, {}, 1}}},
+  };
+  const auto captured = pytorch_captures();
+  std::set<QueryType> covered;
+  for (const auto& [name, requests] : expected) {
+    INFO("operation " << name);
+    REQUIRE(captured.count(name) == 1);
+    std::string encoded;
+    for (const auto& r : requests) encoded += encode_request(r);
+    CHECK(encoded == captured.at(name));
+    const auto decoded = decode_sequence(captured.at(name));
+    REQUIRE(decoded.size() == requests.size());
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      CHECK(decoded[i].type == requests[i].type);
+      CHECK(decoded[i].keys == requests[i].keys);
+      CHECK(decoded[i].values == requests[i].values);
+      CHECK(decoded[i].number == requests[i].number);
+      covered.insert(decoded[i].type);
+    }
+  }
+  CHECK(captured.size() == expected.size());
+  // Every TCPStore query type is in some capture (MESHRUN is ours; PyTorch never sends it).
+  for (uint8_t t = 0; t <= static_cast<uint8_t>(QueryType::kBarrier); ++t) {
+    INFO("query type " << query_name(t));
+    CHECK(covered.count(static_cast<QueryType>(t)) == 1);
+  }
 }
 
 TEST_CASE("a request split at every byte needs more, then completes", "[codec]") {

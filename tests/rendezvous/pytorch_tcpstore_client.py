@@ -54,15 +54,21 @@ def main(daemon_path):
         expect("delete_key absent", store.delete_key("m2"), False)
         expect("list_keys", sorted(store.list_keys()), ["counter", "fresh", "key", "log", "m1"])
 
-        # wait blocks until another client sets the key
+        # wait blocks until another client sets the key. The setter gives the waiter time to park, then
+        # marks that it is setting: a wait that returned early finds the mark absent (an ordering check,
+        # not a timing one: a slow waiter that arrives after the set is still right).
+        setting = threading.Event()
+
         def set_later():
             time.sleep(0.3)
+            setting.set()
             other.set("late", "here")
-        started = time.monotonic()
-        threading.Thread(target=set_later).start()
+        setter = threading.Thread(target=set_later)
+        setter.start()
         store.wait(["late"])
-        expect("wait returned only after the set", time.monotonic() - started >= 0.25, True)
+        expect("wait returned only after the set", setting.is_set(), True)
         expect("value after wait", store.get("late"), b"here")
+        setter.join()
 
         # wait that times out, and the connection still works afterwards
         try:

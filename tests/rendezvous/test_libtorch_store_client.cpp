@@ -1,8 +1,10 @@
 // LibTorch's own C++ c10d::TCPStore client against our daemon: every operation, a wait released by
-// another client, and a wait that times out.
+// another client, a wait that times out, and a barrier that holds its first party.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <thread>
 
 #include "tests/support/daemon.hpp"
@@ -66,10 +68,22 @@ TEST_CASE("LibTorch c10d::TCPStore works against meshrun-rendezvous", "[libtorch
     CHECK_THROWS(store->wait({"never"}, 300ms));
     CHECK(text(store->get("key")) == "v2");
   }
-  SECTION("barrier releases both clients") {
-    std::thread peer([&] { other->barrier("b", 2, 10s); });
+  SECTION("a barrier holds the first party until the last one arrives") {
+    std::atomic<bool> peer_passed{false};
+    std::thread peer([&] {
+      other->barrier("b", 2, 10s);
+      peer_passed = true;
+    });
+    // The daemon counts arrivals in the barrier's key: a count of 1 means the peer is parked there.
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (store->add("b", 0) < 1 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
+    REQUIRE(store->add("b", 0) == 1);
+    // Parked means parked: no release for as long as the second party stays away.
+    for (int i = 0; i < 30 && !peer_passed; ++i) std::this_thread::sleep_for(10ms);
+    CHECK_FALSE(peer_passed.load());
     store->barrier("b", 2, 10s);
     peer.join();
-    SUCCEED("both passed the barrier");
+    CHECK(peer_passed.load());
+    CHECK(store->add("b", 0) == 2);
   }
 }

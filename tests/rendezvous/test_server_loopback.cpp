@@ -1,9 +1,12 @@
 // The real daemon (in-process, 127.0.0.1, port 0) driven by our client over real sockets.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
@@ -39,7 +42,45 @@ struct RawSocket {
       if (n < 0) return errno == ECONNRESET;
     }
   }
+  /// True when a byte or the hang-up arrives within `limit`.
+  bool readable_within(std::chrono::milliseconds limit) {
+    pollfd p{fd.get(), POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(limit.count())) > 0;
+  }
   UniqueFd fd;
+};
+
+// Waits (bounded) until the daemon reports `n` open connections; the status client's own included.
+bool wait_connections(proto::RendezvousClient& status, int n) {
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (status.status().connections != n) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+// Raises the soft open-files limit to the hard one for tests holding hundreds of sockets (both ends are
+// in this process); the common 1,024 default is too low for them. Restored on destruction.
+class OpenFilesLimit {
+ public:
+  explicit OpenFilesLimit(rlim_t needed) {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit raised = saved_;
+    raised.rlim_cur = std::max(saved_.rlim_cur, std::min(needed, saved_.rlim_max));
+    ::setrlimit(RLIMIT_NOFILE, &raised);
+  }
+  ~OpenFilesLimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  OpenFilesLimit(const OpenFilesLimit&) = delete;
+  OpenFilesLimit& operator=(const OpenFilesLimit&) = delete;
+  rlim_t current() const {
+    rlimit now{};
+    ::getrlimit(RLIMIT_NOFILE, &now);
+    return now.rlim_cur;
+  }
+
+ private:
+  rlimit saved_{};
 };
 }  // namespace
 
@@ -114,9 +155,16 @@ TEST_CASE("garbage, truncated and oversized input closes only that connection", 
     CHECK(raw.closed_by_peer());
   }
   SECTION("truncated message then hang-up") {
+    auto status = daemon.rendezvous();
+    const int before = status.status().connections;
     RawSocket raw(daemon.endpoint().port);
-    raw.send(std::string("\x01\x10\0\0", 4));
+    raw.send(std::string("\x01\x10\0\0", 4));  // SET, then 4 of the 8 bytes of the key length
+    CHECK(wait_connections(status, before + 1));
+    // The daemon waits for the rest: no reply and no hang-up for half a message.
+    CHECK_FALSE(raw.readable_within(200ms));
     raw.fd.reset();
+    // The half-read session is released when the client goes away.
+    CHECK(wait_connections(status, before));
   }
   SECTION("meshrun request that is not JSON") {
     RawSocket raw(daemon.endpoint().port);
@@ -129,8 +177,11 @@ TEST_CASE("garbage, truncated and oversized input closes only that connection", 
 }
 
 TEST_CASE("500 concurrent clients blocked in waits are all served", "[server][scale]") {
-  test::TestDaemon daemon;
   constexpr int kClients = 500;
+  // Each client holds two descriptors here (its socket and the daemon's end), plus the threads' and Catch's.
+  OpenFilesLimit limit(4 * kClients);
+  REQUIRE(limit.current() >= 2 * kClients + 64);
+  test::TestDaemon daemon;
   std::vector<proto::StoreClient> clients;
   clients.reserve(kClients);
   for (int i = 0; i < kClients; ++i) clients.push_back(daemon.client());

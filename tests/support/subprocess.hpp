@@ -2,12 +2,9 @@
 // with a safety deadline, signal it, and scan the process table for leftovers of a job.
 #pragma once
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,19 +37,6 @@ class TempDir {
  private:
   std::string path_;
 };
-
-/// A free loopback port (bind to 0, read it back, release it).
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 /// An environment entry unique to one test job; every process of the job inherits it, so
 /// processes_with_env() finds survivors.
@@ -195,6 +179,29 @@ inline std::vector<pid_t> wait_no_processes_with_env(const std::string& marker,
     if (left.empty() || std::chrono::steady_clock::now() > end) return left;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+/// "127.0.0.1:PORT" for the port an agent started with `--rdzv-endpoint 127.0.0.1:0 --rdzv-conf is_host=1`
+/// serves the rendezvous on, read from its announcement ("hosting the rendezvous on ADDR:PORT"); empty if
+/// none came within `limit`. The
+/// kernel picks the port and the agent keeps it bound, so no other program can take it in between.
+inline std::string wait_for_hosted_endpoint(const Process& agent,
+                                            std::chrono::seconds limit = std::chrono::seconds(60)) {
+  static const std::string kAnnouncement = "hosting the rendezvous on ";
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    const std::string out = agent.output();
+    const auto at = out.find(kAnnouncement);
+    if (at != std::string::npos) {
+      const auto colon = out.find(':', at + kAnnouncement.size());
+      const auto stop = out.find_first_not_of("0123456789", colon + 1);
+      if (colon != std::string::npos && stop != std::string::npos && stop > colon + 1) {
+        return "127.0.0.1:" + out.substr(colon + 1, stop - colon - 1);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
 }
 
 }  // namespace meshrun::testing

@@ -3,7 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -48,11 +52,42 @@ void append_sets(std::vector<std::string>& argv, const std::vector<std::string>&
   }
 }
 
+// Every directory a test makes lives under one root per test process, removed when the process exits;
+// MESHRUN_KEEP_TEST_DIRS=1 keeps it for a post-mortem (the path is printed then).
+class TempRoot {
+ public:
+  TempRoot() {
+    char tmpl[] = "/tmp/meshrun-trainer-test-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error(std::string("mkdtemp failed: ") + std::strerror(errno));
+    path_ = tmpl;
+  }
+  ~TempRoot() {
+    const char* keep = std::getenv("MESHRUN_KEEP_TEST_DIRS");
+    if (keep != nullptr && std::string(keep) == "1") {
+      std::fprintf(stderr, "kept the test directories in %s\n", path_.c_str());
+      return;
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempRoot(const TempRoot&) = delete;
+  TempRoot& operator=(const TempRoot&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TempRoot& temp_root() {
+  static TempRoot root;  // destroyed at exit, after every test of this process
+  return root;
+}
+
 }  // namespace
 
 std::string make_temp_dir() {
-  char tmpl[] = "/tmp/meshrun-trainer-test-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  std::string tmpl = temp_root().path() + "/XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp under " + temp_root().path() + " failed");
   return tmpl;
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "tests/support/subprocess.hpp"
 #include "trainer/data/dataset.hpp"
 #include "trainer/fsdp/adamw.hpp"
 #include "trainer/model/model.hpp"
@@ -13,8 +14,14 @@ using namespace meshrun::trainer;
 
 namespace {
 
+// One folder per test process, removed with its files at exit.
+const meshrun::testing::TempDir& temp_folder() {
+  static const meshrun::testing::TempDir dir;
+  return dir;
+}
+
 std::string write_temp(const std::string& name, const std::string& bytes) {
-  const std::string path = "/tmp/meshrun-trainer-test-" + std::to_string(::getpid()) + "-" + name;
+  const std::string path = temp_folder().path() + "/" + name;
   std::ofstream(path, std::ios::binary) << bytes;
   return path;
 }
