@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "common/error.hpp"
 #include "launcher/node_rendezvous.hpp"
+#include "launcher/progress/progress_monitor.hpp"
+#include "launcher/progress/stack_dump.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_group.hpp"
@@ -23,22 +26,33 @@ Ms to_ms(double seconds) { return std::chrono::duration_cast<Ms>(std::chrono::du
 
 void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
 
+// Hangs are judged this often: fine enough next to budgets of seconds, cheap next to beats that may
+// arrive a thousand times a second.
+constexpr Ms kHangCheckEvery{250};
+
+std::string temp_folder(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) throw Error("cannot create a temporary folder " + templ + " (set TMPDIR)");
+  return templ;
+}
+
 }  // namespace
 
 Agent::Agent(const LaunchOptions& options, WorkerCommand command, SignalSet& signals)
     : options_(options), command_(std::move(command)), signals_(signals), grace_(to_ms(options.shutdown_timeout_s)) {}
 
 Agent::~Agent() {
-  if (temporary_root_ && !log_root_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(log_root_, ec);
-  }
+  std::error_code ec;
+  if (temporary_root_ && !log_root_.empty()) std::filesystem::remove_all(log_root_, ec);
+  if (!progress_root_.empty()) std::filesystem::remove_all(progress_root_, ec);
 }
 
 int Agent::run() {
   NodeRendezvous rdzv(options_, signals_);
   if (rdzv.interrupted_by()) return 128 + rdzv.interrupted_by();
   make_log_root(rdzv.run_id());
+  make_progress_root();
   base_env_ = current_environment();
   for (;;) {
     const auto assignment = rdzv.join();
@@ -48,8 +62,11 @@ int Agent::run() {
                  assignment->rank_offset + options_.nproc_per_node - 1, assignment->world_size);
     AttemptResult result;
     try {
-      WorkerGroup group(group_spec(*assignment, rdzv));
-      result = supervise(group, rdzv);
+      std::vector<int> ranks;
+      for (int lr = 0; lr < options_.nproc_per_node; ++lr) ranks.push_back(assignment->rank_offset + lr);
+      ProgressMonitor progress(progress_root_, ranks, options_.progress);
+      WorkerGroup group(group_spec(*assignment, rdzv, progress));
+      result = supervise(group, progress, rdzv);
     } catch (const SpawnError& e) {
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false);
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
@@ -64,19 +81,17 @@ void Agent::make_log_root(const std::string& run_id) {
     return;
   }
   // Error files need a home even without --log-dir (torchrun uses a temporary folder too).
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/meshrun-" + run_id + "-XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) {
-    throw Error("cannot create a temporary folder " + templ + " for worker error files (set TMPDIR)");
-  }
-  log_root_ = templ;
+  log_root_ = temp_folder("meshrun-" + run_id + "-");
   temporary_root_ = true;
 }
+
+void Agent::make_progress_root() { progress_root_ = temp_folder("meshrun-progress-"); }
 
 // Workers see the daemon's round as TORCHELASTIC_RESTART_COUNT: it is the same on every node (a late
 // joiner included), so PyTorch's per-attempt store prefix "/worker/attempt_<n>" matches across nodes and
 // never reuses a previous attempt's keys.
-GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv) const {
+GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv,
+                            const ProgressMonitor& progress) const {
   GroupSpec spec;
   spec.command = command_;
   spec.settings = AttemptSettings{.role = options_.role,
@@ -102,21 +117,29 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRende
   spec.prefix_template = options_.log_line_prefix_template;
   spec.hostname = rdzv.hostname();
   spec.child_sigmask = signals_.original_mask();
+  spec.progress_sockets = progress.socket_paths();
   return spec;
 }
 
-Agent::AttemptResult Agent::supervise(WorkerGroup& group, NodeRendezvous& rdzv) {
+Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv) {
+  using Clock = std::chrono::steady_clock;
   const Ms monitor = to_ms(options_.monitor_interval_s);
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
-  HeartbeatSchedule heartbeats{std::chrono::steady_clock::now() + keep_alive, 0};
+  HeartbeatSchedule heartbeats{Clock::now() + keep_alive, 0};
+  auto next_hang_check = Clock::now() + kHangCheckEvery;
   for (;;) {
-    const auto now = std::chrono::steady_clock::now();
-    const Ms until_beat = std::max(Ms(0), std::chrono::duration_cast<Ms>(heartbeats.next - now));
-    if (auto r = on_signals(group, group.wait(signals_, std::min(monitor, until_beat)))) return *r;
+    const Ms until_beat = std::max(Ms(0), std::chrono::duration_cast<Ms>(heartbeats.next - Clock::now()));
+    const auto signals = group.wait(signals_, std::min(monitor, until_beat), progress.fds());
+    progress.drain(Clock::now());
+    if (auto r = on_signals(group, signals)) return *r;
     if (auto r = on_worker_exits(group)) return *r;
-    if (std::chrono::steady_clock::now() < heartbeats.next) continue;
-    heartbeats.next = std::chrono::steady_clock::now() + keep_alive;
-    if (auto r = on_heartbeat(group, rdzv, heartbeats)) return *r;
+    if (Clock::now() >= next_hang_check) {
+      next_hang_check = Clock::now() + kHangCheckEvery;
+      if (auto r = on_hang(group, progress)) return *r;
+    }
+    if (Clock::now() < heartbeats.next) continue;
+    heartbeats.next = Clock::now() + keep_alive;
+    if (auto r = on_heartbeat(group, progress, rdzv, heartbeats)) return *r;
   }
 }
 
@@ -166,11 +189,36 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group) {
   return std::nullopt;
 }
 
-std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, NodeRendezvous& rdzv,
-                                                        HeartbeatSchedule& schedule) {
+// A hung worker: its stack first (while it is still there to read), then stop the group and print the
+// summary with the stack. The attempt then ends as a failure with the cause "hung".
+std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressMonitor& progress) {
+  const auto hang = progress.find_hang(group.running_pids(), std::chrono::steady_clock::now());
+  if (!hang) return std::nullopt;
+  const Worker& worker = group.workers()[hang->local_rank];
+  say("rank " + std::to_string(hang->rank) + " is hung: " + hang->reason + "; reading its stack");
+  const StackDump stack = dump_stack(worker.process->pid(), command_.executable);
+  const std::string stack_file = worker.dir + "/stack.txt";
+  std::ofstream(stack_file) << stack.text;
+  // A stopped worker holds a SIGTERM pending until it runs again: continue it so it can exit in the grace.
+  group.signal_all(SIGTERM);
+  group.signal_all(SIGCONT);
+  group.stop(signals_, grace_, 0);
+  FailureInfo info = group.failure_info(hang->local_rank);
+  info.hang_reason = hang->reason;
+  info.stack_tool = stack.tool;
+  info.stack = stack.text;
+  info.stack_file = stack_file;
+  std::fputs(format_failure_summary(info).c_str(), stderr);
+  return AttemptResult{AttemptResult::Kind::kWorkerHung, 1,
+                       "rank " + std::to_string(info.rank) + " on " + info.host + " hung: " + hang->reason};
+}
+
+std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
+                                                        NodeRendezvous& rdzv, HeartbeatSchedule& schedule) {
   try {
-    const auto beat = rdzv.heartbeat();
+    const auto beat = rdzv.heartbeat(progress.summaries(std::chrono::steady_clock::now()));
     schedule.failures = 0;
+    report_stragglers(beat.stragglers);
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
       group.stop(signals_, grace_);
@@ -200,6 +248,23 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Node
   }
 }
 
+void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
+  std::vector<int> ranks;
+  for (const auto& s : stragglers) ranks.push_back(s.rank);
+  if (ranks == straggler_ranks_) return;
+  straggler_ranks_ = ranks;
+  if (stragglers.empty()) {
+    say("no stragglers any more");
+    return;
+  }
+  for (const auto& s : stragglers) {
+    char line[256];
+    std::snprintf(line, sizeof line, "straggler: rank %d on %s takes %.3f s per step, %.2fx the run's median (%.3f s)",
+                  s.rank, s.host.c_str(), s.seconds, s.seconds / s.median_seconds, s.median_seconds);
+    say(line);
+  }
+}
+
 std::optional<int> Agent::conclude(const AttemptResult& result, NodeRendezvous& rdzv) {
   using Kind = AttemptResult::Kind;
   switch (result.kind) {
@@ -217,6 +282,7 @@ std::optional<int> Agent::conclude(const AttemptResult& result, NodeRendezvous& 
       say("re-rendezvous to admit a waiting node (not counted against --max-restarts)");
       return std::nullopt;
     case Kind::kWorkerFailed:
+    case Kind::kWorkerHung:
     case Kind::kRemoteRestart: break;
   }
   if (restarts_used_ >= options_.max_restarts) {
@@ -232,9 +298,10 @@ std::optional<int> Agent::conclude(const AttemptResult& result, NodeRendezvous& 
   ++restarts_used_;
   say("restarting the workers (restart " + std::to_string(restarts_used_) + " of " +
       std::to_string(options_.max_restarts) + ")");
-  if (result.kind == Kind::kWorkerFailed) {
+  if (result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung) {
     try {
-      rdzv.report_failure(result.reason);
+      rdzv.report_failure(result.reason, result.kind == Kind::kWorkerHung ? proto::RestartCause::kHung
+                                                                          : proto::RestartCause::kWorkerFailed);
     } catch (const Error& e) {
       spdlog::warn("could not report the failure to the rendezvous: {}", e.what());
     }

@@ -5,11 +5,15 @@
 //     a worker failed                        -> stop the rest, print the summary; restarts left?
 //                                                yes: report the failure, re-rendezvous, next attempt
 //                                                no:  leave, exit with that worker's code
+//     a worker hung (progress/, HangPolicy)  -> read its stack, stop the group, print the summary with the
+//                                                stack; then as a failure, reported with the cause "hung"
 //     heartbeat says "restart" (other node)  -> stop the group; restarts left? re-rendezvous : exit 1
 //     heartbeat says "fail" (run failed)      -> stop the group, exit 1 with the daemon's reason
 //     keep_alive_max_attempt heartbeats fail  -> stop the group, exit 1 naming the endpoint (daemon gone)
 //     SIGINT/SIGTERM/SIGHUP/SIGQUIT          -> forward, grace period, SIGKILL, leave, exit 128+signal
 //     SIGUSR1/SIGUSR2                        -> forward only
+// Workers' progress beats (MESHRUN_PROGRESS) are read as they arrive and summarised in each heartbeat;
+// the daemon's reply names stragglers, which every agent prints once when they change.
 #pragma once
 
 #include <chrono>
@@ -22,11 +26,13 @@
 
 namespace meshrun::proto {
 struct Assignment;
+struct Straggler;
 }  // namespace meshrun::proto
 
 namespace meshrun::launcher {
 
 class NodeRendezvous;
+class ProgressMonitor;
 class SignalSet;
 class WorkerGroup;
 struct GroupSpec;
@@ -47,6 +53,7 @@ class Agent {
     enum class Kind {
       kSucceeded,
       kWorkerFailed,
+      kWorkerHung,      // a worker stopped making progress (or was stopped): handled as a failure
       kRemoteRestart,   // another node failed or left: the daemon opened a new round
       kScaleUp,         // a waiting node is admitted (free: not counted against --max-restarts)
       kRunFailed,       // the daemon declared the whole run failed
@@ -64,12 +71,18 @@ class Agent {
   };
 
   void make_log_root(const std::string& run_id);
-  GroupSpec group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv) const;
+  void make_progress_root();
+  GroupSpec group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv,
+                       const ProgressMonitor& progress) const;
   /// Supervises one attempt's workers until it ends.
-  AttemptResult supervise(WorkerGroup& group, NodeRendezvous& rdzv);
+  AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv);
   std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals);
   std::optional<AttemptResult> on_worker_exits(WorkerGroup& group);
-  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, NodeRendezvous& rdzv, HeartbeatSchedule& schedule);
+  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress);
+  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress, NodeRendezvous& rdzv,
+                                            HeartbeatSchedule& schedule);
+  /// Prints the daemon's stragglers when the set changed since the last heartbeat.
+  void report_stragglers(const std::vector<proto::Straggler>& stragglers);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
   std::optional<int> conclude(const AttemptResult& result, NodeRendezvous& rdzv);
 
@@ -80,6 +93,8 @@ class Agent {
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
+  std::string progress_root_;         // the workers' progress sockets (short path: a socket name is <108 bytes)
+  std::vector<int> straggler_ranks_;  // as last reported by the daemon
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.
   int restarts_used_ = 0;

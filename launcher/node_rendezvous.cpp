@@ -206,6 +206,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   req.local_world_size = options_.nproc_per_node;
   req.min_nodes = options_.min_nodes;
   req.max_nodes = options_.max_nodes;
+  req.straggler_threshold = options_.progress.straggler;
   if (options_.backend == RdzvBackend::kStatic || options_.node_rank_given) req.requested_rank = options_.node_rank;
   req.last_call_timeout_s = options_.rdzv_conf.last_call_timeout_s;
   req.join_timeout_s = options_.rdzv_conf.join_timeout_s;
@@ -232,7 +233,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   }
 }
 
-proto::HeartbeatReply NodeRendezvous::heartbeat() {
+proto::HeartbeatReply NodeRendezvous::heartbeat(const std::vector<proto::RankProgress>& progress) {
   const Duration bound = from_seconds(options_.rdzv_conf.keep_alive_interval_s);
   try {
     if (!beat_client_) {
@@ -241,7 +242,7 @@ proto::HeartbeatReply NodeRendezvous::heartbeat() {
       co.op_timeout = bound;
       beat_client_.emplace(proto::StoreClient::connect(endpoint_, co));
     }
-    return beat_client_->heartbeat(run_id_, node_id_);
+    return beat_client_->heartbeat(run_id_, node_id_, progress);
   } catch (const RemoteError&) {
     throw;  // the daemon answered; the connection is fine
   } catch (const Error&) {
@@ -250,7 +251,9 @@ proto::HeartbeatReply NodeRendezvous::heartbeat() {
   }
 }
 
-void NodeRendezvous::report_failure(const std::string& reason) { client_->report_failure(run_id_, node_id_, reason); }
+void NodeRendezvous::report_failure(const std::string& reason, proto::RestartCause cause) {
+  client_->report_failure(run_id_, node_id_, reason, cause);
+}
 
 void NodeRendezvous::leave(const std::string& reason, bool ok) {
   if (!client_ || node_id_.empty()) return;

@@ -41,8 +41,9 @@ class NodeRendezvous {
   /// One keep-alive, bounded by keep_alive_interval; "restart" in the reply means the round was invalidated,
   /// "fail" that the run failed. Throws NetworkError/TimeoutError when the daemon does not answer in time
   /// (the next call reconnects).
-  proto::HeartbeatReply heartbeat();
-  void report_failure(const std::string& reason);
+  /// One heartbeat carrying this node's ranks' progress (empty when the workers send no beats).
+  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress = {});
+  void report_failure(const std::string& reason, proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
   void leave(const std::string& reason, bool ok);
   /// Hosting agent only: blocks until every other node left (the daemon serves their workers' store),
   /// or a terminating signal arrives.

@@ -20,14 +20,15 @@ AwaitReply RendezvousClient::await(const std::string& run_id, const std::string&
 }
 
 HeartbeatReply RendezvousClient::heartbeat(const std::string& run_id, const std::string& node_id,
-                                           std::optional<Duration> timeout) {
-  return client_.meshrun({{"op", "heartbeat"}, {"run_id", run_id}, {"node_id", node_id}}, timeout)
-      .get<HeartbeatReply>();
+                                           const std::vector<RankProgress>& progress, std::optional<Duration> timeout) {
+  nlohmann::json j = {{"op", "heartbeat"}, {"run_id", run_id}, {"node_id", node_id}};
+  if (!progress.empty()) j["progress"] = progress;
+  return client_.meshrun(j, timeout).get<HeartbeatReply>();
 }
 
-void RendezvousClient::report_failure(const std::string& run_id, const std::string& node_id,
-                                      const std::string& reason) {
-  client_.meshrun({{"op", "fail"}, {"run_id", run_id}, {"node_id", node_id}, {"reason", reason}});
+void RendezvousClient::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
+                                      RestartCause cause) {
+  client_.meshrun({{"op", "fail"}, {"run_id", run_id}, {"node_id", node_id}, {"reason", reason}, {"cause", cause}});
 }
 
 void RendezvousClient::leave(const std::string& run_id, const std::string& node_id, const std::string& reason,

@@ -34,10 +34,12 @@ struct WireNames<HeartbeatAction> {
 template <>
 struct WireNames<RestartCause> {
   static constexpr std::string_view kField = "restart cause";
-  static constexpr std::array kNames = {
-      std::pair{RestartCause::kNone, ""sv}, std::pair{RestartCause::kNodeLost, "node_lost"sv},
-      std::pair{RestartCause::kWorkerFailed, "worker_failed"sv}, std::pair{RestartCause::kNodeLeft, "node_left"sv},
-      std::pair{RestartCause::kScaleUp, "scale_up"sv}};
+  static constexpr std::array kNames = {std::pair{RestartCause::kNone, ""sv},
+                                        std::pair{RestartCause::kNodeLost, "node_lost"sv},
+                                        std::pair{RestartCause::kWorkerFailed, "worker_failed"sv},
+                                        std::pair{RestartCause::kNodeLeft, "node_left"sv},
+                                        std::pair{RestartCause::kScaleUp, "scale_up"sv},
+                                        std::pair{RestartCause::kHung, "hung"sv}};
 };
 
 template <>

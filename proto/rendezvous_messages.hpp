@@ -4,8 +4,8 @@
 //   hello      {}                                  -> Hello
 //   join       JoinRequest                         -> {"node_id", "round"}     (returns at once)
 //   await      {run_id, node_id, timeout_s}        -> AwaitReply: waiting | assigned | failed
-//   heartbeat  {run_id, node_id}                   -> HeartbeatReply
-//   fail       {run_id, node_id, reason}           -> {}  (a worker failed: every node re-rendezvouses)
+//   heartbeat  {run_id, node_id, progress?}        -> HeartbeatReply   (progress: [RankProgress])
+//   fail       {run_id, node_id, reason, cause?}   -> {}  (a worker failed or hung: every node re-rendezvouses)
 //   leave      {run_id, node_id, reason, ok}       -> {}
 //   status     {run_id?}                           -> StatusReply
 //
@@ -50,6 +50,7 @@ enum class RestartCause {
   kWorkerFailed,  // "worker_failed": a node reported a worker failure
   kNodeLeft,      // "node_left": a node left unsuccessfully
   kScaleUp,       // "scale_up": a node is waiting and the round has room
+  kHung,          // "hung": a node's agent found a worker hung (silent past its progress budget, or stopped)
 };
 
 /// RunStatus::state.
@@ -96,6 +97,30 @@ struct JoinRequest {
   double join_timeout_s = 600;      // give up joining after this
   double keep_alive_timeout_s = 3;  // declared dead after this long without a heartbeat
   int64_t pid = 0;
+  double straggler_threshold = 1.3;  // a rank this many times slower than the run's median is named; 0: off
+};
+
+/// One rank's progress as its agent sees it from the worker's beats (docs/progress.md). Agents send their
+/// ranks' with each heartbeat (bounded: one entry per local rank); the daemon adds the straggler flag.
+struct RankProgress {
+  int rank = 0;
+  int64_t step = 0;
+  std::string phase;        // of the last beat ("train" when the beat named none)
+  double step_time_s = 0;   // median of the recent step intervals; 0 until known
+  double compute_s = 0;     // median of the recent compute_s the worker reported; 0 when it reports none
+  double since_beat_s = 0;  // age of the last beat when the agent sent this
+  double loss = 0;          // 0: not reported
+  double tokens_per_s = 0;  // 0: not reported
+  bool hung = false;        // the agent judged the rank hung
+  bool straggler = false;   // the daemon judged the rank slow (status and heartbeat replies only)
+};
+
+/// A rank the daemon names as slow: its time per step against the run's median.
+struct Straggler {
+  int rank = 0;
+  std::string host;
+  double seconds = 0;         // the rank's compute_s, or its step time when it reports no compute_s
+  double median_seconds = 0;  // the same measure's median over the run's ranks
 };
 
 struct NodeInfo {
@@ -108,6 +133,7 @@ struct NodeInfo {
   double since_heartbeat_s = 0;
   bool alive = true;
   int64_t pid = 0;
+  std::vector<RankProgress> ranks;  // status only: the progress its agent last sent (empty without beats)
 };
 
 /// What an agent learns when its round closes.
@@ -143,6 +169,7 @@ struct HeartbeatReply {
   std::string reason;  // why a restart is needed (the event that opened the current round)
   RestartCause cause = RestartCause::kNone;
   int waiting_nodes = 0;
+  std::vector<Straggler> stragglers;  // the run's slow ranks now (empty: none, or too few beats to tell)
 };
 
 struct RunStatus {
@@ -183,14 +210,17 @@ void from_json(const nlohmann::json& j, RunState& value);
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Hello, server, version, unix_time_ms, peer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr, local_world_size, min_nodes, max_nodes,
                                                 requested_rank, last_call_timeout_s, join_timeout_s,
-                                                keep_alive_timeout_s, pid)
+                                                keep_alive_timeout_s, pid, straggler_threshold)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankProgress, rank, step, phase, step_time_s, compute_s, since_beat_s,
+                                                loss, tokens_per_s, hung, straggler)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Straggler, rank, host, seconds, median_seconds)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
-                                                requested_rank, since_heartbeat_s, alive, pid)
+                                                requested_rank, since_heartbeat_s, alive, pid, ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
                                                 rank_offset, master_addr, master_port, nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
                                                 waited_s, join_timeout_s, assignment, reason)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 missing_ranks, duplicate_ranks, last_event, master_port, keys)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)

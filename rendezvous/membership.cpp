@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
 namespace {
@@ -356,7 +357,8 @@ void Membership::set_awaiting(const std::string& run_id, const std::string& node
   it->second.last_seen = clock_.now();
 }
 
-proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std::string& node_id) {
+proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std::string& node_id,
+                                            std::vector<proto::RankProgress> progress) {
   proto::HeartbeatReply reply;  // continue
   Run* run = find_run(run_id);
   if (run == nullptr) return fail(reply, "run '" + run_id + "' is not known to this daemon (did it restart?)");
@@ -367,8 +369,12 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   const bool in_closed_round = it != run->nodes.end() && run->closed && run->has_participant(node_id);
   if (in_closed_round) {
     it->second.last_seen = clock_.now();
+    it->second.progress = std::move(progress);
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
-    if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) return reply;
+    if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
+      reply.stragglers = stragglers(*run);
+      return reply;
+    }
     const Node& newcomer = run->nodes.at(run->waiting.front());
     invalidate(*run, RestartCause::kScaleUp,
                fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
@@ -385,14 +391,26 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   return reply;
 }
 
-void Membership::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason) {
+void Membership::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
+                                RestartCause cause) {
   Run* run = find_run(run_id);
   if (run == nullptr || !run->closed) return;
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end()) return;
   if (!run->has_participant(node_id)) return;  // already restarting
-  invalidate(*run, RestartCause::kWorkerFailed,
-             fmt::format("worker failure on node {} ({}): {}", it->second.group_rank, it->second.request.host, reason));
+  const char* what = cause == RestartCause::kHung ? "hung worker" : "worker failure";
+  invalidate(*run, cause == RestartCause::kHung ? RestartCause::kHung : RestartCause::kWorkerFailed,
+             fmt::format("{} on node {} ({}): {}", what, it->second.group_rank, it->second.request.host, reason));
+}
+
+std::vector<proto::Straggler> Membership::stragglers(const Run& run) const {
+  if (!run.closed || run.participants.empty()) return {};
+  std::vector<HostedRank> ranks;
+  for (const auto& id : run.participants) {
+    const Node& node = run.nodes.at(id);
+    for (const auto& p : node.progress) ranks.push_back(HostedRank{node.request.host, p});
+  }
+  return find_stragglers(ranks, run.nodes.at(run.participants.front()).request.straggler_threshold);
 }
 
 void Membership::leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok) {
@@ -508,7 +526,16 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
                                        : proto::RunState::kOpen;
     s.min_nodes = run.min_nodes;
     s.max_nodes = run.max_nodes;
-    for (const auto& node_id : run.participants) s.nodes.push_back(info(run.nodes.at(node_id)));
+    const auto slow = stragglers(run);
+    for (const auto& node_id : run.participants) {
+      const Node& node = run.nodes.at(node_id);
+      proto::NodeInfo n = info(node);
+      n.ranks = node.progress;
+      for (auto& r : n.ranks) {
+        r.straggler = std::any_of(slow.begin(), slow.end(), [&](const auto& x) { return x.rank == r.rank; });
+      }
+      s.nodes.push_back(std::move(n));
+    }
     for (const auto& node_id : run.waiting) s.waiting.push_back(info(run.nodes.at(node_id)));
     s.missing_ranks = missing_ranks(run);
     s.duplicate_ranks = run.duplicate_ranks;

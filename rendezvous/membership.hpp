@@ -36,8 +36,12 @@ class Membership {
   bool settled(const std::string& run_id, const std::string& node_id) const;
   /// Marks a node as blocked in an await (it is alive while it waits).
   void set_awaiting(const std::string& run_id, const std::string& node_id, bool awaiting);
-  proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id);
-  void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason);
+  /// `progress`: the node's ranks as its agent sees them (kept for status and straggler detection).
+  proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
+                                  std::vector<proto::RankProgress> progress = {});
+  /// `cause` is kWorkerFailed or kHung.
+  void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
+                      proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
   void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
   /// Applies deadlines (last call, keep-alive expiry, join timeouts). Returns true if anything changed.
   bool tick();
@@ -62,7 +66,8 @@ class Membership {
     bool awaiting = false;
     bool finished = false;  // left successfully: no more heartbeats expected
     int group_rank = -1;
-    std::string error;  // set when this node's join failed (timeout, conflict)
+    std::string error;                          // set when this node's join failed (timeout, conflict)
+    std::vector<proto::RankProgress> progress;  // from its last heartbeat, this round
   };
   /// A node of the invalidated round that has not re-joined yet. Keyed by "host/pid": its node id
   /// changes when it re-joins, its host and pid do not.
@@ -112,6 +117,8 @@ class Membership {
   /// Drops silent joiners, fails those past their join timeout, closes the round when it may.
   bool tick_open_round(Run& run);
   std::string join_timeout_error(const Run& run, const Node& node) const;
+  /// The round's slow ranks, from the progress its participants sent (straggler.hpp).
+  std::vector<proto::Straggler> stragglers(const Run& run) const;
   void remove_node(Run& run, const std::string& node_id);
   proto::NodeInfo info(const Node& node) const;
   proto::Assignment assignment(const Run& run, const Node& node) const;

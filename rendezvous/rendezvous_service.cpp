@@ -22,6 +22,9 @@ constexpr auto kTickInterval = std::chrono::milliseconds(50);
 constexpr double kMaxAwaitSeconds = 30.0;
 // An await that names no timeout (older clients) waits this long.
 constexpr double kDefaultAwaitSeconds = 5.0;
+// One progress entry per local rank: a node has at most this many ranks worth reporting (bounds the
+// memory a heartbeat can make the daemon keep).
+constexpr size_t kMaxProgressEntries = 1024;
 
 int64_t unix_time_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -55,11 +58,18 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
   if (op == "join") return join(request.get<proto::JoinRequest>());
   if (op == "await") return await(session, request);
   if (op == "heartbeat") {
-    return membership_.heartbeat(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>());
+    auto progress = request.value("progress", std::vector<proto::RankProgress>{});
+    if (progress.size() > kMaxProgressEntries) {
+      return json{{"error", "heartbeat carries " + std::to_string(progress.size()) + " progress entries; at most " +
+                                std::to_string(kMaxProgressEntries) + " (one per local rank)"}};
+    }
+    return membership_.heartbeat(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
+                                 std::move(progress));
   }
   if (op == "fail") {
     membership_.report_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
-                               request.value("reason", std::string("unknown")));
+                               request.value("reason", std::string("unknown")),
+                               request.value("cause", proto::RestartCause::kWorkerFailed));
     return json::object();
   }
   if (op == "leave") return leave(request);

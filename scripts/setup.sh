@@ -10,6 +10,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TORCH_VERSION="2.15.0"
 NUMPY_SPEC="numpy<3"
+PY_SPY_VERSION="0.4.3"
 BUILD_DIR="$ROOT/build"
 JOBS="${MESHRUN_JOBS:-$(nproc)}"
 DO_BUILD=1
@@ -30,7 +31,8 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
           libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
           clang clang-format clang-tidy libclang-rt-14-dev python3 python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
-          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev)
+          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev
+          elfutils gdb)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,6 +54,11 @@ if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__vers
   log "installing torch==$TORCH_VERSION into .venv (first time: a few minutes)"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" "$NUMPY_SPEC"
+fi
+# py-spy: the stack of a hung Python worker (launcher/progress/stack_dump.cpp; the hang tests read it).
+if [ ! -x "$VENV/bin/py-spy" ]; then
+  log "installing py-spy into .venv"
+  "$VENV/bin/pip" install -q "py-spy==$PY_SPY_VERSION"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 

@@ -112,6 +112,20 @@ double require_positive(double v, const std::string& what) {
   return v;
 }
 
+// --hang-timeout auto|off|SECONDS.
+void parse_hang_timeout(const std::string& text, HangPolicy& policy) {
+  if (text == "auto") {
+    policy.mode = HangPolicy::Mode::kAuto;
+  } else if (text == "off") {
+    policy.mode = HangPolicy::Mode::kOff;
+  } else if (const auto s = to_double(text); s && *s > 0) {
+    policy.mode = HangPolicy::Mode::kFixed;
+    policy.fixed_s = *s;
+  } else {
+    throw UsageError("--hang-timeout '" + text + "': expected auto, off, or seconds greater than 0");
+  }
+}
+
 std::string help_footer() {
   return "\nENTRYPOINT: a .py file or -m MODULE runs under `python -u` from PATH (or $PYTHON_EXEC); anything\n"
          "else is executed directly. Everything after ENTRYPOINT goes to the workers untouched.\n"
@@ -390,6 +404,21 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   app.add_option(
       both_spellings("--shutdown-timeout"), shutdown_timeout,
       "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  std::string hang_timeout = "auto";
+  app.add_option("--hang-timeout", hang_timeout,
+                 "Silence after a progress beat that counts as a hang: auto (floor + 2x the median step time, "
+                 "after 3 steps), off, or SECONDS (docs/progress.md)")
+      ->default_str("auto");
+  app.add_option("--hang-floor", o.progress.floor_s,
+                 "Seconds added to the automatic hang budget; also how long a stopped (state T) worker may stay "
+                 "stopped")
+      ->default_str("60");
+  app.add_option("--hang-phase-timeout", o.progress.phase_s,
+                 "The least hang budget while a rank is in a phase other than train (eval, checkpoint...)")
+      ->default_str("1800");
+  app.add_option("--straggler-threshold", o.progress.straggler,
+                 "Name ranks this many times slower per step than the run's median (0: off)")
+      ->default_str("1.3");
   app.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
                "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
   app.add_option(both_spellings("--print-completion"), print_completion, "Not supported by meshrun");
@@ -490,6 +519,13 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
     o.shutdown_timeout_s = *parsed;
   }
   if (o.shutdown_timeout_s < 0) throw UsageError("--shutdown-timeout must not be negative");
+  parse_hang_timeout(hang_timeout, o.progress);
+  require_positive(o.progress.floor_s, "--hang-floor");
+  require_positive(o.progress.phase_s, "--hang-phase-timeout");
+  if (o.progress.straggler != 0 && o.progress.straggler <= 1) {
+    throw UsageError("--straggler-threshold " + std::to_string(o.progress.straggler) +
+                     ": expected a factor above 1 (1.3 names ranks 30% slower than the median), or 0 for off");
+  }
 
   o.nnodes_given = nnodes_opt->count() > 0;
   o.nproc_given = nproc_opt->count() > 0;

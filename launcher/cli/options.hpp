@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
+#include "launcher/progress/hang_policy.hpp"
 
 namespace meshrun::launcher {
 
@@ -75,6 +76,7 @@ struct LaunchOptions {
   std::string local_addr;                // the address other nodes reach this one at; empty = host name
   std::vector<int> signals_to_handle;    // forwarded to workers
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
+  HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
   bool virtual_local_rank = false;       // LOCAL_RANK=0 and one CUDA device per worker
   std::string log_level = "warn";        // the launcher's own log (spdlog)

@@ -58,12 +58,23 @@ std::vector<std::string> read_tail(const std::string& path, size_t lines) {
 
 std::string format_failure_summary(const FailureInfo& f) {
   std::ostringstream out;
-  out << "meshrun: worker failed (first failure, attempt " << f.attempt << ")\n"
+  const bool hung = !f.hang_reason.empty();
+  out << "meshrun: worker " << (hung ? "hung" : "failed") << " (first failure, attempt " << f.attempt << ")\n"
       << "  rank:       " << f.rank << " (local rank " << f.local_rank << ", role " << f.role << ")\n"
       << "  host:       " << f.host << "\n"
-      << "  pid:        " << f.pid << "\n"
-      << "  exit:       " << f.status.describe() << "\n"
-      << "  time:       " << iso_time(f.time) << "\n";
+      << "  pid:        " << f.pid << "\n";
+  if (hung) {
+    out << "  hang:       " << f.hang_reason << "\n"
+        << "  exit:       stopped by meshrun (" << f.status.describe() << ")\n";
+  } else {
+    out << "  exit:       " << f.status.describe() << "\n";
+  }
+  out << "  time:       " << iso_time(f.time) << "\n";
+  if (hung) {
+    out << "  stack" << (f.stack_tool.empty() ? "" : " (" + f.stack_tool + ")")
+        << (f.stack_file.empty() ? "" : ", also in " + f.stack_file) << ":\n"
+        << indent(f.stack, "    ");
+  }
   if (!f.error_file_contents.empty()) {
     out << "  error file: " << f.error_file << "\n" << indent(render_error_file(f.error_file_contents), "    ");
   } else if (!f.stderr_tail.empty()) {

@@ -25,6 +25,11 @@ struct FailureInfo {
   std::string error_file_contents;  // empty when the worker wrote none
   std::vector<std::string> stderr_tail;
   std::string stderr_log;  // path of the stderr log file, when there is one
+  // Set when the worker did not fail by itself but was found hung (launcher/progress) and stopped:
+  std::string hang_reason;  // "no progress beat for 12.3 s (budget 10.0 s) after step 42 (train)"
+  std::string stack_tool;   // the tool that read its stack ("py-spy", "eu-stack", "gdb"), or empty
+  std::string stack;        // the stack, or why there is none
+  std::string stack_file;   // where the stack was also written
 };
 
 /// Exit code with which a worker says "I got SIGUSR1/SIGTERM, wrote a checkpoint and stopped" (EX_TEMPFAIL;

@@ -10,7 +10,7 @@ namespace meshrun::launcher {
 namespace {
 
 // Keys the launcher owns; a stale value inherited from an outer launch must not leak through.
-constexpr std::array<std::string_view, 19> kOwnedKeys = {
+constexpr std::array<std::string_view, 20> kOwnedKeys = {
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, 19> kOwnedKeys = {
     "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE",
+    "MESHRUN_PROGRESS",
     "MESHRUN_RDZV_ENDPOINT",
     "MESHRUN_RUN_ID",
     "CUDA_VISIBLE_DEVICES",
@@ -100,6 +101,7 @@ std::vector<std::string> WorkerEnvironment::for_worker(const WorkerSlot& slot) c
     env.push_back(entry("LOCAL_RANK", std::to_string(slot.local_rank)));
   }
   if (!slot.error_file.empty()) env.push_back(entry("TORCHELASTIC_ERROR_FILE", slot.error_file));
+  if (!slot.progress_socket.empty()) env.push_back(entry("MESHRUN_PROGRESS", slot.progress_socket));
   return env;
 }
 

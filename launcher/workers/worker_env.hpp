@@ -27,7 +27,8 @@ struct AttemptSettings {
 /// Per-worker values.
 struct WorkerSlot {
   int local_rank = 0;
-  std::string error_file;  // TORCHELASTIC_ERROR_FILE; empty leaves it unset
+  std::string error_file;       // TORCHELASTIC_ERROR_FILE; empty leaves it unset
+  std::string progress_socket;  // MESHRUN_PROGRESS (docs/progress.md); empty leaves it unset
 };
 
 class WorkerEnvironment {

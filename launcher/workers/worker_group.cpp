@@ -72,7 +72,11 @@ WorkerGroup::WorkerGroup(const GroupSpec& spec)
 
       SpawnSpec s{.executable = spec.command.executable,
                   .argv = spec.command.argv,
-                  .env = env.for_worker({.local_rank = lr, .error_file = w.error_file}),
+                  .env = env.for_worker({.local_rank = lr,
+                                         .error_file = w.error_file,
+                                         .progress_socket = static_cast<size_t>(lr) < spec.progress_sockets.size()
+                                                                ? spec.progress_sockets[static_cast<size_t>(lr)]
+                                                                : ""}),
                   .stdin_fd = stdin_fd,
                   .stdout_fd = 1,
                   .stderr_fd = 2,
@@ -126,9 +130,10 @@ void WorkerGroup::observe_exits() {
   }
 }
 
-std::vector<int> WorkerGroup::wait(SignalSet& signals, std::chrono::milliseconds timeout) {
+std::vector<int> WorkerGroup::wait(SignalSet& signals, std::chrono::milliseconds timeout,
+                                   const std::vector<int>& wake_fds) {
   std::vector<pollfd> fds;
-  fds.reserve(workers_.size() * 2 + 1);
+  fds.reserve(workers_.size() * 2 + 1 + wake_fds.size());
   fds.push_back({signals.fd(), POLLIN, 0});
   std::vector<OutputPump*> pumps;
   for (auto& w : workers_) {
@@ -139,10 +144,12 @@ std::vector<int> WorkerGroup::wait(SignalSet& signals, std::chrono::milliseconds
       }
     }
   }
+  const size_t pump_end = fds.size();
+  for (int fd : wake_fds) fds.push_back({fd, POLLIN, 0});
   const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
   std::vector<int> received;
   if (ready > 0) {
-    for (size_t i = 1; i < fds.size(); ++i) {
+    for (size_t i = 1; i < pump_end; ++i) {
       if (fds[i].revents != 0) pumps[i - 1]->on_readable();
     }
     if (fds[0].revents != 0) {
@@ -153,6 +160,12 @@ std::vector<int> WorkerGroup::wait(SignalSet& signals, std::chrono::milliseconds
   }
   observe_exits();
   return received;
+}
+
+std::vector<pid_t> WorkerGroup::running_pids() const {
+  std::vector<pid_t> out;
+  for (const auto& w : workers_) out.push_back(w.process && w.process->running() ? w.process->pid() : 0);
+  return out;
 }
 
 bool WorkerGroup::all_exited() const {

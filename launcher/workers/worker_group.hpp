@@ -42,6 +42,7 @@ struct GroupSpec {
   std::string prefix_template;  // empty: "[rank${rank}]:"
   std::string hostname;
   sigset_t child_sigmask{};
+  std::vector<std::string> progress_sockets;  // MESHRUN_PROGRESS per local rank (ProgressMonitor::socket_paths)
 };
 
 struct Worker {
@@ -65,9 +66,12 @@ class WorkerGroup {
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  /// Polls `signals` and the workers' pipes for up to `timeout`, pumps output and observes exits.
-  /// Returns the signals received (SIGCHLD filtered out).
-  std::vector<int> wait(SignalSet& signals, std::chrono::milliseconds timeout);
+  /// Polls `signals`, the workers' pipes and `wake_fds` (returning early when one is readable; the caller
+  /// reads it) for up to `timeout`, pumps output and observes exits. Returns the signals received
+  /// (SIGCHLD filtered out).
+  std::vector<int> wait(SignalSet& signals, std::chrono::milliseconds timeout, const std::vector<int>& wake_fds = {});
+  /// The running workers' pids by local rank (0 once a worker exited).
+  std::vector<pid_t> running_pids() const;
   /// Index of the first worker observed failing, if any.
   std::optional<size_t> first_failure() const { return first_failure_; }
   bool all_exited() const;

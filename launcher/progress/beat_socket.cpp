@@ -1,0 +1,46 @@
+#include "launcher/progress/beat_socket.hpp"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "launcher/progress/beat.hpp"
+
+namespace meshrun::launcher {
+
+BeatSocket::BeatSocket(std::string path) : path_(std::move(path)) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path_.size() >= sizeof(addr.sun_path)) {
+    throw Error("progress socket path '" + path_ + "' is longer than the " + std::to_string(sizeof(addr.sun_path) - 1) +
+                " bytes a Unix socket allows (set TMPDIR to a shorter folder)");
+  }
+  std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+  fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd_.valid()) throw Error(std::string("cannot create a progress socket: ") + std::strerror(errno));
+  ::unlink(path_.c_str());
+  if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    throw Error("cannot bind the progress socket " + path_ + ": " + std::strerror(errno));
+  }
+}
+
+BeatSocket::~BeatSocket() {
+  if (fd_.valid()) ::unlink(path_.c_str());
+}
+
+std::vector<std::string> BeatSocket::drain() {
+  std::vector<std::string> out;
+  char buf[kMaxBeatBytes + 1];
+  for (;;) {
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+    if (n < 0) break;  // EAGAIN: nothing left (other errors: nothing to read either)
+    out.emplace_back(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,37 @@
+// HangPolicy: how long a rank that has beaten before may stay silent before it counts as hung
+// (--hang-timeout, --hang-floor, --hang-phase-timeout; docs/progress.md).
+//
+//   auto (default)  armed after kWarmupSteps step intervals: floor + 2 x the median recent step time, so a
+//                   long first step or compilation never counts; a slow but moving rank keeps beating
+//   SECONDS         armed from the first beat: exactly that long
+//   off             never
+// Outside the "train" phase (eval, checkpoint, any other word) the budget is at least the phase timeout.
+// A rank that never beats is never judged by silence: scripts without beats keep today's behaviour. A
+// worker stopped by a signal (state T) for longer than the floor is hung whether it beats or not.
+#pragma once
+
+#include <optional>
+
+namespace meshrun::launcher {
+
+class RankTracker;
+
+struct HangPolicy {
+  enum class Mode { kAuto, kOff, kFixed };
+  /// Step intervals seen before the automatic budget is armed.
+  static constexpr int kWarmupSteps = 3;
+
+  Mode mode = Mode::kAuto;
+  double fixed_s = 0;      // kFixed: the budget
+  double floor_s = 60;     // kAuto: added to 2 x the median step time; also the stopped-worker budget
+  double phase_s = 1800;   // the least budget outside the "train" phase
+  double straggler = 1.3;  // sent to the daemon: a rank this many times slower than the median is named
+
+  /// The silence allowed after the rank's last beat; nullopt while it is not judged (off, no beats yet,
+  /// or still warming up in auto mode).
+  std::optional<double> budget_s(const RankTracker& rank) const;
+  /// How long a stopped worker (state T) may stay stopped; nullopt when off.
+  std::optional<double> stopped_budget_s() const;
+};
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,140 @@
+#include "launcher/progress/progress_monitor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fmt/format.h>
+#include <fstream>
+
+#include "common/error.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T'...), or '\0' when unreadable (the worker exited).
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const auto paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '\0' : stat[paren + 2];
+}
+
+}  // namespace
+
+ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy)
+    : policy_(policy), stopped_since_(ranks.size()) {
+  sockets_.reserve(ranks.size());
+  trackers_.reserve(ranks.size());
+  for (size_t lr = 0; lr < ranks.size(); ++lr) {
+    sockets_.emplace_back(dir + "/" + std::to_string(lr) + ".sock");
+    trackers_.emplace_back(ranks[lr]);
+  }
+}
+
+std::vector<std::string> ProgressMonitor::socket_paths() const {
+  std::vector<std::string> out;
+  for (const auto& s : sockets_) out.push_back(s.path());
+  return out;
+}
+
+std::vector<int> ProgressMonitor::fds() const {
+  std::vector<int> out;
+  for (const auto& s : sockets_) out.push_back(s.fd());
+  return out;
+}
+
+void ProgressMonitor::drain(Clock::time_point now) {
+  for (size_t lr = 0; lr < sockets_.size(); ++lr) {
+    for (const auto& datagram : sockets_[lr].drain()) {
+      try {
+        trackers_[lr].on_beat(parse_beat(datagram), now);
+      } catch (const ProtocolError& e) {
+        if (warned_bad_beat_.insert(lr).second) {
+          spdlog::warn("rank {}: ignoring a malformed {} message (reported once): {}", trackers_[lr].rank(),
+                       kProgressEnv, e.what());
+        }
+      }
+    }
+  }
+}
+
+std::optional<std::string> ProgressMonitor::silence_verdict(size_t lr, Clock::time_point now) const {
+  const RankTracker& t = trackers_[lr];
+  const auto budget = policy_.budget_s(t);
+  if (!budget) return std::nullopt;
+  const double silent = seconds(now - t.last_at());
+  if (silent <= *budget) return std::nullopt;
+  return fmt::format("no progress beat for {:.1f} s (budget {:.1f} s) after step {} ({})", silent, *budget,
+                     t.last().step, t.last().phase);
+}
+
+std::optional<std::string> ProgressMonitor::stopped_verdict(size_t lr, pid_t pid, Clock::time_point now) {
+  const auto budget = policy_.stopped_budget_s();
+  if (!budget || pid <= 0 || process_state(pid) != 'T') {
+    stopped_since_[lr].reset();
+    return std::nullopt;
+  }
+  if (!stopped_since_[lr]) stopped_since_[lr] = now;
+  const double stopped = seconds(now - *stopped_since_[lr]);
+  if (stopped <= *budget) return std::nullopt;
+  std::string where;
+  if (trackers_[lr].has_beaten()) {
+    where = fmt::format(" after step {} ({})", trackers_[lr].last().step, trackers_[lr].last().phase);
+  }
+  return fmt::format("stopped by a signal (state T) for {:.1f} s (budget {:.1f} s){}", stopped, *budget, where);
+}
+
+// The culprit, not the first rank to notice: when one rank stops or blocks, the others go silent too,
+// waiting for it in a collective. So a stopped worker is named first (it explains everyone's silence),
+// then among the silent ranks the one whose last step is lowest (the others got further), then the one
+// silent longest.
+std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& pids, Clock::time_point now) {
+  if (hung_) return std::nullopt;
+  std::optional<size_t> silent_culprit;
+  std::optional<std::string> silent_reason;
+  bool anyone_silent = false;
+  for (size_t lr = 0; lr < trackers_.size(); ++lr) {
+    const pid_t pid = lr < pids.size() ? pids[lr] : 0;
+    if (pid <= 0) continue;
+    if (auto stopped = stopped_verdict(lr, pid, now)) {
+      hung_ = lr;
+      return HangReport{lr, trackers_[lr].rank(), *stopped};
+    }
+    auto reason = silence_verdict(lr, now);
+    if (!reason) continue;
+    anyone_silent = true;
+    const auto earlier = [&](size_t a, size_t b) {
+      const auto& x = trackers_[a];
+      const auto& y = trackers_[b];
+      return x.last().step != y.last().step ? x.last().step < y.last().step : x.last_at() < y.last_at();
+    };
+    if (!silent_culprit || earlier(lr, *silent_culprit)) {
+      silent_culprit = lr;
+      silent_reason = reason;
+    }
+  }
+  if (!anyone_silent) return std::nullopt;
+  // A worker that is stopped right now, even for less than its own budget, is the better culprit.
+  for (size_t lr = 0; lr < trackers_.size(); ++lr) {
+    if (lr < pids.size() && pids[lr] > 0 && stopped_since_[lr]) {
+      hung_ = lr;
+      return HangReport{lr, trackers_[lr].rank(),
+                        fmt::format("stopped by a signal (state T) while the other ranks wait (rank {}: {})",
+                                    trackers_[*silent_culprit].rank(), *silent_reason)};
+    }
+  }
+  hung_ = silent_culprit;
+  return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason};
+}
+
+std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point now) const {
+  std::vector<proto::RankProgress> out;
+  for (size_t lr = 0; lr < trackers_.size(); ++lr) {
+    if (trackers_[lr].has_beaten()) out.push_back(trackers_[lr].summary(now, hung_ == lr));
+  }
+  return out;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,64 @@
+// ProgressMonitor: one attempt's progress channels on this node. It owns a BeatSocket and a RankTracker
+// per local rank, reads the beats, judges hangs (HangPolicy; stopped workers too) and summarises the
+// ranks for the daemon.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/progress/beat_socket.hpp"
+#include "launcher/progress/hang_policy.hpp"
+#include "launcher/progress/rank_tracker.hpp"
+#include "proto/rendezvous_messages.hpp"
+
+namespace meshrun::launcher {
+
+/// The environment variable naming a worker's progress socket.
+inline constexpr const char* kProgressEnv = "MESHRUN_PROGRESS";
+
+/// A rank judged hung, and why ("no progress beat for 12.3 s (budget 10.0 s) after step 42 (train)").
+struct HangReport {
+  size_t local_rank = 0;
+  int rank = 0;
+  std::string reason;
+};
+
+class ProgressMonitor {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Binds one socket per rank in `dir` (<dir>/<local rank>.sock); `ranks` are the global ranks of local
+  /// ranks 0..n-1. Throws Error when a socket cannot be made.
+  ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy);
+
+  /// The socket path of each local rank (the workers' MESHRUN_PROGRESS).
+  std::vector<std::string> socket_paths() const;
+  /// The sockets' descriptors, to poll alongside the workers' pipes.
+  std::vector<int> fds() const;
+  /// Reads every waiting beat. A malformed one is reported once per rank (it never stops the job).
+  void drain(Clock::time_point now);
+  /// The first rank that is hung now, if any. `pids` are the running workers' pids by local rank (0:
+  /// exited), read for the stopped state (T) in /proc.
+  std::optional<HangReport> find_hang(const std::vector<pid_t>& pids, Clock::time_point now);
+  /// One entry per rank that has beaten (none when no worker sends beats).
+  std::vector<proto::RankProgress> summaries(Clock::time_point now) const;
+  const RankTracker& tracker(size_t local_rank) const { return trackers_[local_rank]; }
+
+ private:
+  std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
+  std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
+
+  HangPolicy policy_;
+  std::vector<BeatSocket> sockets_;
+  std::vector<RankTracker> trackers_;
+  std::vector<std::optional<Clock::time_point>> stopped_since_;
+  std::set<size_t> warned_bad_beat_;
+  std::optional<size_t> hung_;  // reported once; the caller stops the attempt
+};
+
+}  // namespace meshrun::launcher
