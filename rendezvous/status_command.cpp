@@ -18,6 +18,24 @@ void print_nodes(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
   }
 }
 
+// Per-rank progress (from the workers' beats, docs/progress.md); nothing when no rank beats.
+void print_ranks(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
+  bool header = false;
+  for (const auto& n : nodes) {
+    for (const auto& r : n.ranks) {
+      if (!header) {
+        out << fmt::format("    {:<6} {:<24} {:>8} {:<10} {:>9} {:>9} {:>9} {:>10}  {}\n", "rank", "host", "step",
+                           "phase", "step s", "compute s", "beat age", "loss", "flags");
+        header = true;
+      }
+      std::string flags = r.hung ? "HUNG" : "";
+      if (r.straggler) flags += flags.empty() ? "STRAGGLER" : ",STRAGGLER";
+      out << fmt::format("    {:<6} {:<24} {:>8} {:<10} {:>9.3f} {:>9.3f} {:>8.1f}s {:>10.4f}  {}\n", r.rank, n.host,
+                         r.step, r.phase, r.step_time_s, r.compute_s, r.since_beat_s, r.loss, flags);
+    }
+  }
+}
+
 }  // namespace
 
 void print_status_table(const proto::StatusReply& s, std::ostream& out) {
@@ -31,6 +49,7 @@ void print_status_table(const proto::StatusReply& s, std::ostream& out) {
     out << fmt::format("run '{}': round {}, {}, nodes {}:{}, store port {}, {} key(s)\n", run.run_id, run.round,
                        proto::to_string(run.state), run.min_nodes, run.max_nodes, run.master_port, run.keys);
     print_nodes(run.nodes, out);
+    print_ranks(run.nodes, out);
     if (!run.waiting.empty()) {
       out << "  waiting for the next round:\n";
       print_nodes(run.waiting, out);

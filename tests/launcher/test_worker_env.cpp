@@ -37,8 +37,11 @@ AttemptSettings two_nodes_second() {
 }  // namespace
 
 TEST_CASE("the torchrun environment contract for each rank layout", "[worker_env]") {
-  const WorkerEnvironment env({"PATH=/bin", "RANK=99", "MASTER_PORT=1"}, two_nodes_second());
-  const auto m = as_map(env.for_worker({.local_rank = 2, .error_file = "/tmp/e.json"}));
+  const WorkerEnvironment env({"PATH=/bin", "RANK=99", "MASTER_PORT=1", "MESHRUN_PROGRESS=/stale/outer.sock"},
+                              two_nodes_second());
+  const auto m =
+      as_map(env.for_worker({.local_rank = 2, .error_file = "/tmp/e.json", .progress_socket = "/tmp/p/2.sock"}));
+  CHECK(m.at("MESHRUN_PROGRESS") == "/tmp/p/2.sock");  // ours, not the outer launch's
   CHECK(m.at("PATH") == "/bin");
   CHECK(m.at("RANK") == "6");
   CHECK(m.at("LOCAL_RANK") == "2");
@@ -70,8 +73,8 @@ TEST_CASE("OMP_NUM_THREADS is left alone when set or when one worker runs", "[wo
 TEST_CASE("flag --virtual-local-rank gives each worker one device at index 0", "[worker_env]") {
   auto s = two_nodes_second();
   s.virtual_local_rank = true;
-  const auto m =
-      as_map(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, s).for_worker({.local_rank = 2, .error_file = ""}));
+  const auto m = as_map(WorkerEnvironment({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, s)
+                            .for_worker({.local_rank = 2, .error_file = "", .progress_socket = ""}));
   CHECK(m.at("LOCAL_RANK") == "0");
   CHECK(m.at("CUDA_VISIBLE_DEVICES") == "6");
 }
