@@ -41,8 +41,9 @@ TEST_CASE("a heartbeat reply serialises to the same JSON as with string fields",
   beat.reason = "b left";
   beat.cause = RestartCause::kNodeLeft;
   CHECK(json(beat).dump() ==
-        R"({"action":"restart","cause":"node_left","reason":"b left","round":2,"waiting_nodes":0})");
-  CHECK(json(HeartbeatReply{}).dump() == R"({"action":"continue","cause":"","reason":"","round":0,"waiting_nodes":0})");
+        R"({"action":"restart","cause":"node_left","reason":"b left","round":2,"stragglers":[],"waiting_nodes":0})");
+  CHECK(json(HeartbeatReply{}).dump() ==
+        R"({"action":"continue","cause":"","reason":"","round":0,"stragglers":[],"waiting_nodes":0})");
   const auto back = json::parse(json(beat).dump()).get<HeartbeatReply>();
   CHECK(back.action == HeartbeatAction::kRestart);
   CHECK(back.cause == RestartCause::kNodeLeft);

@@ -25,7 +25,7 @@ TEST_CASE("stragglers: compute_s names the slow rank even when lockstep makes st
   CHECK(found[0].median_seconds == Approx(0.1));
 }
 
-TEST_CASE("stragglers: step time counts when no compute_s; two ranks compare against the faster", "[straggler]") {
+TEST_CASE("stragglers: step time counts when no compute_s, and two ranks compare against the faster", "[straggler]") {
   const auto found = find_stragglers({rank(0, 0.10), rank(1, 0.15)}, 1.3);
   REQUIRE(found.size() == 1);
   CHECK(found[0].rank == 1);
