@@ -199,10 +199,7 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
   const StackDump stack = dump_stack(worker.process->pid(), command_.executable);
   const std::string stack_file = worker.dir + "/stack.txt";
   std::ofstream(stack_file) << stack.text;
-  // A stopped worker holds a SIGTERM pending until it runs again: continue it so it can exit in the grace.
-  group.signal_all(SIGTERM);
-  group.signal_all(SIGCONT);
-  group.stop(signals_, grace_, 0);
+  group.stop(signals_, grace_);
   FailureInfo info = group.failure_info(hang->local_rank);
   info.hang_reason = hang->reason;
   info.stack_tool = stack.tool;

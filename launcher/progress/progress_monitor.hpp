@@ -47,7 +47,6 @@ class ProgressMonitor {
   std::optional<HangReport> find_hang(const std::vector<pid_t>& pids, Clock::time_point now);
   /// One entry per rank that has beaten (none when no worker sends beats).
   std::vector<proto::RankProgress> summaries(Clock::time_point now) const;
-  const RankTracker& tracker(size_t local_rank) const { return trackers_[local_rank]; }
 
  private:
   std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;

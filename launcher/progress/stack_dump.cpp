@@ -12,6 +12,7 @@
 
 #include "common/strings.hpp"
 #include "common/unique_fd.hpp"
+#include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_process.hpp"
 
 namespace meshrun::launcher {
@@ -21,17 +22,6 @@ namespace fs = std::filesystem;
 
 // Output beyond this is cut: a summary needs the top frames, not megabytes.
 constexpr size_t kMaxStackBytes = 64 * 1024;
-
-bool executable_file(const fs::path& p) { return ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
-
-std::optional<std::string> find_tool(const std::string& name, const std::string& first_dir) {
-  if (!first_dir.empty() && executable_file(fs::path(first_dir) / name)) return (fs::path(first_dir) / name).string();
-  const char* path = std::getenv("PATH");
-  for (const auto& dir : split(path ? path : "/usr/bin:/bin", ':')) {
-    if (!dir.empty() && executable_file(fs::path(dir) / name)) return (fs::path(dir) / name).string();
-  }
-  return std::nullopt;
-}
 
 // Runs argv with stdout and stderr captured; nullopt when it failed, timed out or printed nothing.
 std::optional<std::string> run_tool(const std::vector<std::string>& argv, std::chrono::seconds limit) {
@@ -78,8 +68,10 @@ std::optional<std::string> run_tool(const std::vector<std::string>& argv, std::c
 
 StackDump dump_stack(pid_t pid, const std::string& executable, std::chrono::seconds limit) {
   const std::string p = std::to_string(pid);
-  const std::string exe_dir =
-      executable.find('/') == std::string::npos ? "" : fs::path(executable).parent_path().string();
+  // The worker's own folder first (py-spy installed in the venv whose python runs the worker), then PATH.
+  const char* path = std::getenv("PATH");
+  std::string search = path ? path : "/usr/bin:/bin";
+  if (executable.find('/') != std::string::npos) search = fs::path(executable).parent_path().string() + ":" + search;
   struct Candidate {
     const char* name;
     std::vector<std::string> args;  // after the tool's path
@@ -91,7 +83,7 @@ StackDump dump_stack(pid_t pid, const std::string& executable, std::chrono::seco
   };
   std::string tried;
   for (const auto& c : candidates) {
-    const auto tool = find_tool(c.name, exe_dir);
+    const auto tool = find_executable(c.name, search);
     if (!tool) continue;
     std::vector<std::string> argv = {*tool};
     argv.insert(argv.end(), c.args.begin(), c.args.end());

@@ -186,6 +186,9 @@ std::vector<int> WorkerGroup::stop(SignalSet& signals, std::chrono::milliseconds
   observe_exits();
   if (!all_exited()) {
     if (first_signal != 0) signal_all(first_signal);
+    // A stopped worker (SIGSTOP, state T) holds the signal pending until it runs again: let it run, so
+    // it can exit within the grace period instead of waiting for SIGKILL.
+    signal_all(SIGCONT);
     const auto deadline = std::chrono::steady_clock::now() + grace;
     while (!all_exited()) {
       const auto left =

@@ -77,7 +77,7 @@ class WorkerGroup {
   bool all_exited() const;
   /// Sends `sig` to every running worker's process group.
   void signal_all(int sig);
-  /// Sends `first_signal` (0: none, the caller already did) to the running workers, gives them up to
+  /// Sends `first_signal` (0: none, the caller already did) and SIGCONT to the running workers, gives them up to
   /// `grace` to exit (output still pumped), then SIGKILL; everything reaped on return. Signals received
   /// meanwhile are returned (a second SIGINT/SIGTERM cuts the grace period short).
   std::vector<int> stop(SignalSet& signals, std::chrono::milliseconds grace, int first_signal = SIGTERM);
