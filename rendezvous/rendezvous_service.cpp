@@ -84,11 +84,7 @@ json RendezvousService::hello(const Session& session) const {
 
 json RendezvousService::join(const proto::JoinRequest& request) {
   const std::string node_id = membership_.join(request);
-  if (!ports_.has_run_port(request.run_id)) {
-    const uint16_t port = ports_.open_run_port(request.run_id);
-    membership_.set_master_port(request.run_id, port);
-    spdlog::info("run '{}': workers' store on port {}", request.run_id, port);
-  }
+  if (!ports_.has_run_port(request.run_id)) workers_store_port(request.run_id, 0);
   spdlog::info("run '{}': {} (pid {}, {} workers) joined as {}", request.run_id, request.host, request.pid,
                request.local_world_size, node_id);
   return json{{"node_id", node_id}, {"round", 0}};
@@ -111,7 +107,9 @@ json RendezvousService::leave(const json& request) {
   return json::object();
 }
 
-json RendezvousService::status(const std::string& run_id) const {
+json RendezvousService::status(const std::string& run_id) const { return status_reply(run_id); }
+
+proto::StatusReply RendezvousService::status_reply(const std::string& run_id) const {
   proto::StatusReply reply;
   reply.server = proto::kServerName;
   reply.version = kVersion;
@@ -125,9 +123,10 @@ json RendezvousService::status(const std::string& run_id) const {
 
 json RendezvousService::await_reply(const Session& session, const std::string& run_id, const std::string& node_id) {
   auto reply = membership_.poll(run_id, node_id);
-  if (reply.status == proto::AwaitStatus::kAssigned && reply.assignment.master_addr.empty()) {
+  if (reply.status == proto::AwaitStatus::kAssigned) {
+    reply.assignment.master_port = workers_store_port(run_id, reply.assignment.round);
     // The address this agent reached us at is one its workers can reach too.
-    reply.assignment.master_addr = session.local_addr();
+    if (reply.assignment.master_addr.empty()) reply.assignment.master_addr = session.local_addr();
   }
   if (reply.status == proto::AwaitStatus::kFailed) spdlog::warn("run '{}': {}", run_id, reply.reason);
   return reply;
@@ -170,8 +169,22 @@ void RendezvousService::check_awaits(bool include_deadlines) {
 
 void RendezvousService::reap_finished_runs() {
   for (const auto& run_id : membership_.take_finished_runs()) {
+    store_rounds_.erase(run_id);
     if (ports_.close_run_port(run_id)) spdlog::info("run '{}' finished: its store port is closed", run_id);
   }
+}
+
+uint16_t RendezvousService::workers_store_port(const std::string& run_id, int64_t round) {
+  const auto it = store_rounds_.find(run_id);
+  if (it == store_rounds_.end() || it->second != round) {
+    // Workers of the last round still connected keep their own store until they go.
+    ports_.close_run_port(run_id);
+    const uint16_t port = ports_.open_run_port(run_id);
+    membership_.set_master_port(run_id, port);
+    store_rounds_[run_id] = round;
+    spdlog::info("run '{}' round {}: workers' store on port {}", run_id, round, port);
+  }
+  return static_cast<uint16_t>(membership_.master_port(run_id));
 }
 
 }  // namespace meshrun::rendezvous

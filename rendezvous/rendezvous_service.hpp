@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,8 @@ class RendezvousService final : public MeshrunHandler {
   std::optional<nlohmann::json> handle(const std::shared_ptr<Session>& session, const nlohmann::json& request) override;
   /// Stops the tick (shutdown).
   void stop() { tick_timer_.cancel(); }
+  /// Every run (or one), what the `status` op answers; the HTTP live view reads it too.
+  proto::StatusReply status_reply(const std::string& run_id = "") const;
 
  private:
   /// A client blocked in an "await" until its round settles or its deadline passes.
@@ -53,12 +56,16 @@ class RendezvousService final : public MeshrunHandler {
   /// Answers the parked awaits whose round settled (and, with `include_deadlines`, those past due).
   void check_awaits(bool include_deadlines);
   void reap_finished_runs();
+  /// The port of the workers' store for the run's `round`: a fresh store (empty, on a new port) each round,
+  /// as torchrun makes one per attempt, so no worker reads a key a previous attempt left behind.
+  uint16_t workers_store_port(const std::string& run_id, int64_t round);
 
   RunPorts& ports_;
   SteadyClock clock_;
   Membership membership_{clock_};
   std::list<PendingAwait> awaits_;
-  uint64_t seen_version_ = 0;  // membership version check_awaits() last looked at
+  std::map<std::string, int64_t> store_rounds_;  // run -> the round its open workers' store serves
+  uint64_t seen_version_ = 0;                    // membership version check_awaits() last looked at
   boost::asio::steady_timer tick_timer_;
   TimePoint started_ = clock_.now();
 };

@@ -254,6 +254,38 @@ TEST_CASE("rendezvous over the wire assigns ranks and a private store per run", 
   CHECK(status.runs[0].keys == 1);
 }
 
+TEST_CASE("each round gets a fresh workers' store on a new port, the last round's keeps its keys",
+          "[server][rendezvous]") {
+  test::TestDaemon daemon;
+  proto::JoinRequest r;
+  r.run_id = "restarts";
+  r.host = "alpha";
+  r.addr = "127.0.0.1";
+  r.pid = ::getpid();
+  auto rdzv = daemon.rendezvous();
+  const auto assigned = [&](const std::string& node) {
+    auto reply = rdzv.await(r.run_id, node, 5s);
+    REQUIRE(reply.status == proto::AwaitStatus::kAssigned);
+    return reply.assignment;
+  };
+  const auto node = rdzv.join(r);
+  const auto first = assigned(node);
+  REQUIRE(first.master_port > 0);
+  proto::ConnectOptions o;
+  auto old_store = proto::StoreClient::connect(Endpoint{"127.0.0.1", static_cast<uint16_t>(first.master_port)}, o);
+  old_store.set("default_pg/0//cpu/rank_1", "an address of attempt 0");
+
+  rdzv.report_failure(r.run_id, node, "worker died");
+  const auto second = assigned(rdzv.join(r));
+  CHECK(second.round == first.round + 1);
+  REQUIRE(second.master_port > 0);
+  CHECK(second.master_port != first.master_port);
+  auto new_store = proto::StoreClient::connect(Endpoint{"127.0.0.1", static_cast<uint16_t>(second.master_port)}, o);
+  CHECK_FALSE(new_store.check({"default_pg/0//cpu/rank_1"}));
+  CHECK(old_store.get("default_pg/0//cpu/rank_1") == "an address of attempt 0");
+  CHECK(rdzv.status(r.run_id).runs.at(0).master_port == second.master_port);
+}
+
 TEST_CASE("a duplicate node rank over the wire is an error naming both hosts", "[server][rendezvous]") {
   test::TestDaemon daemon;
   proto::JoinRequest r;
