@@ -2,14 +2,14 @@
 
 #include <algorithm>
 
+#include "proto/progress_beat.hpp"
+
 namespace meshrun::rendezvous {
 namespace {
 
-constexpr const char* kTrainPhase = "train";
-
 double measure(const proto::RankProgress& p) { return p.compute_s > 0 ? p.compute_s : p.step_time_s; }
 
-bool counts(const proto::RankProgress& p) { return !p.hung && p.phase == kTrainPhase && measure(p) > 0; }
+bool counts(const proto::RankProgress& p) { return !p.hung && p.phase == proto::kTrainPhase && measure(p) > 0; }
 
 }  // namespace
 

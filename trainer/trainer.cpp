@@ -243,12 +243,17 @@ StepResult Trainer::step(int64_t step) {
   r.mfu = r.flops_per_s / (c.system.peak_flops * comm_->world_size());
   r.comm_share = comm_->take_comm_seconds() / seconds;
   if (comm_->rank() == 0) log_->log_step(r, step % c.train.log_interval == 0 || step == 1 || step == c.train.steps);
+  beats_.step_done(step, loss, r.tokens_per_s, seconds * (1.0 - r.comm_share));
   return {loss, stop};
 }
 
-double Trainer::evaluate() { return mean_val_loss(*model_, *comm_, *data_, config_); }
+double Trainer::evaluate(int64_t step) {
+  beats_.phase(step, "eval");
+  return mean_val_loss(*model_, *comm_, *data_, config_);
+}
 
 void Trainer::save(int64_t step) {
+  beats_.phase(step, "checkpoint");
   TrainState state;
   state.step = step;
   state.optimizer_steps = optimizer_->steps_taken();
@@ -264,7 +269,7 @@ TrainSummary Trainer::run() {
     const StepResult result = this->step(step);
     summary.losses.push_back(result.loss);
     if (c.train.eval_interval > 0 && (step % c.train.eval_interval == 0 || step == c.train.steps)) {
-      summary.last_val_loss = evaluate();
+      summary.last_val_loss = evaluate(step);
       if (rank0) log_->log_eval(step, summary.last_val_loss);
     }
     if (result.stop_requested) {

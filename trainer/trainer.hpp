@@ -15,6 +15,7 @@
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/preemption.hpp"
+#include "trainer/progress_beats.hpp"
 
 namespace meshrun::trainer {
 
@@ -49,7 +50,7 @@ class Trainer {
   /// Runs optimizer step `step` (1-based) and logs it.
   StepResult step(int64_t step);
   /// The validation loss, mean over ranks (train.eval_batches batches).
-  double evaluate();
+  double evaluate(int64_t step);
   /// Writes a checkpoint of the state after `step`.
   void save(int64_t step);
   /// End of run: memory report (and rank<R>.json), output.dump_params, train.sample_tokens.
@@ -71,6 +72,7 @@ class Trainer {
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<MetricsLog> log_;
+  ProgressBeats beats_{progress_socket_from_env()};  // to the agent under meshrun, else off
   int64_t tokens_per_step_ = 0;
   double flops_per_token_ = 0;
   int64_t grad_accum_peak_ = 0;

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "launcher/progress/beat.hpp"
+#include "proto/progress_beat.hpp"
 
 namespace meshrun::launcher {
 
@@ -34,7 +34,7 @@ BeatSocket::~BeatSocket() {
 
 std::vector<std::string> BeatSocket::drain() {
   std::vector<std::string> out;
-  char buf[kMaxBeatBytes + 1];
+  char buf[proto::kMaxBeatBytes + 1];
   for (;;) {
     const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
     if (n < 0) break;  // EAGAIN: nothing left (other errors: nothing to read either)

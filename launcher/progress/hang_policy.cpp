@@ -15,7 +15,7 @@ std::optional<double> HangPolicy::budget_s(const RankTracker& rank) const {
     if (rank.intervals() < kWarmupSteps) return std::nullopt;
     budget = floor_s + 2 * rank.median_step_s().value_or(0);
   }
-  if (rank.last().phase != kTrainPhase) budget = std::max(budget, phase_s);
+  if (rank.last().phase != proto::kTrainPhase) budget = std::max(budget, phase_s);
   return budget;
 }
 

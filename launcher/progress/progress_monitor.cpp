@@ -49,7 +49,7 @@ void ProgressMonitor::drain(Clock::time_point now) {
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
     for (const auto& datagram : sockets_[lr].drain()) {
       try {
-        trackers_[lr].on_beat(parse_beat(datagram), now);
+        trackers_[lr].on_beat(proto::parse_beat(datagram), now);
       } catch (const ProtocolError& e) {
         if (warned_bad_beat_.insert(lr).second) {
           spdlog::warn("rank {}: ignoring a malformed {} message (reported once): {}", trackers_[lr].rank(),

@@ -23,7 +23,7 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 
 }  // namespace
 
-void RankTracker::on_beat(const Beat& beat, Clock::time_point now) {
+void RankTracker::on_beat(const proto::Beat& beat, Clock::time_point now) {
   if (!last_) {
     step_at_ = now;
   } else if (beat.step > last_->step) {

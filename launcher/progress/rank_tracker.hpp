@@ -6,7 +6,7 @@
 #include <deque>
 #include <optional>
 
-#include "launcher/progress/beat.hpp"
+#include "proto/progress_beat.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
@@ -19,11 +19,11 @@ class RankTracker {
 
   explicit RankTracker(int rank) : rank_(rank) {}
 
-  void on_beat(const Beat& beat, Clock::time_point now);
+  void on_beat(const proto::Beat& beat, Clock::time_point now);
 
   int rank() const { return rank_; }
   bool has_beaten() const { return last_.has_value(); }
-  const Beat& last() const { return *last_; }  // only when has_beaten()
+  const proto::Beat& last() const { return *last_; }  // only when has_beaten()
   Clock::time_point last_at() const { return last_at_; }
   /// Step intervals seen (a beat whose step moved forward ends one).
   int intervals() const { return intervals_; }
@@ -36,7 +36,7 @@ class RankTracker {
 
  private:
   int rank_;
-  std::optional<Beat> last_;
+  std::optional<proto::Beat> last_;
   Clock::time_point last_at_{};
   Clock::time_point step_at_{};  // when the current step value was first seen
   int intervals_ = 0;

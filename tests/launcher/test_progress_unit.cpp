@@ -3,12 +3,13 @@
 #include <chrono>
 
 #include "common/error.hpp"
-#include "launcher/progress/beat.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
+#include "proto/progress_beat.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;
+using namespace meshrun::proto;
 using namespace std::chrono_literals;
 
 TEST_CASE("beats: every documented field is read, unknown keys are ignored", "[progress]") {
@@ -31,6 +32,20 @@ TEST_CASE("beats: a malformed one is an error naming the field", "[progress]") {
   CHECK_THROWS_WITH(parse_beat("step=3 phase=a/b"), Catch::Contains("phase='a/b'"));
   CHECK_THROWS_WITH(parse_beat("step=3 oops"), Catch::Contains("field 'oops' is not key=value"));
   CHECK_THROWS_AS(parse_beat(""), ProtocolError);
+}
+
+TEST_CASE("format_beat writes what parse_beat reads back", "[progress][beat]") {
+  const Beat sent{.step = 42, .phase = "eval", .loss = 2.25, .tokens_per_s = 51200.5, .compute_s = 0.0931};
+  CHECK(format_beat(sent) == "step=42 phase=eval loss=2.25 tokens_per_s=51200.5 compute_s=0.0931");
+  const Beat got = parse_beat(format_beat(sent));
+  CHECK(got.step == 42);
+  CHECK(got.phase == "eval");
+  CHECK(got.loss == 2.25);
+  CHECK(got.tokens_per_s == 51200.5);
+  CHECK(got.compute_s == 0.0931);
+  Beat bare;
+  bare.step = 7;
+  CHECK(format_beat(bare) == "step=7");  // the train phase and absent numbers are left out
 }
 
 TEST_CASE("tracker: time per step is a median over the window, per step even when steps are skipped", "[progress]") {

@@ -94,9 +94,11 @@ std::string make_temp_dir() {
 std::string read_file(const std::string& path) { return meshrun::testing::read_file(path); }
 
 LauncherJob::LauncherJob(const std::string& dir, int nproc, const std::vector<std::string>& sets,
-                         const std::map<std::string, std::string>& env)
+                         const std::map<std::string, std::string>& env, const std::vector<std::string>& rendezvous)
     : log_(dir + "/launcher.txt") {
-  std::vector<std::string> argv = {MESHRUN_LAUNCHER_BIN, "--standalone", "--nproc-per-node", std::to_string(nproc)};
+  std::vector<std::string> argv = {MESHRUN_LAUNCHER_BIN};
+  argv.insert(argv.end(), rendezvous.begin(), rendezvous.end());
+  argv.insert(argv.end(), {"--nproc-per-node", std::to_string(nproc)});
   for (auto& a : trainer_args(dir)) argv.push_back(a);
   append_sets(argv, sets);
   process_ = std::make_unique<Process>(argv, worker_env(env), log_);

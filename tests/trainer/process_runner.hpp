@@ -50,11 +50,13 @@ RunResult run_workers(int world, const std::vector<std::string>& common_sets, st
 RunResult run_workers_in(const std::string& dir, int world, const std::vector<std::string>& common_sets,
                          std::vector<RankRun> per_rank = {}, const std::vector<std::string>& extra_args = {});
 
-/// A `meshrun --standalone --nproc-per-node N meshrun-trainer ...` job running in the background.
+/// A `meshrun <rendezvous> --nproc-per-node N meshrun-trainer ...` job running in the background.
 class LauncherJob {
  public:
+  /// `rendezvous`: the launcher's rendezvous flags (a private daemon by default).
   LauncherJob(const std::string& dir, int nproc, const std::vector<std::string>& sets,
-              const std::map<std::string, std::string>& env = {});
+              const std::map<std::string, std::string>& env = {},
+              const std::vector<std::string>& rendezvous = {"--standalone"});
   ~LauncherJob();
   LauncherJob(const LauncherJob&) = delete;
   LauncherJob& operator=(const LauncherJob&) = delete;

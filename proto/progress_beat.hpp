@@ -9,11 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace meshrun::launcher {
+namespace meshrun::proto {
 
 inline constexpr const char* kTrainPhase = "train";
 /// A datagram longer than this is not a beat (the socket reads at most this many bytes).
@@ -30,4 +31,20 @@ struct Beat {
 /// Parses one datagram; throws ProtocolError naming the field and what is wrong with it.
 Beat parse_beat(std::string_view text);
 
-}  // namespace meshrun::launcher
+/// The datagram for `beat` (header-only: meshrun-trainer uses it without linking meshrun_proto).
+inline std::string format_beat(const Beat& beat) {
+  std::string text = "step=" + std::to_string(beat.step);
+  if (beat.phase != kTrainPhase) text += " phase=" + beat.phase;
+  const auto add = [&text](const char* key, const std::optional<double>& value) {
+    if (!value) return;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " %s=%.6g", key, *value);
+    text += buf;
+  };
+  add("loss", beat.loss);
+  add("tokens_per_s", beat.tokens_per_s);
+  add("compute_s", beat.compute_s);
+  return text;
+}
+
+}  // namespace meshrun::proto

@@ -1,4 +1,4 @@
-#include "launcher/progress/beat.hpp"
+#include "proto/progress_beat.hpp"
 
 #include <cctype>
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include "common/error.hpp"
 
-namespace meshrun::launcher {
+namespace meshrun::proto {
 namespace {
 
 constexpr size_t kMaxPhaseBytes = 32;
@@ -73,4 +73,4 @@ Beat parse_beat(std::string_view text) {
   return beat;
 }
 
-}  // namespace meshrun::launcher
+}  // namespace meshrun::proto

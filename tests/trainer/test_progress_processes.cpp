@@ -1,0 +1,153 @@
+// meshrun-trainer's progress beats (docs/progress.md): what two real workers send to MESHRUN_PROGRESS
+// (a socket the test binds), and, under meshrun with a real daemon, the steps and losses `status` shows.
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+#include "proto/progress_beat.hpp"
+#include "support/subprocess.hpp"
+#include "trainer/process_runner.hpp"
+
+using namespace meshrun::trainer::test;
+using meshrun::UniqueFd;
+using meshrun::proto::Beat;
+
+namespace {
+
+// The agent's end of MESHRUN_PROGRESS: a bound Unix datagram socket drained by a thread as the beats come
+// (the kernel queues only net.unix.max_dgram_qlen = 10 datagrams; the agent drains as promptly).
+class BeatSink {
+ public:
+  explicit BeatSink(std::string path) : path_(std::move(path)) {
+    fd_.reset(::socket(AF_UNIX, SOCK_DGRAM, 0));
+    REQUIRE(fd_.valid());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(path_.size() < sizeof(addr.sun_path));
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size());
+    REQUIRE(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    timeval tick{.tv_sec = 0, .tv_usec = 50'000};
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+    reader_ = std::thread([this] { read(); });
+  }
+  ~BeatSink() { stop(); }
+  BeatSink(const BeatSink&) = delete;
+  BeatSink& operator=(const BeatSink&) = delete;
+  const std::string& path() const { return path_; }
+
+  /// Every beat received (call once the workers are done).
+  std::vector<std::string> stop() {
+    if (reader_.joinable()) {
+      done_ = true;
+      reader_.join();
+    }
+    return texts_;
+  }
+
+ private:
+  void read() {
+    char buf[meshrun::proto::kMaxBeatBytes + 1];
+    while (!done_) {
+      const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
+      if (n > 0) texts_.emplace_back(buf, static_cast<size_t>(n));
+    }
+  }
+
+  std::string path_;
+  UniqueFd fd_;
+  std::atomic<bool> done_{false};
+  std::vector<std::string> texts_;  // written by reader_ only until stop() joins it
+  std::thread reader_;
+};
+
+std::vector<int64_t> steps_in_phase(const std::vector<Beat>& beats, const std::string& phase) {
+  std::vector<int64_t> steps;
+  for (const auto& b : beats) {
+    if (b.phase == phase) steps.push_back(b.step);
+  }
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE("meshrun-trainer beats every step with its loss, and says when it evaluates or checkpoints",
+          "[progress][beats]") {
+  const std::string dir = make_temp_dir();
+  BeatSink sink0(dir + "/beats0");
+  BeatSink sink1(dir + "/beats1");
+  // 12 steps: evaluation every 5 (and at the end), checkpoints every 6 (and the final one).
+  const auto result = run_workers(2,
+                                  {"train.steps=12", "train.eval_interval=5", "train.eval_batches=1",
+                                   "checkpoint.dir=\"" + dir + "/ckpt\"", "checkpoint.interval=6"},
+                                  {RankRun{.sets = {}, .env = {{"MESHRUN_PROGRESS", sink0.path()}}},
+                                   RankRun{.sets = {}, .env = {{"MESHRUN_PROGRESS", sink1.path()}}}});
+  INFO(result.describe());
+  REQUIRE(result.ok());
+  const auto losses = read_step_losses(result.dir);
+  for (auto* sink : {&sink0, &sink1}) {
+    std::vector<Beat> beats;
+    for (const auto& text : sink->stop()) beats.push_back(meshrun::proto::parse_beat(text));
+    CHECK(steps_in_phase(beats, "train") == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    CHECK(steps_in_phase(beats, "eval") == std::vector<int64_t>{5, 10, 12});
+    CHECK(steps_in_phase(beats, "checkpoint") == std::vector<int64_t>{6, 12});
+    for (const auto& b : beats) {
+      if (b.phase != "train") continue;
+      INFO("step " << b.step);
+      REQUIRE(b.loss.has_value());
+      REQUIRE(losses.count(b.step) == 1);
+      // The beat's loss is the step's global loss (the metrics log), to the 6 digits a beat carries.
+      CHECK(std::abs(*b.loss - losses.at(b.step)) <= 1e-5 * std::abs(losses.at(b.step)));
+      CHECK(b.tokens_per_s.value_or(0) > 0);
+      CHECK(b.compute_s.value_or(0) > 0);
+    }
+  }
+}
+
+TEST_CASE("under meshrun, the daemon's status shows every trainer rank's step and loss", "[progress][status]") {
+  Daemon daemon;
+  const std::string dir = make_temp_dir();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(daemon.port());
+  LauncherJob job(dir, 2, {"train.steps=100000", "train.min_lr=3e-3"}, {},
+                  {"--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "trainer-beats"});
+  nlohmann::json ranks;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto [code, text] = meshrun::testing::run(
+        {MESHRUN_RENDEZVOUS_BIN, "status", "--endpoint", endpoint, "--json"}, {}, dir + "/status.txt");
+    const auto status = nlohmann::json::parse(text, nullptr, false);
+    ranks = nlohmann::json::array();
+    if (code == 0 && status.is_object()) {
+      for (const auto& run : status.value("runs", nlohmann::json::array())) {
+        for (const auto& node : run.value("nodes", nlohmann::json::array())) {
+          for (const auto& r : node.value("ranks", nlohmann::json::array())) {
+            if (r.value("step", 0) >= 3) ranks.push_back(r);
+          }
+        }
+      }
+    }
+    if (ranks.size() == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  job.signal(SIGTERM);
+  job.wait();
+  INFO(job.output());
+  REQUIRE(ranks.size() == 2);
+  for (const auto& r : ranks) {
+    CHECK(r.at("loss").get<double>() > 0);
+    CHECK(r.at("loss").get<double>() < 10);  // ln(256) = 5.5 at the start, falling
+    CHECK(r.at("tokens_per_s").get<double>() > 0);
+    CHECK(r.at("phase") == "train");
+    CHECK_FALSE(r.at("hung").get<bool>());
+  }
+  CHECK(ranks[0].at("rank") != ranks[1].at("rank"));
+}
