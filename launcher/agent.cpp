@@ -7,11 +7,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/error.hpp"
 #include "launcher/node_rendezvous.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/progress/stack_dump.hpp"
+#include "launcher/workers/job_token.hpp"
+#include "launcher/workers/orphan_watchdog.hpp"
+#include "launcher/workers/root_cause.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_group.hpp"
@@ -29,6 +33,9 @@ void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c
 // Hangs are judged this often: fine enough next to budgets of seconds, cheap next to beats that may
 // arrive a thousand times a second.
 constexpr Ms kHangCheckEvery{250};
+// How long after its own worker failed an agent waits for other nodes' reports before it names the
+// job's first failure: they report within a monitor interval of their worker's exit.
+constexpr Ms kRootCauseSettle{500};
 
 std::string temp_folder(const std::string& prefix) {
   const char* tmp = std::getenv("TMPDIR");
@@ -54,6 +61,8 @@ int Agent::run() {
   make_log_root(rdzv.run_id());
   make_progress_root();
   base_env_ = current_environment();
+  job_token_ = make_job_token();
+  const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
   for (;;) {
     const auto assignment = rdzv.join();
     if (!assignment) return 128 + rdzv.interrupted_by();
@@ -71,6 +80,7 @@ int Agent::run() {
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false);
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
+    if (assignment->group_world_size > 1) print_root_cause(rdzv, assignment->round, result);
     if (const auto exit_code = conclude(result, rdzv)) return *exit_code;
   }
 }
@@ -106,7 +116,8 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRende
                                   .world_size = assignment.world_size,
                                   .local_world_size = options_.nproc_per_node,
                                   .rank_offset = assignment.rank_offset,
-                                  .virtual_local_rank = options_.virtual_local_rank};
+                                  .virtual_local_rank = options_.virtual_local_rank,
+                                  .job_token = job_token_};
   spec.base_env = base_env_;
   spec.attempt = static_cast<int>(assignment.round);
   spec.attempt_dir = log_root_ + "/attempt_" + std::to_string(assignment.round);
@@ -132,10 +143,10 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
     const auto signals = group.wait(signals_, std::min(monitor, until_beat), progress.fds());
     progress.drain(Clock::now());
     if (auto r = on_signals(group, signals)) return *r;
-    if (auto r = on_worker_exits(group)) return *r;
+    if (auto r = on_worker_exits(group, rdzv)) return *r;
     if (Clock::now() >= next_hang_check) {
       next_hang_check = Clock::now() + kHangCheckEvery;
-      if (auto r = on_hang(group, progress)) return *r;
+      if (auto r = on_hang(group, progress, rdzv)) return *r;
     }
     if (Clock::now() < heartbeats.next) continue;
     heartbeats.next = Clock::now() + keep_alive;
@@ -167,20 +178,26 @@ std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const 
   return std::nullopt;
 }
 
-std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group) {
+std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, NodeRendezvous& rdzv) {
   if (const auto failed = group.first_failure()) {
-    group.stop(signals_, grace_);
-    const FailureInfo info = group.failure_info(*failed);
-    if (checkpointed_on_signal(info.status)) {
+    const auto found = std::chrono::steady_clock::now();
+    group.drain_output(*failed);  // its last words (the traceback) before the report
+    const FailureInfo first = group.failure_info(*failed);
+    if (checkpointed_on_signal(first.status)) {
+      group.stop(signals_, grace_);
       // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
-      say("checkpointed on signal: rank " + std::to_string(info.rank) + " wrote a checkpoint and stopped (exit " +
+      say("checkpointed on signal: rank " + std::to_string(first.rank) + " wrote a checkpoint and stopped (exit " +
           std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
       return AttemptResult{AttemptResult::Kind::kSignaled, kCheckpointedOnSignalExit, "checkpointed on signal"};
     }
+    // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
+    rdzv.record_failure(failure_report(first, group.attempt()));
+    group.stop(signals_, grace_);
+    const FailureInfo info = group.failure_info(*failed);  // with all the output, now that the group stopped
     std::fputs(format_failure_summary(info).c_str(), stderr);
     return AttemptResult{
         AttemptResult::Kind::kWorkerFailed, info.status.exit_code(),
-        "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe()};
+        "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe(), found};
   }
   if (group.all_exited()) {
     group.stop(signals_, grace_);  // reaps, kills leftovers of the workers' groups, drains output
@@ -191,7 +208,8 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group) {
 
 // A hung worker: its stack first (while it is still there to read), then stop the group and print the
 // summary with the stack. The attempt then ends as a failure with the cause "hung".
-std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressMonitor& progress) {
+std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressMonitor& progress,
+                                                   NodeRendezvous& rdzv) {
   const auto hang = progress.find_hang(group.running_pids(), std::chrono::steady_clock::now());
   if (!hang) return std::nullopt;
   const Worker& worker = group.workers()[hang->local_rank];
@@ -199,15 +217,21 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
   const StackDump stack = dump_stack(worker.process->pid(), command_.executable);
   const std::string stack_file = worker.dir + "/stack.txt";
   std::ofstream(stack_file) << stack.text;
+  const auto with_hang = [&](FailureInfo info) {
+    info.hang_reason = hang->reason;
+    info.stack_tool = stack.tool;
+    info.stack = stack.text;
+    info.stack_file = stack_file;
+    info.time = std::chrono::system_clock::now();  // found hung now (it has not exited)
+    return info;
+  };
+  const auto found = std::chrono::steady_clock::now();
+  rdzv.record_failure(failure_report(with_hang(group.failure_info(hang->local_rank)), group.attempt()));
   group.stop(signals_, grace_);
-  FailureInfo info = group.failure_info(hang->local_rank);
-  info.hang_reason = hang->reason;
-  info.stack_tool = stack.tool;
-  info.stack = stack.text;
-  info.stack_file = stack_file;
+  const FailureInfo info = with_hang(group.failure_info(hang->local_rank));
   std::fputs(format_failure_summary(info).c_str(), stderr);
   return AttemptResult{AttemptResult::Kind::kWorkerHung, 1,
-                       "rank " + std::to_string(info.rank) + " on " + info.host + " hung: " + hang->reason};
+                       "rank " + std::to_string(info.rank) + " on " + info.host + " hung: " + hang->reason, found};
 }
 
 std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
@@ -260,6 +284,25 @@ void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
                   s.rank, s.host.c_str(), s.seconds, s.seconds / s.median_seconds, s.median_seconds);
     say(line);
   }
+}
+
+void Agent::print_root_cause(NodeRendezvous& rdzv, int64_t round, const AttemptResult& result) {
+  using Kind = AttemptResult::Kind;
+  const bool local = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung;
+  if (!local && result.kind != Kind::kRemoteRestart && result.kind != Kind::kRunFailed) return;
+  // Another node's report of an earlier failure may still be on its way: give it kRootCauseSettle after
+  // ours. A restart asked for by another node follows that node's report, so it is there at once.
+  const auto deadline = (local ? result.failed_at : std::chrono::steady_clock::now()) + kRootCauseSettle;
+  if (local) std::this_thread::sleep_until(deadline);
+  std::vector<proto::FailureReport> failures;
+  for (;;) {
+    for (const auto& f : rdzv.failures()) {
+      if (f.round == round) failures.push_back(f);
+    }
+    if (!failures.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(Ms(50));
+  }
+  std::fputs(format_root_cause(failures).c_str(), stderr);
 }
 
 std::optional<int> Agent::conclude(const AttemptResult& result, NodeRendezvous& rdzv) {

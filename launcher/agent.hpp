@@ -61,8 +61,9 @@ class Agent {
       kSignaled,
     };
     Kind kind = Kind::kSucceeded;
-    int exit_code = 0;   // kWorkerFailed: the worker's code; kSignaled: 128+signal
-    std::string reason;  // for the daemon and the user
+    int exit_code = 0;                                  // kWorkerFailed: the worker's code; kSignaled: 128+signal
+    std::string reason;                                 // for the daemon and the user
+    std::chrono::steady_clock::time_point failed_at{};  // kWorkerFailed/kWorkerHung: when it was found
   };
   // When the next heartbeat is due, and how many in a row failed.
   struct HeartbeatSchedule {
@@ -77,12 +78,14 @@ class Agent {
   /// Supervises one attempt's workers until it ends.
   AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv);
   std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals);
-  std::optional<AttemptResult> on_worker_exits(WorkerGroup& group);
-  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress);
+  std::optional<AttemptResult> on_worker_exits(WorkerGroup& group, NodeRendezvous& rdzv);
+  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv);
   std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress, NodeRendezvous& rdzv,
                                             HeartbeatSchedule& schedule);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
   void report_stragglers(const std::vector<proto::Straggler>& stragglers);
+  /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed.
+  void print_root_cause(NodeRendezvous& rdzv, int64_t round, const AttemptResult& result);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
   std::optional<int> conclude(const AttemptResult& result, NodeRendezvous& rdzv);
 
@@ -93,6 +96,7 @@ class Agent {
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
+  std::string job_token_;             // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
   std::string progress_root_;         // the workers' progress sockets (short path: a socket name is <108 bytes)
   std::vector<int> straggler_ranks_;  // as last reported by the daemon
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,

@@ -14,6 +14,7 @@
 #include "launcher/agent.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/hosts/ssh_fanout.hpp"
+#include "launcher/workers/orphan_watchdog.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_command.hpp"
 
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
   const std::string first = argc > 1 ? argv[1] : "";
   if (first == "ping") return meshrun::diagnostics::run_ping_command(argc - 1, argv + 1);
   if (first == "check") return meshrun::diagnostics::run_check_command(argc - 1, argv + 1);
+  if (first == meshrun::launcher::kOrphanWatchdogCommand && argc == 4) {
+    return meshrun::launcher::run_orphan_watchdog(std::atoi(argv[2]), argv[3]);
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (first == "run") args.erase(args.begin());
   return meshrun::run_main("meshrun", [&] { return launch(args); });

@@ -255,6 +255,27 @@ void NodeRendezvous::report_failure(const std::string& reason, proto::RestartCau
   client_->report_failure(run_id_, node_id_, reason, cause);
 }
 
+void NodeRendezvous::record_failure(const proto::FailureReport& failure) {
+  if (!client_ || node_id_.empty()) return;
+  try {
+    client_->record_failure(run_id_, node_id_, failure);
+  } catch (const Error& e) {
+    spdlog::warn("could not report the failure to the rendezvous: {}", e.what());
+  }
+}
+
+std::vector<proto::FailureReport> NodeRendezvous::failures() {
+  if (!client_) return {};
+  try {
+    for (const auto& run : client_->status(run_id_).runs) {
+      if (run.run_id == run_id_) return run.failures;
+    }
+  } catch (const Error& e) {
+    spdlog::warn("could not read the run's failures from the rendezvous: {}", e.what());
+  }
+  return {};
+}
+
 void NodeRendezvous::leave(const std::string& reason, bool ok) {
   if (!client_ || node_id_.empty()) return;
   try {

@@ -44,6 +44,10 @@ class NodeRendezvous {
   /// One heartbeat carrying this node's ranks' progress (empty when the workers send no beats).
   proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress = {});
   void report_failure(const std::string& reason, proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
+  /// Tells the daemon about a failed or hung worker at once (root cause across nodes); never throws.
+  void record_failure(const proto::FailureReport& failure);
+  /// The run's latest failing round's reports, earliest first (empty when the daemon is unreachable).
+  std::vector<proto::FailureReport> failures();
   void leave(const std::string& reason, bool ok);
   /// Hosting agent only: blocks until every other node left (the daemon serves their workers' store),
   /// or a terminating signal arrives.

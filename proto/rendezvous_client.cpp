@@ -31,6 +31,11 @@ void RendezvousClient::report_failure(const std::string& run_id, const std::stri
   client_.meshrun({{"op", "fail"}, {"run_id", run_id}, {"node_id", node_id}, {"reason", reason}, {"cause", cause}});
 }
 
+void RendezvousClient::record_failure(const std::string& run_id, const std::string& node_id,
+                                      const FailureReport& failure) {
+  client_.meshrun({{"op", "failure"}, {"run_id", run_id}, {"node_id", node_id}, {"failure", failure}});
+}
+
 void RendezvousClient::leave(const std::string& run_id, const std::string& node_id, const std::string& reason,
                              bool ok) {
   client_.meshrun({{"op", "leave"}, {"run_id", run_id}, {"node_id", node_id}, {"reason", reason}, {"ok", ok}});

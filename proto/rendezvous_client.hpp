@@ -27,6 +27,8 @@ class RendezvousClient {
   /// node of the run.
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                       RestartCause cause = RestartCause::kWorkerFailed);
+  /// Records a failed or hung worker for the root cause (proto::FailureReport); restarts nothing.
+  void record_failure(const std::string& run_id, const std::string& node_id, const FailureReport& failure);
   /// Leaves the run (ok=true: this node finished successfully).
   void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
   /// Status of one run, or of all runs when `run_id` is empty.

@@ -6,6 +6,8 @@
 //   await      {run_id, node_id, timeout_s}        -> AwaitReply: waiting | assigned | failed
 //   heartbeat  {run_id, node_id, progress?}        -> HeartbeatReply   (progress: [RankProgress])
 //   fail       {run_id, node_id, reason, cause?}   -> {}  (a worker failed or hung: every node re-rendezvouses)
+//   failure    {run_id, node_id, failure}          -> {}  (FailureReport: recorded for the root cause, sent
+//                                                          at once, before `fail`/`leave`)
 //   leave      {run_id, node_id, reason, ok}       -> {}
 //   status     {run_id?}                           -> StatusReply
 //
@@ -14,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +28,8 @@ namespace meshrun::proto {
 inline constexpr const char* kServerName = "meshrun-rendezvous";
 /// Assignment::nodes lists every node only for rounds up to this size (status has the full list).
 inline constexpr size_t kMaxNodesInAssignment = 32;
+/// RunStatus::restarts keeps this many of a run's latest restarts (the counts by cause keep them all).
+inline constexpr size_t kMaxRestartRecords = 16;
 
 // The enumerated fields of the replies. On the wire each is its JSON string (listed beside each value);
 // to_string() gives it, from_string<Enum>() reads it back and throws ProtocolError on an unknown one.
@@ -172,6 +177,32 @@ struct HeartbeatReply {
   std::vector<Straggler> stragglers;  // the run's slow ranks now (empty: none, or too few beats to tell)
 };
 
+/// A failed (or hung) worker, as its agent reports it at once. The daemon orders a round's reports by
+/// time: the first is the job's root cause, the others its consequences (status `failures`).
+inline constexpr size_t kMaxFailureReports = 64;  // per run: the latest failing round's first reports
+inline constexpr size_t kMaxTracebackLines = 8;
+struct FailureReport {
+  int64_t round = 0;  // the round whose worker failed
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  std::string node_id;  // set by the daemon
+  double age_s = 0;     // agent -> daemon: seconds from the failure to the report (no clock skew)
+  int64_t unix_ms = 0;  // set by the daemon: its clock at the report, minus age_s
+  RestartCause cause = RestartCause::kWorkerFailed;  // worker_failed or hung
+  std::string exit;                                  // "exit code 1", "signal SIGSEGV (11)", or the hang
+  std::string error;                   // "RuntimeError: boom", from error.json or the Python traceback on stderr
+  std::vector<std::string> traceback;  // its innermost frames (File ..., line N, in f + the code line)
+};
+
+/// One re-rendezvous of a run (status only): the round it opened, why, and how long ago.
+struct RestartRecord {
+  int64_t round = 0;
+  RestartCause cause = RestartCause::kNone;
+  std::string reason;
+  double since_s = 0;
+};
+
 struct RunStatus {
   std::string run_id;
   int64_t round = 0;
@@ -185,6 +216,9 @@ struct RunStatus {
   std::string last_event;
   int master_port = 0;
   int64_t keys = 0;
+  std::vector<RestartRecord> restarts;               // the last kMaxRestartRecords, oldest first
+  std::map<std::string, int64_t> restarts_by_cause;  // every restart of the run, by cause wire name
+  std::vector<FailureReport> failures;               // the latest failing round's, first (by time) first
 };
 
 struct StatusReply {
@@ -221,8 +255,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, g
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
                                                 waited_s, join_timeout_s, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, local_rank, host, node_id, age_s, unix_ms,
+                                                cause, exit, error, traceback)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
-                                                missing_ranks, duplicate_ranks, last_event, master_port, keys)
+                                                missing_ranks, duplicate_ranks, last_event, master_port, keys, restarts,
+                                                restarts_by_cause, failures)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

@@ -34,6 +34,9 @@ int serve(const meshrun::rendezvous::ServerOptions& options, const std::string& 
   raise_open_file_limit();
   rendezvous::Server server(options);
   std::cout << "listening on " << Endpoint{options.host, server.port()}.to_string() << std::endl;
+  if (const auto http_port = server.http_port()) {
+    std::cout << "http on " << Endpoint{options.host, *http_port}.to_string() << std::endl;
+  }
   spdlog::info("meshrun-rendezvous {} listening on {}:{}", kVersion, options.host, server.port());
   server.run(/*handle_signals=*/true);
   spdlog::info("stopped");
@@ -71,6 +74,13 @@ int main(int argc, char** argv) {
   app.add_option("--port", options.port, "Port to listen on; 0 picks a free one (printed on the first line)")
       ->capture_default_str();
   app.add_option("--allow", options.allow, "Only accept peers in this CIDR (repeatable), e.g. 10.0.0.0/8");
+  app.add_option("--http-port", options.http_port,
+                 "Serve the live view (/, /api/status, /metrics, /health) on this port; 0 picks a free one "
+                 "(printed as 'http on HOST:PORT'). Off when not given");
+  int64_t http_idle_s = options.http_idle_timeout.count();
+  app.add_option("--http-idle-timeout", http_idle_s, "Seconds an idle HTTP keep-alive connection stays open")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}));
   app.add_option("--max-message-bytes", max_message_bytes, "Largest value or payload accepted in one request")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 32));
@@ -92,6 +102,7 @@ int main(int argc, char** argv) {
   return run_main("meshrun-rendezvous", [&] {
     if (status_cmd->parsed()) return run_status(endpoint, as_json, timeout_s);
     options.limits.max_value_bytes = max_message_bytes;
+    options.http_idle_timeout = std::chrono::seconds(http_idle_s);
     return serve(options, log_level);
   });
 }

@@ -213,6 +213,9 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   run.last_event = reason;
   run.restart_cause = cause;
   run.restart_reason = reason;
+  run.restarts.push_back({proto::RestartRecord{.round = run.round, .cause = cause, .reason = reason}, now});
+  if (run.restarts.size() > proto::kMaxRestartRecords) run.restarts.erase(run.restarts.begin());
+  ++run.restarts_by_cause[std::string(proto::to_string(cause))];
   int alive = static_cast<int>(run.participants.size());
   for (const auto& [who, survivor] : run.survivors) alive += survivor.rejoins_expected;
   if (!lost_node.empty() && alive < run.min_nodes) {
@@ -391,6 +394,13 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   return reply;
 }
 
+void Membership::record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure) {
+  Run* run = find_run(run_id);
+  if (run == nullptr || run->nodes.count(node_id) == 0) return;
+  failure.node_id = node_id;
+  run->failures.record(std::move(failure));
+}
+
 void Membership::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                                 RestartCause cause) {
   Run* run = find_run(run_id);
@@ -541,6 +551,12 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
     s.duplicate_ranks = run.duplicate_ranks;
     s.last_event = run.last_event;
     s.master_port = run.master_port;
+    for (const auto& [record, at] : run.restarts) {
+      s.restarts.push_back(record);
+      s.restarts.back().since_s = to_seconds(clock_.now() - at);
+    }
+    s.restarts_by_cause = run.restarts_by_cause;
+    s.failures = run.failures.reports();
     out.push_back(std::move(s));
   }
   return out;

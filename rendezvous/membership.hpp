@@ -20,6 +20,7 @@
 
 #include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
+#include "rendezvous/failure_log.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -40,6 +41,8 @@ class Membership {
   proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
                                   std::vector<proto::RankProgress> progress = {});
   /// `cause` is kWorkerFailed or kHung.
+  /// Records a failed worker of the node (`failure.unix_ms` set by the caller) for the root cause.
+  void record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure);
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                       proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
   void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
@@ -90,6 +93,9 @@ class Membership {
     std::map<std::string, std::string> retired;  // node id in the last round -> its "host/pid"
     proto::RestartCause restart_cause = proto::RestartCause::kNone;  // why the current round was opened
     std::string restart_reason;
+    FailureLog failures;                                               // the root cause and its consequences
+    std::vector<std::pair<proto::RestartRecord, TimePoint>> restarts;  // the latest kMaxRestartRecords, for status
+    std::map<std::string, int64_t> restarts_by_cause;                  // every restart, by cause wire name
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order

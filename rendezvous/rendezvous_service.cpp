@@ -72,6 +72,14 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
                                request.value("cause", proto::RestartCause::kWorkerFailed));
     return json::object();
   }
+  if (op == "failure") {
+    auto failure = request.at("failure").get<proto::FailureReport>();
+    // The daemon's clock orders the reports of every node: no skew between the agents' clocks.
+    failure.unix_ms = unix_time_ms() - static_cast<int64_t>(std::max(0.0, failure.age_s) * 1000);
+    membership_.record_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
+                               std::move(failure));
+    return json::object();
+  }
   if (op == "leave") return leave(request);
   if (op == "status") return status(request.value("run_id", std::string()));
   return json{{"error", "unknown meshrun op '" + op + "' (this daemon is meshrun " + std::string(kVersion) + ")"}};

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "common/error.hpp"
 #include "rendezvous/server_options.hpp"
@@ -27,6 +28,8 @@ class Server {
 
   /// The bound port (the real one when options.port was 0).
   uint16_t port() const;
+  /// The HTTP live view's bound port; nullopt when options.http_port was unset.
+  std::optional<uint16_t> http_port() const;
   /// Serves until stop() (or SIGINT/SIGTERM when handle_signals is true). Blocks.
   void run(bool handle_signals = false);
   /// Starts serving on a background thread; stop() or the destructor joins it.

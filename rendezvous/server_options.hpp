@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,10 +13,12 @@
 namespace meshrun::rendezvous {
 
 struct ServerOptions {
-  std::string host = "0.0.0.0";    // address to bind ("0.0.0.0", "::", "127.0.0.1", a name)
-  uint16_t port = 29400;           // 0 picks a free port
-  std::vector<std::string> allow;  // CIDRs allowed to connect; empty = everyone
-  proto::Limits limits;            // per-message caps
+  std::string host = "0.0.0.0";       // address to bind ("0.0.0.0", "::", "127.0.0.1", a name)
+  uint16_t port = 29400;              // 0 picks a free port
+  std::vector<std::string> allow;     // CIDRs allowed to connect; empty = everyone
+  proto::Limits limits;               // per-message caps
+  std::optional<uint16_t> http_port;  // the HTTP live view (rendezvous/http/): off when unset, 0 picks a free port
+  std::chrono::seconds http_idle_timeout{30};  // an HTTP keep-alive connection silent this long is closed
 };
 
 }  // namespace meshrun::rendezvous

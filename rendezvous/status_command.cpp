@@ -36,6 +36,34 @@ void print_ranks(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
   }
 }
 
+// "restarts: 2 (hung 1, node_lost 1); last: round 2, hung, 3.2 s ago: <reason>"; nothing before any restart.
+void print_restarts(const proto::RunStatus& run, std::ostream& out) {
+  if (run.restarts_by_cause.empty()) return;
+  int64_t total = 0;
+  std::vector<std::string> counts;
+  for (const auto& [cause, n] : run.restarts_by_cause) {
+    total += n;
+    counts.push_back(fmt::format("{} {}", cause, n));
+  }
+  out << fmt::format("  restarts: {} ({})", total, fmt::join(counts, ", "));
+  if (!run.restarts.empty()) {
+    const auto& last = run.restarts.back();
+    out << fmt::format("; last: round {}, {}, {:.1f} s ago: {}", last.round, proto::to_string(last.cause), last.since_s,
+                       last.reason);
+  }
+  out << "\n";
+}
+
+// "root cause: rank 3 on node-b (round 0): exit code 1: RuntimeError: boom; then 2 more failure(s)".
+void print_failures(const proto::RunStatus& run, std::ostream& out) {
+  if (run.failures.empty()) return;
+  const auto& first = run.failures.front();
+  out << fmt::format("  root cause: rank {} on {} (round {}): {}{}", first.rank, first.host, first.round, first.exit,
+                     first.error.empty() ? "" : ": " + first.error);
+  if (run.failures.size() > 1) out << fmt::format("; then {} more failure(s)", run.failures.size() - 1);
+  out << "\n";
+}
+
 }  // namespace
 
 void print_status_table(const proto::StatusReply& s, std::ostream& out) {
@@ -57,6 +85,8 @@ void print_status_table(const proto::StatusReply& s, std::ostream& out) {
     out << "  missing node ranks: " << join_ints(run.missing_ranks) << "\n";
     for (const auto& dup : run.duplicate_ranks) out << "  DUPLICATE " << dup << "\n";
     out << "  last event: " << run.last_event << "\n";
+    print_restarts(run, out);
+    print_failures(run, out);
   }
 }
 

@@ -32,7 +32,7 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
           clang clang-format clang-tidy libclang-rt-14-dev python3 python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
           openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev
-          elfutils gdb)
+          elfutils gdb chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

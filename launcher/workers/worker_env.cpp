@@ -10,7 +10,7 @@ namespace meshrun::launcher {
 namespace {
 
 // Keys the launcher owns; a stale value inherited from an outer launch must not leak through.
-constexpr std::array<std::string_view, 20> kOwnedKeys = {
+constexpr std::array<std::string_view, 21> kOwnedKeys = {
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -30,6 +30,7 @@ constexpr std::array<std::string_view, 20> kOwnedKeys = {
     "MESHRUN_PROGRESS",
     "MESHRUN_RDZV_ENDPOINT",
     "MESHRUN_RUN_ID",
+    "MESHRUN_JOB_TOKEN",
     "CUDA_VISIBLE_DEVICES",
 };
 
@@ -69,6 +70,8 @@ WorkerEnvironment::WorkerEnvironment(const std::vector<std::string>& base, Attem
   // Workers connect to our store as clients instead of rank 0 hosting one (torch/distributed/rendezvous.py).
   common_.push_back(entry("TORCHELASTIC_USE_AGENT_STORE", "True"));
   if (!s.rdzv_endpoint.empty()) common_.push_back(entry("MESHRUN_RDZV_ENDPOINT", s.rdzv_endpoint));
+  // A nested meshrun's workers carry their own launcher's token, not the outer one's.
+  if (!s.job_token.empty()) common_.push_back(entry("MESHRUN_JOB_TOKEN", s.job_token));
   // torchrun's defaults: one OpenMP thread per worker when several share the node; NCCL async errors on.
   if (!has_omp && s.local_world_size > 1) common_.push_back(entry("OMP_NUM_THREADS", "1"));
   if (!has_nccl_async) common_.push_back(entry("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));

@@ -22,6 +22,7 @@ struct AttemptSettings {
   int local_world_size = 1;
   int rank_offset = 0;  // global rank of local rank 0
   bool virtual_local_rank = false;
+  std::string job_token;  // MESHRUN_JOB_TOKEN (job_token.hpp); empty leaves it unset
 };
 
 /// Per-worker values.

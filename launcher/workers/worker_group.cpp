@@ -10,12 +10,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "launcher/workers/job_token.hpp"
 #include "launcher/workers/signal_set.hpp"
 
 namespace meshrun::launcher {
 namespace {
 
 constexpr size_t kTailLines = 20;
+constexpr std::chrono::milliseconds kLeftoverSweep{2000};
 constexpr const char* kDefaultPrefix = "[rank${rank}]:";
 
 UniqueFd open_log(const std::string& path) {
@@ -50,7 +52,7 @@ StreamRoute route(const GroupSpec& spec, int local_rank, int bit) {
 }  // namespace
 
 WorkerGroup::WorkerGroup(const GroupSpec& spec)
-    : attempt_(spec.attempt), role_(spec.settings.role), hostname_(spec.hostname) {
+    : attempt_(spec.attempt), role_(spec.settings.role), hostname_(spec.hostname), job_token_(spec.settings.job_token) {
   const WorkerEnvironment env(spec.base_env, spec.settings);
   const std::string& tmpl = spec.prefix_template.empty() ? std::string(kDefaultPrefix) : spec.prefix_template;
   const int n = spec.settings.local_world_size;
@@ -217,18 +219,25 @@ void WorkerGroup::finish() {
     w.process->reap();
     if (was_running) w.exit_time = std::chrono::system_clock::now();
   }
+  // What the workers spawned and left (a setsid'd child outside their process groups, a daemon).
+  if (!job_token_.empty()) kill_processes_with_token(job_token_, kLeftoverSweep);
   // The pipes have no writers left: read what remains.
-  for (auto& w : workers_) {
-    for (OutputPump* p : {w.out.get(), w.err.get()}) {
-      if (p == nullptr) continue;
-      while (p->open() && p->on_readable()) {
-        // A live writer outside the group (it escaped with setsid) could keep the pipe open forever.
-        if (p->open()) {
-          pollfd pfd{p->fd(), POLLIN, 0};
-          if (::poll(&pfd, 1, 0) <= 0) break;
-        }
-      }
-      p->finish();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    drain_output(i);
+    for (OutputPump* p : {workers_[i].out.get(), workers_[i].err.get()}) {
+      if (p != nullptr) p->finish();
+    }
+  }
+}
+
+void WorkerGroup::drain_output(size_t index) {
+  Worker& w = workers_.at(index);
+  for (OutputPump* p : {w.out.get(), w.err.get()}) {
+    if (p == nullptr) continue;
+    // Only what is there now: a live writer (a grandchild, or one that escaped with setsid) could keep
+    // the pipe open forever.
+    for (pollfd pfd{p->fd(), POLLIN, 0}; p->open() && ::poll(&pfd, 1, 0) > 0; pfd.fd = p->fd()) {
+      if (!p->on_readable()) break;
     }
   }
 }

@@ -81,6 +81,8 @@ class WorkerGroup {
   /// `grace` to exit (output still pumped), then SIGKILL; everything reaped on return. Signals received
   /// meanwhile are returned (a second SIGINT/SIGTERM cuts the grace period short).
   std::vector<int> stop(SignalSet& signals, std::chrono::milliseconds grace, int first_signal = SIGTERM);
+  /// Reads what worker `index`'s pipes hold now (an exited worker's last words), without waiting.
+  void drain_output(size_t index);
   /// The failure summary input for worker `index`.
   FailureInfo failure_info(size_t index) const;
 
@@ -96,6 +98,7 @@ class WorkerGroup {
   int attempt_ = 0;
   std::string role_;
   std::string hostname_;
+  std::string job_token_;  // what the workers' leftovers carry (job_token.hpp)
   bool finished_ = false;
 };
 

@@ -3,14 +3,15 @@
 # One scenario per run; each measures and prints how long detection took (no timing is asserted: only
 # behaviour, with generous deadlines as safety nets) and checks that no process of the job is left.
 #   kill9       an agent is killed -9: the others restart without it (--nnodes 2:3), restart count 1
-#   sigstop     an agent is stopped (SIGSTOP): the same
+#   sigstop     an agent is stopped (SIGSTOP): the same; once resumed it re-joins and all three run round 2
 #   linkdown    a node's link is cut: the others go on; the cut-off agent stops, naming the endpoint
 #   partition   node0 and node2 cannot reach each other: the same as linkdown, through iptables
 #   dropport    the rendezvous port is dropped on node0: nodes 1 and 2 stop naming the endpoint; node0 fails
 #   hostdies    the rendezvous host's agent is killed -9: every other agent stops, naming the endpoint
 #   latejoin    2 of --nnodes 2:3 start; a third node joins later and is admitted at the next round
 #   belowmin    --nnodes 3 and a node dies: the others fail with a message naming the dead node
-#   workerfail  a worker fails on node1: every node's workers restart together (--max-restarts 1)
+#   workerfail  a worker fails on node1: every node's workers restart together (--max-restarts 1), and every
+#               agent names it as the root cause
 #   workerfail0 the same with --max-restarts 0: every node stops
 # Usage: faults_test.sh SCENARIO MESHRUN   (root; exits 77 when namespaces cannot be made)
 SCENARIO=$1 MESHRUN=$2
@@ -67,9 +68,17 @@ case $SCENARIO in
     detect "node2's agent lost" "$t0" 0 "asks for a restart"
     detect "node2's agent lost" "$t0" 1 "asks for a restart"
     files 4 1 && check_attempt 1 2
-    if [ "$SCENARIO" = sigstop ]; then mc_kill9 "${A[2]}"; mc_cont "${A[2]}"; fi
+    if [ "$SCENARIO" = sigstop ]; then
+      # Resumed, node2's agent learns the others went on without it, stops its stale workers and joins
+      # again as a newcomer: the others restart once more to admit it, and all three run round 2.
+      t1=$(mc_now); mc_cont "${A[2]}"
+      detect "node2 resumed and asked to restart" "$t1" 2 "asks for a restart"
+      files 6 2 && check_attempt 2 3
+      echo "DETECTION $SCENARIO: node2 back in the job (round 2, 3 nodes) $(mc_elapsed "$t1") s after SIGCONT"
+    fi
     touch "$D/finish"
     expect_exit 0 0; expect_exit 1 0
+    if [ "$SCENARIO" = sigstop ]; then expect_exit 2 0; fi
     # One survivor may already see the next event ("node1 joined round 1") as the reason; one names the dead node.
     cat "$W/node0.log" "$W/node1.log" | grep -q "node2 (pid ${A[2]}) is dead: no heartbeat" ||
       mc_fail "$SCENARIO: no survivor was told which node died"
@@ -145,6 +154,11 @@ case $SCENARIO in
       for i in 0 1 2; do [ "${RC[$i]}" != 0 ] && [ "${RC[$i]}" != 124 ] || mc_fail "$SCENARIO: node$i exited ${RC[$i]}"; done
       echo "${RC[*]}" | grep -qw 3 || mc_fail "$SCENARIO: no node exited with the worker's code 3: ${RC[*]}"
     fi
+    # Every agent names the job's first failure, the same one: rank 3 on the node of group rank 1.
+    for i in 0 1 2; do
+      grep -A1 "meshrun: root cause" "$W/node$i.log" | grep -q "^  rank 3 on node[0-2] (local rank 1): exit code 3" ||
+        mc_fail "$SCENARIO: node$i did not name rank 3 as the root cause"
+    done
     ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
 esac

@@ -7,8 +7,11 @@
       --first-step-s S               every rank's first step takes S seconds (compilation, data loading)
       --checkpoint-at K --checkpoint-s S  every rank reports phase=checkpoint after step K and takes S seconds
       --silent-rank R                rank R sends no beats at all
+      --raise-rank R --raise-at K    rank R raises RuntimeError in step K (first attempt only); the others
+                                     then die of the broken collective (or are stopped)
 Each step: compute (sleep STEP_S), beat, all_reduce (the ranks wait for each other as in real training).
-Writes OUT/done.<rank> at the end when OUT is set in the environment (PROGRESS_JOB_OUT).
+Writes OUT/done.<rank> at the end, and OUT/blocked.<rank> / OUT/stopped.<rank> (the time) when it blocks or
+stops itself, when OUT is set in the environment (PROGRESS_JOB_OUT).
 """
 import argparse
 import os
@@ -30,9 +33,22 @@ def beat(step, **fields):
         pass
 
 
+def mark(name):
+    """OUT/<name>: when something was done to this rank (the benchmark times detection from it)."""
+    out = os.environ.get("PROGRESS_JOB_OUT")
+    if out:
+        with open(os.path.join(out, name), "w") as f:
+            f.write(repr(time.time()))
+
+
 def block_forever():
+    mark(f"blocked.{dist.get_rank()}")
     read_end, _ = os.pipe()
     os.read(read_end, 1)  # nobody ever writes: a stand-in for a collective that never completes
+
+
+def fail_on_purpose(rank, step):
+    raise RuntimeError(f"rank {rank} failed on purpose in step {step}")
 
 
 def main():
@@ -40,7 +56,7 @@ def main():
     p.add_argument("steps", type=int)
     p.add_argument("step_s", type=float)
     for flag in ("--stop-rank", "--stop-at", "--block-rank", "--block-at", "--slow-rank", "--checkpoint-at",
-                 "--silent-rank"):
+                 "--silent-rank", "--raise-rank", "--raise-at"):
         p.add_argument(flag, type=int, default=-1)
     p.add_argument("--slow-factor", type=float, default=1.0)
     p.add_argument("--first-step-s", type=float, default=0.0)
@@ -56,11 +72,14 @@ def main():
         if step == 1:
             compute += a.first_step_s
         time.sleep(compute)
+        if first_attempt and rank == a.raise_rank and step == a.raise_at:
+            fail_on_purpose(rank, step)
         if first_attempt and rank == a.block_rank and step == a.block_at:
             block_forever()  # before its beat: the other ranks get one step further, then wait for it
         if not silent:
             beat(step, loss=f"{1.0 / step:.4f}", compute_s=f"{compute:.4f}")
         if first_attempt and rank == a.stop_rank and step == a.stop_at:
+            mark(f"stopped.{rank}")
             os.kill(os.getpid(), signal.SIGSTOP)
         if step == a.checkpoint_at:
             if not silent:

@@ -195,6 +195,48 @@ TEST_CASE("kill -9 of the launcher takes its workers with it", "[launch]") {
   CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }
 
+// The workers' own children: one in the worker's process group, one in a session of its own (setsid).
+std::vector<pid_t> grandchildren(const std::string& dir, int workers) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < workers; ++r) {
+    for (const std::string kind : {"child.", "session_child."}) {
+      const std::string pidfile = dir + "/" + kind + std::to_string(r);
+      REQUIRE(wait_for_file(pidfile));
+      REQUIRE(std::stoi(read_file(pidfile)) > 0);
+      pids.push_back(std::stoi(read_file(pidfile)));
+    }
+  }
+  return pids;
+}
+
+TEST_CASE("kill -9 of the launcher takes its workers' children with it, a setsid child too", "[launch][orphans]") {
+  TempDir dir;
+  const std::string marker = unique_marker();
+  Process launcher(
+      meshrun_cmd({"--standalone", "--nproc-per-node", "2", "--no-python", SPAWN_GRANDCHILDREN, dir.path(), "wait"}),
+      {marker}, dir.path() + "/out");
+  const auto children = grandchildren(dir.path(), 2);
+  for (pid_t c : children) CHECK(meshrun::testing::process_alive(c));
+  launcher.signal(SIGKILL);
+  CHECK(launcher.wait() == 137);
+  INFO(launcher.output());
+  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+  for (pid_t c : children) CHECK_FALSE(meshrun::testing::process_alive(c));
+}
+
+TEST_CASE("workers that exit leave nothing running: their children are stopped with the attempt", "[launch][orphans]") {
+  TempDir dir;
+  const std::string marker = unique_marker();
+  auto [code, out] = meshrun::testing::run(
+      meshrun_cmd({"--standalone", "--nproc-per-node", "2", "--no-python", SPAWN_GRANDCHILDREN, dir.path(), "exit"}),
+      {marker}, dir.path() + "/out");
+  INFO(out);
+  CHECK(code == 0);
+  const auto children = grandchildren(dir.path(), 2);
+  CHECK(meshrun::testing::processes_with_env(marker).empty());  // at once: meshrun swept before it returned
+  for (pid_t c : children) CHECK_FALSE(meshrun::testing::process_alive(c));
+}
+
 TEST_CASE("bad flags: a message naming the option, exit 2", "[launch]") {
   TempDir dir;
   for (const auto& args : std::vector<std::vector<std::string>>{{"--nproc-per-node", "x", "prog"},

@@ -34,6 +34,31 @@ std::vector<std::string> job_env(const TempDir& dir) {
   return {"PATH=" + kVenv + ":" + (path ? path : "/usr/bin:/bin"), "PROGRESS_JOB_OUT=" + dir.path()};
 }
 
+// The HOST:PORT a daemon started with --port 0 announces ("listening on HOST:PORT"); empty if none came.
+std::string daemon_endpoint(const Process& daemon) {
+  for (int i = 0; i < 3000; ++i) {
+    const auto text = daemon.output();
+    const auto at = text.find("listening on ");
+    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+      return text.substr(at + 13, text.find('\n', at) - at - 13);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
+// The run's failures in the daemon's status (empty while it has none, or after the run is gone).
+nlohmann::json run_failures(const std::string& endpoint, const std::string& run_id, const std::string& scratch) {
+  const auto [code, text] =
+      meshrun::testing::run({DAEMON_BIN, "status", "--endpoint", endpoint, "--json"}, {}, scratch);
+  const auto status = nlohmann::json::parse(text, nullptr, false);
+  if (code != 0 || !status.is_object()) return nlohmann::json::array();
+  for (const auto& run : status.value("runs", nlohmann::json::array())) {
+    if (run.value("run_id", "") == run_id) return run.value("failures", nlohmann::json::array());
+  }
+  return nlohmann::json::array();
+}
+
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -101,15 +126,7 @@ TEST_CASE("no false alarm: a slow first step, a long checkpoint phase, a rank wi
 TEST_CASE("a rank that computes twice as long per step is named a straggler in status", "[progress][straggler]") {
   TempDir dir;
   Process daemon({DAEMON_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"}, {}, dir.path() + "/daemon");
-  std::string endpoint;
-  for (int i = 0; i < 3000 && endpoint.empty(); ++i) {
-    const auto text = daemon.output();
-    if (const auto at = text.find("listening on ");
-        at != std::string::npos && text.find('\n', at) != std::string::npos) {
-      endpoint = text.substr(at + 13, text.find('\n', at) - at - 13);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const std::string endpoint = daemon_endpoint(daemon);
   REQUIRE(!endpoint.empty());
   const auto t0 = std::chrono::steady_clock::now();
   Process p(job({"--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "slow"},
@@ -142,4 +159,45 @@ TEST_CASE("a rank that computes twice as long per step is named a straggler in s
   p.signal(SIGTERM);
   p.wait(std::chrono::seconds(60));
   CHECK_THAT(p.output(), Catch::Contains("straggler: rank 1 on"));
+}
+
+TEST_CASE("a rank that raises on node 1 is named the root cause by both nodes, with its traceback",
+          "[progress][rootcause]") {
+  TempDir dir;
+  Process daemon({DAEMON_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"}, {}, dir.path() + "/daemon");
+  const std::string endpoint = daemon_endpoint(daemon);
+  REQUIRE(!endpoint.empty());
+  const auto node = [&](int node_rank) {
+    return job({"--nnodes", "2", "--node-rank", std::to_string(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                endpoint, "--rdzv-id", "rootcause", "--shutdown-timeout", "2"},
+               {"1000", "0.05", "--raise-rank", "3", "--raise-at", "5"});
+  };
+  Process node0(node(0), job_env(dir), dir.path() + "/node0");
+  Process node1(node(1), job_env(dir), dir.path() + "/node1");
+  // While the run is there: the daemon's status lists the failures, the root cause first.
+  nlohmann::json failures = nlohmann::json::array();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (failures.empty() && since(t0) < 90) {
+    failures = run_failures(endpoint, "rootcause", dir.path() + "/st");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const int code1 = node1.wait(std::chrono::seconds(120));
+  const int code0 = node0.wait(std::chrono::seconds(120));
+  const std::string out0 = node0.output();
+  const std::string out1 = node1.output();
+  INFO("node 0:\n" << out0 << "\nnode 1:\n" << out1);
+  REQUIRE(!failures.empty());
+  CHECK(failures[0].at("rank") == 3);
+  CHECK(failures[0].at("error") == "RuntimeError: rank 3 failed on purpose in step 5");
+  CHECK(code0 != 0);
+  CHECK(code1 != 0);
+  for (const auto* out : {&out0, &out1}) {
+    const auto at = out->find("meshrun: root cause (the first of ");
+    REQUIRE(at != std::string::npos);
+    const std::string block = out->substr(at);
+    CHECK_THAT(block, Catch::Contains("\n  rank 3 on "));
+    CHECK_THAT(block, Catch::Contains("exit code 1"));
+    CHECK_THAT(block, Catch::Contains("error: RuntimeError: rank 3 failed on purpose in step 5"));
+    CHECK_THAT(block, Catch::Contains("in fail_on_purpose"));  // its innermost frame
+  }
 }

@@ -31,17 +31,21 @@ AttemptSettings two_nodes_second() {
                          .group_world_size = 2,
                          .world_size = 8,
                          .local_world_size = 4,
-                         .rank_offset = 4};
+                         .rank_offset = 4,
+                         .virtual_local_rank = false,
+                         .job_token = "0123abcd"};
 }
 
 }  // namespace
 
 TEST_CASE("the torchrun environment contract for each rank layout", "[worker_env]") {
-  const WorkerEnvironment env({"PATH=/bin", "RANK=99", "MASTER_PORT=1", "MESHRUN_PROGRESS=/stale/outer.sock"},
-                              two_nodes_second());
+  const WorkerEnvironment env(
+      {"PATH=/bin", "RANK=99", "MASTER_PORT=1", "MESHRUN_PROGRESS=/stale/outer.sock", "MESHRUN_JOB_TOKEN=outer"},
+      two_nodes_second());
   const auto m =
       as_map(env.for_worker({.local_rank = 2, .error_file = "/tmp/e.json", .progress_socket = "/tmp/p/2.sock"}));
   CHECK(m.at("MESHRUN_PROGRESS") == "/tmp/p/2.sock");  // ours, not the outer launch's
+  CHECK(m.at("MESHRUN_JOB_TOKEN") == "0123abcd");
   CHECK(m.at("PATH") == "/bin");
   CHECK(m.at("RANK") == "6");
   CHECK(m.at("LOCAL_RANK") == "2");

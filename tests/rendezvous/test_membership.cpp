@@ -230,3 +230,27 @@ TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[m
   CHECK(reply.status == proto::AwaitStatus::kFailed);
   CHECK_THAT(reply.reason, Catch::Contains("b/100") && Catch::Contains("did not re-join"));
 }
+
+TEST_CASE("status keeps a run's restarts with their causes, the latest ones and a count by cause", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  auto a = m.join(node("host-a", 1, 1));
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  CHECK(m.status("job").at(0).restarts.empty());
+  const int kRestarts = static_cast<int>(proto::kMaxRestartRecords) + 2;
+  for (int i = 0; i < kRestarts; ++i) {
+    m.report_failure("job", a, "rank 0 hung " + std::to_string(i),
+                     i == 0 ? proto::RestartCause::kWorkerFailed : proto::RestartCause::kHung);
+    clock.advance(seconds(1));
+    a = m.join(node("host-a", 1, 1));  // the survivor is back: the round closes at once
+    REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  }
+  const auto s = m.status("job").at(0);
+  REQUIRE(s.restarts.size() == proto::kMaxRestartRecords);
+  CHECK(s.restarts.back().round == kRestarts);
+  CHECK(s.restarts.back().cause == proto::RestartCause::kHung);
+  CHECK_THAT(s.restarts.back().reason, Catch::Contains("rank 0 hung " + std::to_string(kRestarts - 1)));
+  CHECK(s.restarts.back().since_s == Approx(1.0));
+  CHECK(s.restarts_by_cause.at("worker_failed") == 1);
+  CHECK(s.restarts_by_cause.at("hung") == kRestarts - 1);
+}

@@ -1,0 +1,146 @@
+"""The figures behind bench/progress.sh: beat overhead, hang detection latency, straggler detection."""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BEAT = b"step=123456 loss=2.3125 tokens_per_s=51200 compute_s=0.0931"
+
+
+def beat_cost_us(n=200_000):
+    """Mean cost of one beat (a nonblocking sendto) with an agent-like reader draining the socket."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "0.sock")
+        agent = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        agent.bind(path)
+        agent.settimeout(0.05)
+        done = threading.Event()
+
+        def drain():
+            while not done.is_set():
+                try:
+                    agent.recv(512)
+                except (socket.timeout, OSError):
+                    pass
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        worker = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                try:
+                    worker.sendto(BEAT, path)
+                except OSError:
+                    pass  # queue full: dropped, as a real worker would
+            runs.append((time.perf_counter() - t0) / n * 1e6)
+        done.set()
+        reader.join()
+        return statistics.median(runs)
+
+
+def stream(proc, sink, stamps, marker):
+    """Copies proc's output into sink, stamping when a line containing marker first appears."""
+    for line in proc.stdout:
+        sink.append(line)
+        if marker in line and "hung" not in stamps:
+            stamps["hung"] = time.time()
+
+
+def hang_latency(meshrun, job, step_s, floor_s):
+    """Blocks rank 0 at step 30 of a 2-rank Gloo job; returns (latency from the block to the named hang, budget)."""
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, PROGRESS_JOB_OUT=out)
+        argv = [meshrun, "--standalone", "--nproc-per-node", "2", "--hang-floor", str(floor_s), "--shutdown-timeout",
+                "2", job, "100000", str(step_s), "--block-rank", "0", "--block-at", "30"]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines, stamps = [], {}
+        reader = threading.Thread(target=stream, args=(proc, lines, stamps, "is hung:"))
+        reader.start()
+        proc.wait(timeout=300)
+        reader.join()
+        blocked = float(open(os.path.join(out, "blocked.0")).read())
+        if "hung" not in stamps:
+            sys.exit("no hang named:\n" + "".join(lines))
+        return stamps["hung"] - blocked, floor_s + 2 * step_s
+
+
+def torchrun_hang(torchrun, job, wait_s):
+    """The same hung job under torchrun: is anything named within wait_s?"""
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, PROGRESS_JOB_OUT=out)
+        argv = [torchrun, "--standalone", "--nproc-per-node", "2", job, "100000", "0.05", "--block-rank", "0",
+                "--block-at", "30"]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout))
+        reader.start()
+        time.sleep(wait_s)
+        still_running = proc.poll() is None
+        proc.terminate()  # torchrun stops its workers (their own sessions) on SIGTERM
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+        return still_running, "hung" in "".join(lines).lower()
+
+
+def straggler_steps(meshrun, daemon, job, factor):
+    """Steps (of the slow rank) until the daemon names a rank computing `factor` x longer a straggler."""
+    with tempfile.TemporaryDirectory() as out:
+        d = subprocess.Popen([daemon, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"],
+                             stdout=subprocess.PIPE, text=True)
+        endpoint = d.stdout.readline().split("listening on ")[1].strip()
+        env = dict(os.environ, PROGRESS_JOB_OUT=out)
+        argv = [meshrun, "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                "--rdzv-id", "straggler", job, "100000", "0.05", "--slow-rank", "1", "--slow-factor", str(factor)]
+        job_proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        named, t0 = None, time.time()
+        while named is None and time.time() - t0 < 120:
+            status = json.loads(subprocess.run([daemon, "status", "--endpoint", endpoint, "--json"],
+                                               capture_output=True, text=True).stdout)
+            for run in status.get("runs", []):
+                for node in run.get("nodes", []):
+                    for r in node.get("ranks", []):
+                        if r.get("straggler"):
+                            named = r
+            time.sleep(0.1)
+        job_proc.terminate()
+        job_proc.wait(timeout=60)
+        d.terminate()
+        d.wait(timeout=30)
+        return named
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for flag in ("--meshrun", "--daemon", "--torchrun", "--job"):
+        p.add_argument(flag, required=True)
+    a = p.parse_args()
+    # The workers' python is the venv's (torch), as for torchrun.
+    os.environ["PATH"] = os.path.dirname(os.path.abspath(a.torchrun)) + os.pathsep + os.environ.get("PATH", "")
+    us = beat_cost_us()
+    print(f"beat: {us:.2f} us per beat (nonblocking sendto, agent draining); "
+          f"{us / 1e5 * 100:.4f} % of a 100 ms step (goal < 0.1 %)")
+    for step_s in (0.05, 0.2):
+        latency, budget = hang_latency(a.meshrun, a.job, step_s, floor_s=3)
+        print(f"hang: steps of {step_s} s, floor 3 s: named {latency:.2f} s after the rank blocked; budget "
+              f"2 x median + floor = {budget:.2f} s; latency / budget = {latency / budget:.2f} "
+              f"(goal: within the budget plus the 0.25 s check interval)")
+    running, named = torchrun_hang(a.torchrun, a.job, 20)
+    print(f"hang under torchrun: after 20 s still running = {running}, a hung rank named = {named} "
+          "(it waits for the collective's timeout: 30 min by default for Gloo and NCCL)")
+    r = straggler_steps(a.meshrun, a.daemon, a.job, 1.5)
+    if r is None:
+        sys.exit("straggler: a 1.5x slow rank was not named within 120 s")
+    print(f"straggler: a 1.5x slow rank named at its step {r['step']} (goal: within 50 steps); "
+          f"compute {r['compute_s']:.3f} s per step")
+
+
+if __name__ == "__main__":
+    main()
