@@ -380,6 +380,62 @@ def check_checkpoint(kit):
         f"-> its step 15 -> GPU world 1 (steps 16-20, {figures['back_vs_gpu_max_rel']:.1e})"), figures
 
 
+@check("progress", needs_gpu=True,
+       about="progress on a GPU: trainer beats in status (NCCL), a stopped NCCL worker named hung and restarted")
+def check_progress(kit):
+    """meshrun-trainer (cuda, NCCL) beats: the daemon's status shows its step and loss. A PyTorch NCCL worker
+    that SIGSTOPs itself is named hung (with py-spy's stack when .gpu-kit/tools has it) and attempt 1, with a
+    fresh store and a new NCCL communicator, runs to the end."""
+    env = dict(kit.env)
+    tools = os.path.join(kit.root, ".gpu-kit", "tools")
+    env["PATH"] = tools + os.pathsep + os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    daemon = subprocess.Popen([os.path.join(kit.bin, "meshrun-rendezvous"), "--host", "127.0.0.1", "--port", "0",
+                               "--log-level", "warn"], stdout=subprocess.PIPE, text=True)
+    endpoint = daemon.stdout.readline().split("listening on ")[1].strip()
+    out_dir = os.path.join(kit.work, "progress_trainer")
+    cmd = [os.path.join(kit.bin, "meshrun"), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id",
+           "gpu-beats", "--nproc-per-node", "1", "--no-python", os.path.join(kit.bin, "meshrun-trainer"),
+           "--config", os.path.join(kit.root, "configs", "tiny.json"), "--set", "train.steps=3000",
+           "--set", "train.sample_tokens=0", "--set", f'output.dir="{out_dir}"', *sum(
+               (["--set", s] for s in tiny_sets(kit, "system.device=cuda")), [])]
+    job = subprocess.Popen(cmd, cwd=kit.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, t0 = None, time.monotonic()
+    while job.poll() is None and time.monotonic() - t0 < 120:
+        q = subprocess.run([os.path.join(kit.bin, "meshrun-rendezvous"), "status", "--endpoint", endpoint, "--json"],
+                           capture_output=True, text=True)
+        ranks = [r for run in json.loads(q.stdout or "{}").get("runs", []) for n in run.get("nodes", [])
+                 for r in n.get("ranks", [])]
+        if ranks and ranks[0].get("step", 0) >= 20:
+            seen = ranks[0]
+            break
+        time.sleep(0.05)
+    trainer_out = job.communicate(timeout=600)[0]
+    daemon.terminate()
+    daemon.wait(timeout=30)
+    figures = {"trainer_rank_in_status": seen, "trainer_exit": job.returncode}
+    if seen is None or job.returncode != 0 or not seen.get("loss", 0) > 0:
+        return "fail", f"trainer beats not seen in status (exit {job.returncode}): {tail(trainer_out, 5)}", figures
+    pj_out = os.path.join(kit.work, "progress_nccl")
+    shutil.rmtree(pj_out, ignore_errors=True)
+    os.makedirs(pj_out)
+    rc, text, seconds = kit.run("progress_nccl", kit.meshrun(1, "--hang-floor", "3", "--max-restarts", "1",
+                                                             "--shutdown-timeout", "5",
+                                                             os.path.join(kit.root, "tests", "launcher", "progress_job.py"),
+                                                             "60", "0.05", "--backend", "nccl", "--stop-rank", "0",
+                                                             "--stop-at", "10"),
+                                env=dict(env, PROGRESS_JOB_OUT=pj_out))
+    done = os.path.join(pj_out, "done.0")
+    attempt = open(done).read() if os.path.exists(done) else None
+    figures.update({"nccl_exit": rc, "nccl_seconds": round(seconds, 1), "nccl_done_attempt": attempt,
+                    "hang_line": next((l for l in text.splitlines() if "is hung" in l), None),
+                    "stack_tool": next((l.strip() for l in text.splitlines() if l.strip().startswith("stack")), None)})
+    ok = rc == 0 and attempt == "1" and "worker hung" in text and "restarting the workers (restart 1 of 1)" in text
+    if not ok:
+        return "fail", f"NCCL hang/restart: exit {rc}, done.0={attempt}: {tail(text, 8)}", figures
+    return "pass", (f"trainer on cuda: step {seen['step']} loss {seen['loss']:.3f} in status; a stopped NCCL worker "
+                    f"named hung ({figures['hang_line']}) and attempt 1 completed"), figures
+
+
 # --- driver -------------------------------------------------------------------------------------------------
 
 def machine_facts(kit):

@@ -7,6 +7,7 @@
       --first-step-s S               every rank's first step takes S seconds (compilation, data loading)
       --checkpoint-at K --checkpoint-s S  every rank reports phase=checkpoint after step K and takes S seconds
       --silent-rank R                rank R sends no beats at all
+      --backend gloo|nccl            the process group (nccl: a CUDA tensor on GPU LOCAL_RANK)
       --raise-rank R --raise-at K    rank R raises RuntimeError in step K (first attempt only); the others
                                      then die of the broken collective (or are stopped)
 Each step: compute (sleep STEP_S), beat, all_reduce (the ranks wait for each other as in real training).
@@ -61,12 +62,17 @@ def main():
     p.add_argument("--slow-factor", type=float, default=1.0)
     p.add_argument("--first-step-s", type=float, default=0.0)
     p.add_argument("--checkpoint-s", type=float, default=0.0)
+    p.add_argument("--backend", default="gloo", help="gloo (CPU tensors) or nccl (this rank's GPU)")
     a = p.parse_args()
-    dist.init_process_group("gloo")
+    device = "cpu"
+    if a.backend == "nccl":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    dist.init_process_group(a.backend)
     rank = dist.get_rank()
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     silent = rank == a.silent_rank
-    value = torch.zeros(1)
+    value = torch.zeros(1, device=device)
     for step in range(1, a.steps + 1):
         compute = a.step_s * (a.slow_factor if rank == a.slow_rank else 1.0)
         if step == 1:
