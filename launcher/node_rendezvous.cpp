@@ -137,6 +137,7 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
   rendezvous::ServerOptions so;
   so.host = bind_host;
   so.port = port;
+  so.http_port = options_.rdzv_conf.http_port;
   try {
     server_ = std::make_unique<rendezvous::Server>(so);
   } catch (const rendezvous::AddressInUseError& e) {
@@ -156,6 +157,10 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
         bind_host, bound, bound);
   } else {
     spdlog::info("hosting the rendezvous on {}:{}", bind_host, bound);
+  }
+  if (const auto http = server_->http_port()) {
+    std::fprintf(stderr, "meshrun: live view of the job on http://%s:%u/ (--rdzv-conf http_port)\n",
+                 bind_host == "0.0.0.0" ? local_hostname().c_str() : bind_host.c_str(), *http);
   }
   return true;
 }

@@ -254,12 +254,17 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       conf.keep_alive_max_attempt = *v;
     } else if (key == "is_host") {
       conf.is_host = truthy(value);
+    } else if (key == "http_port") {
+      const auto v = to_int(value);
+      if (!v || *v < 0 || *v > 65535)
+        throw UsageError("--rdzv-conf http_port='" + value + "': expected a port, 0 to 65535 (0 picks a free one)");
+      conf.http_port = static_cast<uint16_t>(*v);
     } else if (key == "store_type" || key == "use_libuv" || key == "local_addr") {
       // torchrun knobs of its own TCPStore; our daemon has one implementation, so they change nothing.
     } else {
       throw UsageError("--rdzv-conf: unknown key '" + key +
                        "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
-                       "keep_alive_interval, keep_alive_max_attempt, is_host, store_type, use_libuv)");
+                       "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, store_type, use_libuv)");
     }
   }
   return conf;
@@ -362,7 +367,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   auto* id_opt = app.add_option(both_spellings("--rdzv-id"), run_id, "Job id shared by all nodes")->default_str("none");
   app.add_option(both_spellings("--rdzv-conf"), conf,
                  "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
-                 "keep_alive_max_attempt, heartbeat_timeout, is_host");
+                 "keep_alive_max_attempt, heartbeat_timeout, is_host, http_port (the hosted daemon's live page)");
   app.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
   app.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
       ->check(CLI::NonNegativeNumber)

@@ -35,7 +35,8 @@ struct RdzvConf {
   double heartbeat_timeout_s = 5;
   double keep_alive_interval_s = 1;
   int keep_alive_max_attempt = 3;
-  std::optional<bool> is_host;  // force (or forbid) hosting the daemon under c10d
+  std::optional<bool> is_host;        // force (or forbid) hosting the daemon under c10d
+  std::optional<uint16_t> http_port;  // the hosted daemon's HTTP live view (meshrun-rendezvous --http-port)
 };
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.

@@ -128,6 +128,9 @@ TEST_CASE("stream masks, rdzv-conf, nnodes ranges and signal lists", "[options]"
   CHECK(c.keep_alive_max_attempt == 4);
   REQUIRE(c.is_host);
   CHECK_FALSE(*c.is_host);
+  CHECK_FALSE(c.http_port);
+  CHECK(parse_rdzv_conf("http_port=8080").http_port == std::optional<uint16_t>(8080));
+  CHECK_THROWS_WITH(parse_rdzv_conf("http_port=70000"), Catch::Contains("http_port='70000': expected a port"));
 
   CHECK(parse_nnodes("1:4") == std::pair<int, int>{1, 4});
   CHECK(parse_nnodes("3") == std::pair<int, int>{3, 3});

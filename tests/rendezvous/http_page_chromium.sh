@@ -65,4 +65,7 @@ grep -Eq '<tr class="hung" data-rank="1">.*<td class="text flag hung">HUNG</td><
 grep -Eq '<tr class="straggler" data-rank="2">.*<td class="text flag straggler">STRAGGLER</td></tr>' "$dom" ||
   { show; fail "rank 2 is not flagged STRAGGLER"; }
 grep -q '<path d="M' "$dom" || { show; fail "no curve was drawn"; }
+grep -q '<b>root cause</b> (round 0, the first of 1 failure(s)): rank 1 on ' "$dom" ||
+  { show; fail "the root cause (rank 1, hung) is not on the page"; }
+grep -q 'block_forever (progress_agent.py:30)' "$dom" || { show; fail "the hung rank's stack is not on the page"; }
 echo "the page shows run page-run, ranks 0-2, rank 1 HUNG and rank 2 STRAGGLER ($(grep -o 'data-polls="[0-9]*"' "$dom"))"

@@ -3,8 +3,9 @@
 // with RANKS local ranks and then heartbeats every 0.2 s with their progress, as a real agent does: every
 // rank advances a step per 0.1 s with a falling loss, except that --hung-rank stays at step 5 flagged hung
 // (its beat age growing) and --slow-rank reports three times the compute time (the daemon names it a
-// straggler). --restart-hung first reports a hung worker (cause "hung") and re-joins, so the run shows one
-// restart. Prints "beating" once the daemon has its progress; runs until killed.
+// straggler). --restart-hung first reports a hung worker (its failure record, then cause "hung") and
+// re-joins, so the run shows one restart and its root cause. Prints "beating" once the daemon has its progress; runs
+// until killed.
 #include <unistd.h>
 
 #include <chrono>
@@ -88,6 +89,14 @@ int main(int argc, char** argv) {
     join.pid = ::getpid();
     std::string node_id = join_round(client, join);
     if (a.restart_hung) {
+      proto::FailureReport hung;
+      hung.round = 0;
+      hung.rank = a.hung_rank;
+      hung.host = a.host;
+      hung.cause = proto::RestartCause::kHung;
+      hung.exit = "hung: no progress beat for 9.0 s (budget 8.0 s) after step 5 (train)";
+      hung.traceback = {"    block_forever (progress_agent.py:30)", "    main (progress_agent.py:64)"};
+      client.record_failure(a.run_id, node_id, hung);
       client.report_failure(a.run_id, node_id, "rank " + std::to_string(a.hung_rank) + " hung (progress_agent)",
                             proto::RestartCause::kHung);
       node_id = join_round(client, join);

@@ -339,3 +339,33 @@ TEST_CASE("a real meshrun job's progress beats show in the live view's status an
   job.signal(SIGTERM);
   job.wait(std::chrono::seconds(60));
 }
+
+TEST_CASE("a hosting meshrun serves the live view with --rdzv-conf http_port", "[http][pytorch]") {
+  const std::string venv = VENV_BIN;
+  REQUIRE(meshrun::testing::file_exists(venv + "/python"));
+  TempDir dir;
+  const char* path = std::getenv("PATH");
+  Process job(
+      {MESHRUN_BIN, "--standalone", "--nproc-per-node", "2", "--rdzv-conf", "http_port=0", PROGRESS_JOB, "400", "0.05"},
+      {"PATH=" + venv + ":" + (path ? path : "/usr/bin:/bin"), "PROGRESS_JOB_OUT=" + dir.path()}, dir.path() + "/job");
+  uint16_t port = 0;
+  for (int i = 0; i < 3000 && port == 0; ++i) {
+    const auto url = line_after(job.output(), "meshrun: live view of the job on http://");
+    if (!url.empty()) port = static_cast<uint16_t>(std::stoi(url.substr(url.find(':') + 1)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  INFO("job: " << job.output());
+  REQUIRE(port != 0);
+  CHECK(http_get(port, "/health").status == 200);
+  json runs = json::array();  // the page is up before the agent joined: wait for its run
+  for (int i = 0; i < 300 && runs.empty(); ++i) {
+    runs = get_json(port, "/api/status").value("runs", json::array());
+    if (runs.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(runs.size() == 1);  // --standalone: the private daemon serves this job alone, its id random
+  const json run = wait_for_ranks(port, runs[0].at("run_id").get<std::string>(), 2, 3);
+  REQUIRE(run.is_object());
+  CHECK(ranks_of(run).size() == 2);
+  job.signal(SIGTERM);
+  job.wait(std::chrono::seconds(60));
+}
