@@ -13,6 +13,8 @@
 #   workerfail  a worker fails on node1: every node's workers restart together (--max-restarts 1), and every
 #               agent names it as the root cause
 #   workerfail0 the same with --max-restarts 0: every node stops
+#   workerhang  a worker on node1 stops beating (beat_worker.py): its agent names it hung, every node
+#               restarts (cause hung), and every agent names it as the root cause
 # Usage: faults_test.sh SCENARIO MESHRUN   (root; exits 77 when namespaces cannot be made)
 SCENARIO=$1 MESHRUN=$2
 WORKER=$(cd "$(dirname "$0")" && pwd)/worker.sh
@@ -158,6 +160,21 @@ case $SCENARIO in
     for i in 0 1 2; do
       grep -A1 "meshrun: root cause" "$W/node$i.log" | grep -q "^  rank 3 on node[0-2] (local rank 1): exit code 3" ||
         mc_fail "$SCENARIO: node$i did not name rank 3 as the root cause"
+    done
+    ;;
+  workerhang)
+    WORKER=$(dirname "$WORKER")/beat_worker.py
+    start3 --nnodes 3 --max-restarts 1 --hang-timeout 2
+    t0=$(mc_now)
+    touch "$D/hang.3.0"
+    files 6 1 && check_attempt 1 3 && echo "DETECTION $SCENARIO: all 6 workers restarted $(mc_elapsed "$t0") s after rank 3 stopped beating"
+    touch "$D/finish"
+    expect_exit 0 0; expect_exit 1 0; expect_exit 2 0
+    cat "$W"/node?.log | grep -q "meshrun: rank 3 is hung: no progress beat for" ||
+      mc_fail "$SCENARIO: no agent named rank 3 hung"
+    for i in 0 1 2; do
+      grep -A1 "meshrun: root cause" "$W/node$i.log" | grep -q "^  rank 3 on node[0-2] (local rank 1): hung: no progress beat" ||
+        mc_fail "$SCENARIO: node$i did not name the hung rank 3 as the root cause"
     done
     ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
