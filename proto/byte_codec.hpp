@@ -48,6 +48,15 @@ class ByteReader {
     pos_ += static_cast<size_t>(len);
     return ReadStatus::kOk;
   }
+  /// Steps over a u64-length-prefixed string of at most `max_len` bytes without copying it.
+  ReadStatus skip_string(size_t max_len) {
+    uint64_t len = 0;
+    if (auto s = u64(len); s != ReadStatus::kOk) return s;
+    if (len > max_len) return ReadStatus::kTooLarge;
+    if (remaining() < len) return ReadStatus::kNeedMore;
+    pos_ += static_cast<size_t>(len);
+    return ReadStatus::kOk;
+  }
   size_t position() const { return pos_; }
   size_t remaining() const { return data_.size() - pos_; }
 

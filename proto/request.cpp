@@ -5,17 +5,20 @@
 namespace meshrun::proto {
 namespace {
 
-// Reads the fields of each query in order; any step may need more bytes or hit a limit.
+// Reads the fields of each query in order; any step may need more bytes or hit a limit. In measure mode
+// it only checks that the whole request is there, copying nothing: a request with 100k keys arrives in
+// many reads, and parsing it whole on each would be quadratic.
 class RequestParser {
  public:
-  RequestParser(std::string_view buffer, const Limits& limits) : reader_(buffer), limits_(limits) {}
+  RequestParser(std::string_view buffer, const Limits& limits, bool measure)
+      : reader_(buffer), limits_(limits), measure_(measure) {}
 
   DecodeResult parse(Request& out) {
     uint8_t type = 0;
     if (!step(reader_.u8(type), "query type")) return result_;
     const char* name = query_name(type);
     if (name == nullptr) return malformed("unknown query type " + std::to_string(type));
-    out = Request{};
+    if (!measure_) out = Request{};
     out.type = static_cast<QueryType>(type);
     if (!parse_fields(out)) return result_;
     result_.status = DecodeStatus::kComplete;
@@ -75,12 +78,14 @@ class RequestParser {
   }
 
   bool key(Request& out) {
+    if (measure_) return step(reader_.skip_string(limits_.max_key_bytes), "key");
     std::string k;
     if (!step(reader_.string(k, limits_.max_key_bytes), "key")) return false;
     out.keys.push_back(std::move(k));
     return true;
   }
   bool value(Request& out) {
+    if (measure_) return step(reader_.skip_string(limits_.max_value_bytes), "value");
     std::string v;
     if (!step(reader_.string(v, limits_.max_value_bytes), "value")) return false;
     out.values.push_back(std::move(v));
@@ -98,6 +103,7 @@ class RequestParser {
   bool key_vector(Request& out) {
     uint64_t count = 0;
     if (!count_field(count)) return false;
+    if (!measure_) out.keys.reserve(static_cast<size_t>(count));
     for (uint64_t i = 0; i < count; ++i) {
       if (!key(out)) return false;
     }
@@ -121,6 +127,7 @@ class RequestParser {
 
   ByteReader reader_;
   const Limits& limits_;
+  bool measure_;
   DecodeResult result_;
 };
 
@@ -153,7 +160,10 @@ const char* query_name(uint8_t type) {
 }
 
 DecodeResult decode_request(std::string_view buffer, const Limits& limits, Request& out) {
-  return RequestParser(buffer, limits).parse(out);
+  Request scratch;  // measure mode sets only its type
+  const DecodeResult whole = RequestParser(buffer, limits, /*measure=*/true).parse(scratch);
+  if (whole.status != DecodeStatus::kComplete) return whole;
+  return RequestParser(buffer, limits, /*measure=*/false).parse(out);
 }
 
 std::string encode_request(const Request& r) {

@@ -52,7 +52,12 @@ enum class WaitResponse : uint8_t { kStopWaiting = 0, kWaitCanceled = 1 };
 struct Limits {
   size_t max_key_bytes = 64 * 1024;           // one key
   size_t max_value_bytes = 64 * 1024 * 1024;  // one value; --max-message-bytes overrides
-  size_t max_key_count = 64 * 1024;           // keys in one CHECK/WAIT/MULTI_* request
+  // Keys in one CHECK/WAIT/MULTI_* request: what the byte caps already bound (each key costs at least
+  // its 8-byte length); PyTorch's clients send one per rank, 100k and more.
+  size_t max_key_count = 64 * 1024 * 1024 / 8;
+  // Replies queued for a client that does not read them: past this the daemon stops reading (and
+  // answering) that client until it drains, so one client cannot grow the daemon's memory without bound.
+  size_t max_reply_backlog_bytes = 64 * 1024 * 1024;
 };
 
 /// Returns the lowercase name of a query type ("set", "compare_set"...), or nullptr when unknown.

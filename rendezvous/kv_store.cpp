@@ -1,10 +1,34 @@
 #include "rendezvous/kv_store.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_set>
 
 namespace meshrun::rendezvous {
+namespace {
+
+// std::stoll's reading, without its locale and exceptions' wording: spaces, a sign, the leading digits.
+int64_t leading_int64(const std::string& text, const std::string& key) {
+  const char* p = text.data();
+  const char* end = p + text.size();
+  while (p < end && std::isspace(static_cast<unsigned char>(*p)) != 0) ++p;
+  if (p < end && *p == '+') ++p;
+  int64_t value = 0;
+  const auto [stop, ec] = std::from_chars(p, end, value);
+  if (ec == std::errc::result_out_of_range) {
+    throw std::out_of_range("add on key '" + key + "': its value '" + text.substr(0, 40) + "' does not fit 64 bits");
+  }
+  if (ec != std::errc() || stop == p) {
+    throw std::invalid_argument("add on key '" + key + "' whose value '" + text.substr(0, 40) +
+                                "' does not start with an integer");
+  }
+  return value;
+}
+
+}  // namespace
 
 void KvStore::key_created(const std::string& key, std::vector<WaitId>& woken, bool only_one) {
   auto it = waiters_.find(key);
@@ -58,11 +82,7 @@ std::optional<std::string> KvStore::get(const std::string& key) const {
 int64_t KvStore::add(const std::string& key, int64_t delta, std::vector<WaitId>& woken) {
   int64_t current = 0;
   if (auto it = data_.find(key); it != data_.end()) {
-    const auto& text = it->second;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
-    if (ec != std::errc() || ptr != text.data() + text.size()) {
-      throw std::invalid_argument("add on key '" + key + "' whose value is not an integer");
-    }
+    current = leading_int64(it->second, key);
   }
   // Wrap like the two's complement int64 the client sends instead of overflowing (UB).
   current = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
@@ -128,9 +148,9 @@ int64_t KvStore::queue_len(const std::string& key) const {
 bool KvStore::add_wait(WaitId id, const std::vector<std::string>& keys) {
   size_t missing = 0;
   std::vector<std::string> needed;
+  std::unordered_set<std::string_view> seen;  // a key listed twice is waited for once; O(keys) overall
   for (const auto& k : keys) {
-    const bool present = data_.count(k) != 0 || queue_len(k) > 0;
-    if (!present && std::find(needed.begin(), needed.end(), k) == needed.end()) {
+    if (!exists(k) && seen.insert(k).second) {
       needed.push_back(k);
       ++missing;
     }

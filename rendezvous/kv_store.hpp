@@ -22,8 +22,10 @@ class KvStore {
   /// Stores `value`; returns the waits that became satisfied.
   std::vector<WaitId> set(const std::string& key, std::string value);
   std::optional<std::string> get(const std::string& key) const;
-  /// Adds `delta` to the integer in `key` (absent = 0); returns the new value and fills `woken`.
-  /// Throws std::invalid_argument when the stored value is not an integer.
+  /// Adds `delta` to the integer in `key` (absent = 0); returns the new value and fills `woken`. The
+  /// stored value is read as PyTorch's server reads it (std::stoll): leading spaces, a sign, the digits up
+  /// to the first other character (" 7" is 7, "12abc" 12, "1.5" 1). Throws std::invalid_argument when it
+  /// starts with no number at all, std::out_of_range when the number does not fit.
   int64_t add(const std::string& key, int64_t delta, std::vector<WaitId>& woken);
   /// TCPStore compare_set semantics; returns the value now stored (or `expected` when absent and
   /// expected is non-empty, as c10d does).
@@ -32,6 +34,8 @@ class KvStore {
   std::vector<WaitId> append(const std::string& key, const std::string& value);
   bool erase(const std::string& key);
   bool contains(const std::string& key) const { return data_.count(key) != 0; }
+  /// A value, or a non-empty queue (what CHECK and WAIT see, as in PyTorch's server).
+  bool exists(const std::string& key) const { return contains(key) || queue_len(key) > 0; }
   size_t size() const { return data_.size(); }
   std::vector<std::string> keys() const;
 

@@ -17,7 +17,7 @@ using proto::WaitResponse;
 namespace {
 
 bool all_present(const KvStore& store, const std::vector<std::string>& keys) {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return store.contains(k); });
+  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return store.exists(k); });
 }
 
 // MULTI_GET: a missing key reads as "" (clients WAIT first).
@@ -82,21 +82,22 @@ void Session::wake() {
   auto ready = std::move(on_ready_);
   on_ready_ = nullptr;
   guarded([&] { ready(); });
-  process();
-  flush();
+  pump();
 }
 
 void Session::finish_await(const nlohmann::json& reply) {
   if (closed_ || blocked_ != Blocked::kAwait) return;
   blocked_ = Blocked::kNone;
   send(proto::encode_string(reply.dump()));
-  process();
-  flush();
+  pump();
 }
 
 void Session::do_read() {
+  if (reading_ || closed_ || backlogged()) return;  // backlogged: do_write resumes reading once drained
+  reading_ = true;
   auto self = shared_from_this();
   socket_.async_read_some(asio::buffer(chunk_), [this, self](boost::system::error_code ec, size_t n) {
+    reading_ = false;
     if (closed_) return;
     if (ec) {
       close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read: " + ec.message());
@@ -108,20 +109,30 @@ void Session::do_read() {
       close("too many bytes buffered while a request is pending");
       return;
     }
-    process();
-    flush();
+    pump();
     if (!closed_) do_read();
   });
 }
 
-void Session::process() {
+void Session::pump() {
+  for (;;) {
+    const bool stopped_for_backlog = process();
+    flush();
+    // The socket took the whole backlog at once: nothing will call back, so go on with what is buffered.
+    if (!stopped_for_backlog || writing_ || closed_) return;
+  }
+}
+
+bool Session::process() {
+  // A client that sends requests but does not read the replies waits here (and do_read stops).
   while (!closed_ && !in_.empty()) {
+    if (backlogged()) return true;
     proto::Request request;
     const auto result = proto::decode_request(in_, host_.limits(), request);
-    if (result.status == proto::DecodeStatus::kNeedMore) return;
+    if (result.status == proto::DecodeStatus::kNeedMore) return false;
     if (result.status == proto::DecodeStatus::kMalformed) {
       close("malformed request: " + result.error);
-      return;
+      return false;
     }
     if (blocked_ != Blocked::kNone) {
       // Only CANCEL_WAIT may overtake a pending wait; everything else waits its turn.
@@ -134,12 +145,13 @@ void Session::process() {
         send(proto::encode_status(WaitResponse::kWaitCanceled));
         continue;
       }
-      return;
+      return false;
     }
     in_.erase(0, result.consumed);
     SPDLOG_TRACE("{} {}", peer_, proto::query_name(static_cast<uint8_t>(request.type)));
-    if (!guarded([&] { handle(request); })) return;
+    if (!guarded([&] { handle(request); })) return false;
   }
+  return false;
 }
 
 // Peers outside --allow get a readable answer only if they speak meshrun; anything else is dropped.
@@ -270,6 +282,7 @@ void Session::block_until(const std::vector<std::string>& keys, std::function<vo
 void Session::flush() {
   if (closed_ || pending_.empty()) return;
   if (writing_) {
+    out_bytes_ += pending_.size();
     out_.push_back(std::move(pending_));
     pending_.clear();
     return;
@@ -286,6 +299,7 @@ void Session::flush() {
     return;
   }
   out_.push_back(pending_.substr(n));
+  out_bytes_ += out_.back().size();
   pending_.clear();
   do_write();
 }
@@ -299,11 +313,16 @@ void Session::do_write() {
       close("write: " + ec.message());
       return;
     }
+    out_bytes_ -= out_.front().size();
     out_.pop_front();
     if (out_.empty()) {
       writing_ = false;
     } else {
       do_write();
+    }
+    if (!backlogged()) {  // requests held back for a backlog the client has now drained
+      pump();
+      do_read();  // no-op while a read is in flight
     }
   });
 }

@@ -61,7 +61,10 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Blocked { kNone, kWait, kAwait };
 
   void do_read();
-  void process();
+  /// Handles the buffered requests; true when it stopped because the client's replies are backlogged.
+  bool process();
+  /// process() and flush() until the buffered requests are handled or wait for the backlog to drain.
+  void pump();
   template <typename Fn>
   bool guarded(Fn&& fn);
   void handle(const proto::Request& r);
@@ -71,6 +74,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_rejected(const proto::Request& r);
   void block_until(const std::vector<std::string>& keys, std::function<void()> on_ready);
   void send(const std::string& bytes) { pending_.append(bytes); }
+  /// Reply bytes queued for this client: pending_ plus what the socket has not taken yet.
+  size_t reply_backlog() const { return pending_.size() + out_bytes_; }
+  bool backlogged() const { return reply_backlog() > host_.limits().max_reply_backlog_bytes; }
   void flush();
   void do_write();
 
@@ -84,7 +90,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::array<char, 16 * 1024> chunk_{};
   std::string pending_;          // replies not yet handed to the socket
   std::deque<std::string> out_;  // replies the socket did not take yet (async write in flight)
+  size_t out_bytes_ = 0;         // bytes in out_
   bool writing_ = false;
+  bool reading_ = false;  // an async read is in flight (none while the client's replies are backlogged)
   bool closed_ = false;
   Blocked blocked_ = Blocked::kNone;
   WaitId wait_id_ = 0;

@@ -159,6 +159,23 @@ TEST_CASE("two pipelined requests decode one at a time", "[codec]") {
   CHECK(out.type == QueryType::kPing);
 }
 
+TEST_CASE("a request with 100k keys decodes under the default limits, and only once it is whole", "[codec]") {
+  Request wait{QueryType::kWait, {}, {}, 0};
+  for (int i = 0; i < 100'000; ++i) wait.keys.push_back("rank/" + std::to_string(i));
+  const std::string bytes = encode_request(wait);
+  Request out;
+  out.keys = {"untouched"};
+  // Every prefix asks for more and leaves `out` alone (it is measured, not parsed, until complete).
+  for (size_t cut : {size_t{1}, size_t{9}, bytes.size() / 2, bytes.size() - 1}) {
+    CHECK(decode_request(bytes.substr(0, cut), Limits{}, out).status == DecodeStatus::kNeedMore);
+  }
+  CHECK(out.keys == std::vector<std::string>{"untouched"});
+  const auto whole = decode_request(bytes, Limits{}, out);
+  REQUIRE(whole.status == DecodeStatus::kComplete);
+  CHECK(whole.consumed == bytes.size());
+  CHECK(out.keys == wait.keys);
+}
+
 TEST_CASE("malformed and oversized requests are rejected before allocating", "[codec]") {
   Limits limits;
   limits.max_key_bytes = 16;

@@ -85,6 +85,31 @@ def main(daemon_path):
         expect("queue_pop order", store.queue_pop("q"), b"first")
         expect("queue_pop blocking", other.queue_pop("q", block=True), b"second")
 
+        # A non-empty queue counts as present for check(), as on PyTorch's server (and for wait()).
+        store.queue_push("jobs", "one")
+        expect("check sees a non-empty queue", other.check(["jobs"]), True)
+        store.queue_pop("jobs")
+        expect("check after the queue emptied", other.check(["jobs"]), False)
+
+        # add() reads the stored number as PyTorch's server does (std::stoll): leading spaces, the digits
+        # up to the first other character.
+        for stored, want in ((" 7", 8), ("12abc", 13), ("1.5", 2), ("-3", -2)):
+            store.set("lenient", stored)
+            expect(f"add on {stored!r}", store.add("lenient", 1), want)
+
+        # Requests with more keys than 65,536 (one per rank of a 100k-rank job).
+        many = [f"rank/{i}" for i in range(100_000)]
+        parked = threading.Thread(target=lambda: other.wait(many, datetime.timedelta(seconds=60)))
+        parked.start()
+        expect("check on 100k missing keys", store.check(many), False)
+        expect("get while a 100k-key wait is parked", store.get("key"), b"new")
+        store.multi_set(many, [str(i) for i in range(100_000)])
+        parked.join(timeout=60)
+        expect("a wait on 100k keys is released by their multi_set", parked.is_alive(), False)
+        values = store.multi_get(many)
+        expect("multi_get of 100k keys", (len(values), values[0], values[-1]), (100_000, b"0", b"99999"))
+        expect("check on 100k present keys", store.check(many), True)
+
         # PrefixStore, as init_process_group(env://) uses with TORCHELASTIC_USE_AGENT_STORE
         prefixed = dist.PrefixStore("/worker/attempt_0", store)
         prefixed.set("rank0", "ready")

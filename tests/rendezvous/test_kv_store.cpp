@@ -23,9 +23,23 @@ TEST_CASE("store operations follow TCPStore semantics", "[kv_store]") {
     store.append("a", "y");
     CHECK(store.get("a") == "xy");
   }
-  SECTION("add on a non-integer is an error") {
+  SECTION("add reads the stored number as std::stoll does, and refuses text without one") {
+    for (const auto& [stored, want] :
+         std::vector<std::pair<std::string, int64_t>>{{" 7", 8}, {"12abc", 13}, {"1.5", 2}, {"-3", -2}, {"+4", 5}}) {
+      store.set("n", stored);
+      CHECK(store.add("n", 1, woken) == want);
+    }
     store.set("s", "text");
     CHECK_THROWS_AS(store.add("s", 1, woken), std::invalid_argument);
+    store.set("s", "99999999999999999999");
+    CHECK_THROWS_AS(store.add("s", 1, woken), std::out_of_range);
+  }
+  SECTION("a non-empty queue exists, an emptied one does not") {
+    store.queue_push("q", "x");
+    CHECK(store.exists("q"));
+    CHECK_FALSE(store.contains("q"));  // not a plain value
+    store.queue_pop("q");
+    CHECK_FALSE(store.exists("q"));
   }
   SECTION("erase and size") {
     CHECK(store.size() == 1);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <thread>
 
 #include "common/error.hpp"
@@ -174,6 +175,50 @@ TEST_CASE("garbage, truncated and oversized input closes only that connection", 
   // The daemon keeps serving everyone else.
   CHECK(good.get("/k") == "v");
   CHECK(daemon.client().get("/k") == "v");
+}
+
+// The process's peak resident memory (VmHWM) in bytes, after `reset_peak` (clear_refs 5) zeroed it.
+size_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+TEST_CASE("a client that pipelines GETs and does not read the replies cannot grow the daemon's memory",
+          "[server][backlog]") {
+  auto options = test::TestDaemon::default_options();
+  options.limits.max_reply_backlog_bytes = 2 * 1024 * 1024;
+  test::TestDaemon daemon(options);
+  const std::string value(256 * 1024, 'v');
+  auto writer = daemon.client();
+  writer.set("/big", value);
+  REQUIRE(writer.get("/big") == value);  // stored before the pipeline below reads it
+  constexpr int kGets = 2000;            // 500 MiB of replies if the daemon queued them all
+  std::string requests;
+  for (int i = 0; i < kGets; ++i) requests += proto::encode_request({proto::QueryType::kGet, {"/big"}, {}, 0});
+  reset_peak();
+  const size_t before = peak_rss_bytes();
+  RawSocket raw(daemon.endpoint().port);
+  raw.send(requests);
+  // While that client reads nothing, everyone else is served.
+  std::this_thread::sleep_for(300ms);
+  CHECK(daemon.client().get("/big").size() == value.size());
+  // Then it reads: every reply arrives, whole and in order (nothing dropped).
+  size_t received = 0;
+  std::vector<char> buf(1 << 20);
+  while (received < static_cast<size_t>(kGets) * (8 + value.size())) {
+    const ssize_t n = ::recv(raw.fd.get(), buf.data(), buf.size(), 0);
+    INFO("received " << received << " of " << static_cast<size_t>(kGets) * (8 + value.size()) << " bytes");
+    REQUIRE(n > 0);
+    received += static_cast<size_t>(n);
+  }
+  CHECK(received == static_cast<size_t>(kGets) * (8 + value.size()));
+  const size_t growth = peak_rss_bytes() - before;
+  INFO("peak resident memory grew by " << growth / (1024 * 1024) << " MiB");
+  CHECK(growth < 100u * 1024 * 1024);  // the cap (2 MiB) plus a reply in flight, not the 500 MiB asked for
 }
 
 TEST_CASE("500 concurrent clients blocked in waits are all served", "[server][scale]") {
