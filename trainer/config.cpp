@@ -33,9 +33,17 @@ const std::vector<KeyDoc>& key_table() {
       {"model.tie_embeddings", true, "output head shares the token embedding matrix"},
       {"model.init_std", 0.02, "std of the normal init of matrices (output projections scaled by 1/sqrt(2*n_layers))"},
       {"data.format", "text",
-       "text (UTF-8 files, byte-level tokens) | bin_u16 | bin_u32 (flat token-id files, memory-mapped)"},
-      {"data.path", "", "file, or directory whose regular files are concatenated in name order"},
-      {"data.exclude", json::array(), "file-name glob patterns skipped when data.path is a directory"},
+       "text (UTF-8 files, byte-level tokens) | bin (an llm.c shard when the file has its header, else flat uint16 "
+       "ids as nanoGPT writes) | llmc (llm.c shards: 256 x int32 header, magic 20240520) | bin_u16 | bin_u32 "
+       "(flat token-id files); token files are memory-mapped"},
+      {"data.path", "",
+       "a file, a directory (its regular files) or a glob such as /data/fineweb_train_*.bin; several files are "
+       "read one after another in name order"},
+      {"data.val_path", "",
+       "validation files (file, directory or glob, never also in data.path); empty: the last data.val_fraction "
+       "of data.path's tokens"},
+      {"data.exclude", json::array(),
+       "file-name glob patterns skipped when data.path (or data.val_path) is a directory or a glob"},
       {"data.val_fraction", 0.05, "share of tokens at the end held out for validation"},
       {"train.steps", 100, "optimizer steps"},
       {"train.global_batch_size", 8, "sequences per micro-batch summed over all ranks (divisible by world size)"},
@@ -176,8 +184,9 @@ void validate(const TrainerConfig& c) {
   require(t.eval_interval >= 0 && t.eval_batches > 0, "train.eval_interval >= 0 and train.eval_batches > 0");
   require(t.warmup_steps >= 0 && t.lr > 0 && t.min_lr >= 0, "train.lr > 0, train.min_lr >= 0, train.warmup_steps >= 0");
   require(t.grad_clip >= 0, "train.grad_clip must be >= 0");
-  require(c.data.format == "text" || c.data.format == "bin_u16" || c.data.format == "bin_u32",
-          "data.format must be text, bin_u16 or bin_u32, got '" + c.data.format + "'");
+  require(c.data.format == "text" || c.data.format == "bin" || c.data.format == "llmc" || c.data.format == "bin_u16" ||
+              c.data.format == "bin_u32",
+          "data.format must be text, bin, llmc, bin_u16 or bin_u32, got '" + c.data.format + "'");
   require(!c.data.path.empty(), "data.path is empty: point it at a text file/directory or a .bin token file");
   require(c.data.val_fraction >= 0 && c.data.val_fraction < 0.5, "data.val_fraction must be in [0, 0.5)");
   require(c.data.format != "text" || m.vocab_size >= 256, "data.format=text needs model.vocab_size >= 256");
@@ -269,6 +278,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   c.data.format = get_as<std::string>(merged, "data.format");
   c.data.path = get_as<std::string>(merged, "data.path");
   c.data.exclude = get_as<std::vector<std::string>>(merged, "data.exclude");
+  c.data.val_path = get_as<std::string>(merged, "data.val_path");
   c.data.val_fraction = get_as<double>(merged, "data.val_fraction");
 
   auto& t = c.train;

@@ -35,8 +35,9 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string format = "text";  // text | bin_u16 | bin_u32
-  std::string path;
+  std::string format = "text";       // text | bin | llmc | bin_u16 | bin_u32 (trainer/data/token_files.hpp)
+  std::string path;                  // file, directory or glob
+  std::string val_path;              // validation files; empty: the tail of path's tokens (val_fraction)
   std::vector<std::string> exclude;  // file-name patterns skipped when path is a directory
   double val_fraction = 0.05;
 };

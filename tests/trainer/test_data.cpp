@@ -1,14 +1,20 @@
 // Data: byte-level text, memory-mapped token files, batches independent of the world size.
+// LibTorch first: c10's logging header defines a glog-style CHECK that aborts instead of reporting, and
+// would replace Catch's if it came second (the tests below would then count nothing). Drop it, then Catch.
+#include "trainer/fsdp/adamw.hpp"
+#include "trainer/model/model.hpp"
+#undef CHECK
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "common/error.hpp"
 #include "tests/support/subprocess.hpp"
 #include "trainer/data/dataset.hpp"
-#include "trainer/fsdp/adamw.hpp"
-#include "trainer/model/model.hpp"
 
 using namespace meshrun::trainer;
 
@@ -59,6 +65,125 @@ TEST_CASE("data: uint16 and uint32 token files are memory-mapped", "[trainer][da
   CHECK(d32.token(Split::Train, 1) == 100000u);
   c.path = write_temp("odd.bin", "abc");
   CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("not a multiple of 4"));
+}
+
+namespace {
+
+// An llm.c token shard (header of 256 int32: magic, version, token count; then the tokens), written
+// here byte for byte as llm.c's dev/data/data_common.py writes it.
+std::string llmc_shard(const std::vector<uint32_t>& tokens, int32_t version = 1, int64_t claimed = -1) {
+  std::vector<int32_t> header(kLlmcHeaderInts, 0);
+  header[0] = kLlmcMagic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(claimed < 0 ? static_cast<int64_t>(tokens.size()) : claimed);
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  for (uint32_t t : tokens) {
+    if (version == 1) {
+      const auto v = static_cast<uint16_t>(t);
+      bytes.append(reinterpret_cast<const char*>(&v), 2);
+    } else {
+      bytes.append(reinterpret_cast<const char*>(&t), 4);
+    }
+  }
+  return bytes;
+}
+
+std::vector<uint32_t> range_tokens(uint32_t from, uint32_t count) {
+  std::vector<uint32_t> t(count);
+  for (uint32_t i = 0; i < count; ++i) t[i] = from + i;
+  return t;
+}
+
+std::vector<uint32_t> read_all(const TokenDataset& d, Split split) {
+  std::vector<uint32_t> out;
+  for (int64_t i = 0; i < d.split_size(split); ++i) out.push_back(d.token(split, i));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("data: llm.c shards by glob in name order, a validation shard of their own", "[trainer][data][llmc]") {
+  const std::string dir = temp_folder().path() + "/llmc";
+  std::filesystem::create_directories(dir);
+  // Written out of order: the name order (000, 001, 002) is the token order.
+  write_temp("llmc/shard_train_001.bin", llmc_shard(range_tokens(100, 5)));
+  write_temp("llmc/shard_train_000.bin", llmc_shard(range_tokens(50000, 3)));
+  write_temp("llmc/shard_train_002.bin", llmc_shard(range_tokens(70000, 4), /*version=*/2));  // uint32 tokens
+  write_temp("llmc/shard_val_000.bin", llmc_shard(range_tokens(7, 6)));
+  DataConfig c;
+  c.format = "llmc";
+  c.path = dir + "/shard_train_*.bin";
+  c.val_path = dir + "/shard_val_*.bin";
+  const TokenDataset d(c);
+  CHECK(d.files().size() == 3);
+  std::vector<uint32_t> train = range_tokens(50000, 3);
+  for (uint32_t t : range_tokens(100, 5)) train.push_back(t);
+  for (uint32_t t : range_tokens(70000, 4)) train.push_back(t);
+  CHECK(read_all(d, Split::Train) == train);             // every training token, the shard boundaries included
+  CHECK(read_all(d, Split::Val) == range_tokens(7, 6));  // and the validation shard alone
+  // data.format=bin recognises the header by itself; a flat nanoGPT file next to it stays flat uint16.
+  c.format = "bin";
+  CHECK(read_all(TokenDataset(c), Split::Train) == train);
+  std::string flat;
+  for (uint16_t v : {11, 12, 13}) flat.append(reinterpret_cast<const char*>(&v), 2);
+  c.path = write_temp("nanogpt_train.bin", flat);
+  c.val_path.clear();
+  c.val_fraction = 0;
+  CHECK(read_all(TokenDataset(c), Split::Train) == (std::vector<uint32_t>{11, 12, 13}));
+}
+
+TEST_CASE("data: a wrong llm.c header or length is refused naming the file and the numbers", "[trainer][data][llmc]") {
+  DataConfig c;
+  c.format = "llmc";
+  c.path = write_temp("short.bin", llmc_shard(range_tokens(1, 10), 1, /*claimed=*/12));
+  CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("short.bin") && Catch::Contains("says 12 tokens of 2 bytes") &&
+                                         Catch::Contains("the file has 1044 bytes"));
+  c.path = write_temp("version.bin", llmc_shard(range_tokens(1, 4), /*version=*/7));
+  CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("version.bin") && Catch::Contains("header version 7"));
+  std::string flat;
+  for (uint16_t v : {1, 2, 3, 4}) flat.append(reinterpret_cast<const char*>(&v), 2);
+  c.path = write_temp("flat.bin", flat);
+  CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("flat.bin") && Catch::Contains("less than the 1024-byte"));
+  c.path = write_temp("flat_long.bin", std::string(2048, '\x01'));
+  CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("is not an llm.c token shard: its magic is 16843009"));
+}
+
+TEST_CASE("data: the validation files never overlap the training files", "[trainer][data][llmc]") {
+  const std::string dir = temp_folder().path() + "/overlap";
+  std::filesystem::create_directories(dir);
+  write_temp("overlap/a_000.bin", llmc_shard(range_tokens(1, 8)));
+  write_temp("overlap/a_001.bin", llmc_shard(range_tokens(9, 8)));
+  DataConfig c;
+  c.format = "bin";
+  c.path = dir;                     // both files
+  c.val_path = dir + "/a_001.bin";  // one of them again
+  CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("a_001.bin' is in both data.path and data.val_path"));
+  c.path = dir + "/nothing_*.bin";
+  CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("data.path '" + dir + "/nothing_*.bin' matches no file"));
+  // The fraction split: the tail of the last shard is validation; training windows never reach it.
+  c.path = dir;
+  c.val_path.clear();
+  c.val_fraction = 0.25;
+  const TokenDataset d(c);
+  CHECK(d.split_size(Split::Train) == 12);
+  CHECK(read_all(d, Split::Val) == range_tokens(13, 4));
+  const auto mb = sample_micro_batch(d, Split::Train, 1, 0, 0, 64, 11, 0, 1);  // windows of 11 + 1 tokens
+  CHECK(*std::max_element(mb.targets.begin(), mb.targets.end()) <= 12);        // token 12 is the last training one
+}
+
+TEST_CASE("data: a split of exactly seq_len+1 tokens has one window", "[trainer][data]") {
+  DataConfig c;
+  c.format = "bin_u16";
+  c.val_fraction = 0;
+  std::string five;
+  for (uint16_t v : {1, 2, 3, 4, 5}) five.append(reinterpret_cast<const char*>(&v), 2);
+  c.path = write_temp("five.bin", five);
+  const TokenDataset d(c);
+  const auto mb = sample_micro_batch(d, Split::Train, 1, 0, 0, 2, 4, 0, 1);
+  CHECK(mb.inputs == (std::vector<int64_t>{1, 2, 3, 4, 1, 2, 3, 4}));
+  CHECK(mb.targets == (std::vector<int64_t>{2, 3, 4, 5, 2, 3, 4, 5}));
+  CHECK_THROWS_WITH(sample_micro_batch(d, Split::Train, 1, 0, 0, 2, 5, 0, 1),
+                    Catch::Contains("has 5 tokens, fewer than train.seq_len+1 (6)"));
 }
 
 TEST_CASE("data: the global batch is the same for any world size and ranks get disjoint slices", "[trainer][data]") {

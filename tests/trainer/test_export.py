@@ -51,8 +51,7 @@ def main():
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
 
-    out = os.path.join(work, "export", "model.safetensors")
-    os.makedirs(os.path.dirname(out))
+    out = os.path.join(work, "export", "hf", "model.safetensors")  # a folder that does not exist yet: made
     run = subprocess.run([args.trainer, "export", "--checkpoint", ck, "--out", out], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
 

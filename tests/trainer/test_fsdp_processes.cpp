@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -261,4 +262,40 @@ TEST_CASE("memory: FULL_SHARD's measured peak RSS per rank is below NO_SHARD's",
     // At least half of the accounted saving shows in the process's peak (measured: about all of it).
     CHECK(rss_full < rss_no_shard - saved_state / 2);
   }
+}
+
+TEST_CASE("llm.c shards: two ranks train on a glob of shards and evaluate on a shard of its own",
+          "[trainer][fsdp][llmc]") {
+  // Three training shards and one validation shard in llm.c's format (256 x int32 header: magic 20240520,
+  // version 1, token count; uint16 tokens), made here from the bundled corpus's bytes.
+  const std::string dir = make_temp_dir();
+  std::ifstream corpus("/usr/share/games/fortunes/fortunes", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(corpus)), std::istreambuf_iterator<char>());
+  REQUIRE(text.size() > 20000);
+  const auto shard = [&](const std::string& name, size_t from, size_t count) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(count);
+    std::ofstream out(dir + "/" + name, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    for (size_t i = from; i < from + count; ++i) {
+      const auto token = static_cast<uint16_t>(static_cast<unsigned char>(text[i]));
+      out.write(reinterpret_cast<const char*>(&token), 2);
+    }
+  };
+  shard("corpus_train_000.bin", 0, 5000);
+  shard("corpus_train_001.bin", 5000, 5000);
+  shard("corpus_train_002.bin", 10000, 5000);
+  shard("corpus_val_000.bin", 15000, 5000);
+  const auto result = run_workers(2, {"data.format=\"llmc\"", "data.path=\"" + dir + "/corpus_train_*.bin\"",
+                                      "data.val_path=\"" + dir + "/corpus_val_*.bin\"", "train.steps=6",
+                                      "train.eval_interval=3", "train.eval_batches=1"});
+  INFO(result.describe());
+  REQUIRE(result.ok());
+  CHECK_THAT(result.outputs[0], Catch::Contains("(15000 tokens, 3 file(s))"));
+  CHECK_THAT(result.outputs[0], Catch::Contains("val loss"));
+  const auto losses = read_losses(result.dir);
+  REQUIRE(losses.size() >= 6);
+  for (double l : losses) CHECK(std::isfinite(l));
 }

@@ -32,7 +32,11 @@ uint32_t crc32_of(const void* data, size_t n, uint32_t crc) {
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(path_ + ".tmp") {
   fd_.reset(::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd_.get() < 0) throw Error("cannot create " + tmp_path_ + ": " + errno_text() + " (check checkpoint.dir)");
+  if (fd_.get() < 0) {
+    const std::string folder = std::filesystem::path(path_).parent_path().string();
+    throw Error("cannot create " + tmp_path_ + ": " + errno_text() + " (does the folder '" +
+                (folder.empty() ? "." : folder) + "' exist, and may this user write there?)");
+  }
 }
 
 AtomicFile::~AtomicFile() {

@@ -102,6 +102,11 @@ void export_safetensors(const std::string& checkpoint, const std::string& out) {
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
 
+  if (const fs::path folder = fs::path(out).parent_path(); !folder.empty()) {
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec) throw UsageError("cannot create the folder '" + folder.string() + "' for --out: " + ec.message());
+  }
   AtomicFile f(out);
   f.write(len, sizeof(len));
   f.write(text.data(), text.size());

@@ -1,14 +1,11 @@
 #include "trainer/data/dataset.hpp"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "common/error.hpp"
-#include "common/mapped_file.hpp"
 
 namespace meshrun::trainer {
 namespace fs = std::filesystem;
@@ -22,33 +19,12 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::vector<std::string> list_files(const DataConfig& config) {
-  const fs::path path(config.path);
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return {path.string()};
-  if (!fs::is_directory(path, ec)) {
-    throw UsageError("data.path '" + config.path +
-                     "' does not exist (for the quickstart corpus: "
-                     "apt-get install fortunes fortunes-min, or run scripts/setup.sh)");
-  }
-  std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(path)) {
-    if (!entry.is_regular_file() || entry.is_symlink()) continue;
-    const std::string name = entry.path().filename().string();
-    const bool excluded = std::any_of(config.exclude.begin(), config.exclude.end(), [&](const std::string& pattern) {
-      return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
-    });
-    if (!excluded) files.push_back(entry.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  if (files.empty()) throw UsageError("data.path '" + config.path + "' holds no files (after data.exclude)");
-  return files;
-}
-
 }  // namespace
 
-TokenDataset::TokenDataset(const DataConfig& config) : files_(list_files(config)) {
+TokenDataset::TokenDataset(const DataConfig& config)
+    : files_(resolve_data_files(config.path, config.exclude, "data.path")) {
   if (config.format == "text") {
+    if (!config.val_path.empty()) throw UsageError("data.val_path needs token files (data.format other than text)");
     for (const auto& file : files_) {
       std::ifstream in(file, std::ios::binary);
       if (!in) throw UsageError("cannot read data file '" + file + "'");
@@ -56,30 +32,39 @@ TokenDataset::TokenDataset(const DataConfig& config) : files_(list_files(config)
     }
     size_ = static_cast<int64_t>(bytes_.size());
   } else {
-    if (files_.size() != 1) throw UsageError("data.format=" + config.format + " needs data.path to be one .bin file");
-    width_ = config.format == "bin_u16" ? 2 : 4;
-    mapped_ = MappedFile(files_[0]);
-    if (mapped_.size() % static_cast<size_t>(width_) != 0) {
-      throw UsageError("'" + files_[0] + "' has " + std::to_string(mapped_.size()) + " bytes, not a multiple of " +
-                       std::to_string(width_) + ": is data.format right?");
-    }
-    size_ = static_cast<int64_t>(mapped_.size() / static_cast<size_t>(width_));
+    tokens_ = TokenSequence(files_, config.format);
+    size_ = tokens_.size();
   }
-  train_size_ = size_ - static_cast<int64_t>(static_cast<double>(size_) * config.val_fraction);
   if (size_ < 2) throw UsageError("data.path '" + config.path + "' holds fewer than 2 tokens");
+  split(config);
+}
+
+// The validation split: data.val_path's own files (never a training file too), else the training
+// files' last val_fraction of tokens, which the training windows never reach.
+void TokenDataset::split(const DataConfig& config) {
+  if (config.val_path.empty()) {
+    train_size_ = size_ - static_cast<int64_t>(static_cast<double>(size_) * config.val_fraction);
+    val_size_ = size_ - train_size_;
+    return;
+  }
+  const auto val_files = resolve_data_files(config.val_path, config.exclude, "data.val_path");
+  for (const auto& f : val_files) {
+    const auto same = [&](const std::string& t) { return fs::equivalent(t, f); };
+    if (std::any_of(files_.begin(), files_.end(), same)) {
+      throw UsageError("'" + f + "' is in both data.path and data.val_path: the splits must not overlap " +
+                       "(narrow data.path's glob, e.g. *_train_*.bin, or set data.exclude)");
+    }
+  }
+  val_tokens_ = TokenSequence(val_files, config.format);
+  train_size_ = size_;
+  val_size_ = val_tokens_.size();
 }
 
 uint32_t TokenDataset::token(Split split, int64_t i) const {
+  if (split == Split::Val && !val_tokens_.empty()) return val_tokens_.at(i);
   const int64_t at = split == Split::Train ? i : train_size_ + i;
-  if (mapped_.data() == nullptr) return bytes_[static_cast<size_t>(at)];
-  if (width_ == 2) {
-    uint16_t v;
-    std::memcpy(&v, mapped_.data() + at * 2, 2);
-    return v;
-  }
-  uint32_t v;
-  std::memcpy(&v, mapped_.data() + at * 4, 4);
-  return v;
+  if (tokens_.empty()) return bytes_[static_cast<size_t>(at)];
+  return tokens_.at(at);
 }
 
 uint32_t TokenDataset::max_token_sampled() const {
@@ -95,8 +80,8 @@ MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t se
     throw UsageError("train.global_batch_size (" + std::to_string(global_batch) +
                      ") must be divisible by the world size (" + std::to_string(world_size) + ")");
   }
-  const int64_t span = data.split_size(split) - seq_len - 1;
-  if (span <= 0) {
+  const int64_t span = data.split_size(split) - seq_len - 1;  // window starts 0..span
+  if (span < 0) {
     throw UsageError("the " + std::string(split == Split::Train ? "training" : "validation") + " split has " +
                      std::to_string(data.split_size(split)) + " tokens, fewer than train.seq_len+1 (" +
                      std::to_string(seq_len + 1) + "): lower seq_len or change data.val_fraction");

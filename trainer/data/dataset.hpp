@@ -1,6 +1,7 @@
-// TokenDataset: the training corpus as one flat sequence of token ids, with a held-out tail for
-// validation. Sources: flat .bin files of uint16/uint32 ids (nanoGPT layout, memory-mapped) or UTF-8
-// text read as bytes (byte-level tokenizer: token id = byte value, vocab 256).
+// TokenDataset: the training corpus as one flat sequence of token ids, and the validation split: a
+// held-out tail, or files of its own (data.val_path). Sources: token files (token_files.hpp: nanoGPT's
+// flat uint16/uint32 ids, llm.c shards; memory-mapped, several read as one) or UTF-8 text read as bytes
+// (byte-level tokenizer: token id = byte value, vocab 256).
 #pragma once
 
 #include <cstdint>
@@ -8,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/mapped_file.hpp"
 #include "trainer/config.hpp"
+#include "trainer/data/token_files.hpp"
 
 namespace meshrun::trainer {
 
@@ -17,25 +18,29 @@ enum class Split { Train, Val };
 
 class TokenDataset {
  public:
-  /// Opens data.path; throws UsageError naming the path when it is missing, empty or malformed.
+  /// Opens data.path (and data.val_path); throws UsageError naming the path when it is missing, empty or
+  /// malformed, or when a validation file is also a training file.
   explicit TokenDataset(const DataConfig& config);
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
 
   int64_t size() const { return size_; }
-  int64_t split_size(Split split) const { return split == Split::Train ? train_size_ : size_ - train_size_; }
+  int64_t split_size(Split split) const { return split == Split::Train ? train_size_ : val_size_; }
   uint32_t token(Split split, int64_t i) const;
   /// Largest token id in the first million tokens (for checking against model.vocab_size).
   uint32_t max_token_sampled() const;
   const std::vector<std::string>& files() const { return files_; }
 
  private:
+  void split(const DataConfig& config);
+
   std::vector<std::string> files_;
   std::vector<uint8_t> bytes_;  // text: the concatenated files
-  MappedFile mapped_;           // bin: the file, mapped
-  int width_ = 1;               // bytes per token
-  int64_t size_ = 0;
+  TokenSequence tokens_;        // token files
+  TokenSequence val_tokens_;    // data.val_path's files, when set
+  int64_t size_ = 0;            // tokens of the training files (the validation tail included)
   int64_t train_size_ = 0;
+  int64_t val_size_ = 0;
 };
 
 /// The windows of one micro-batch. Sequence k of step s is a function of (seed, s, k) alone; a micro-batch
