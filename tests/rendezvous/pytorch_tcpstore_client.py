@@ -86,7 +86,8 @@ def main(daemon_path):
         expect("queue_pop blocking", other.queue_pop("q", block=True), b"second")
 
         # A non-empty queue counts as present for check(), as on PyTorch's server (and for wait()).
-        store.queue_push("jobs", "one")
+        store.queue_push("jobs", "one")  # no reply: the round trip below orders it before other's check
+        expect("queue_len after the push", store.queue_len("jobs"), 1)
         expect("check sees a non-empty queue", other.check(["jobs"]), True)
         store.queue_pop("jobs")
         expect("check after the queue emptied", other.check(["jobs"]), False)
