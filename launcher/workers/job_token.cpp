@@ -61,15 +61,15 @@ std::vector<pid_t> processes_with_token(const std::string& token) {
 size_t kill_processes_with_token(const std::string& token, std::chrono::milliseconds limit) {
   std::set<pid_t> killed;
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    // A zombie still shows its environment until reaped: only new pids count as progress.
-    bool new_ones = false;
-    for (pid_t pid : processes_with_token(token)) {
+  // Until a scan finds none: new ones (a parent forking as it dies) and the killed ones still exiting. A
+  // zombie's environment reads empty, so one that died but is not reaped yet no longer counts.
+  for (auto found = processes_with_token(token); !found.empty(); found = processes_with_token(token)) {
+    for (pid_t pid : found) {
       ::kill(pid, SIGKILL);
-      new_ones |= killed.insert(pid).second;
+      killed.insert(pid);
     }
-    if (!new_ones || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return killed.size();
 }

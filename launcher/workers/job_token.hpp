@@ -22,8 +22,8 @@ std::string make_job_token();
 /// The processes (never this one) whose environment holds MESHRUN_JOB_TOKEN=`token`.
 std::vector<pid_t> processes_with_token(const std::string& token);
 
-/// SIGKILLs them, again and again while new ones appear (a parent forking as it dies), for up to
-/// `limit`. Returns how many it killed.
+/// SIGKILLs them until none is left (new ones a dying parent forked, and the killed ones until they are
+/// gone), for up to `limit`. Returns how many it killed.
 size_t kill_processes_with_token(const std::string& token, std::chrono::milliseconds limit);
 
 }  // namespace meshrun::launcher

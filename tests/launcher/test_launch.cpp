@@ -233,7 +233,7 @@ TEST_CASE("workers that exit leave nothing running: their children are stopped w
   INFO(out);
   CHECK(code == 0);
   const auto children = grandchildren(dir.path(), 2);
-  CHECK(meshrun::testing::processes_with_env(marker).empty());  // at once: meshrun swept before it returned
+  CHECK(meshrun::testing::processes_with_env(marker).empty());  // meshrun swept (and saw them gone) before it returned
   for (pid_t c : children) CHECK_FALSE(meshrun::testing::process_alive(c));
 }
 
