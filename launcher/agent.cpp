@@ -219,6 +219,7 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
   std::ofstream(stack_file) << stack.text;
   const auto with_hang = [&](FailureInfo info) {
     info.hang_reason = hang->reason;
+    info.hang_step = hang->step;
     info.stack_tool = stack.tool;
     info.stack = stack.text;
     info.stack_file = stack_file;

@@ -192,6 +192,7 @@ struct FailureReport {
   RestartCause cause = RestartCause::kWorkerFailed;  // worker_failed or hung
   std::string exit;                                  // "exit code 1", "signal SIGSEGV (11)", or the hang
   std::string error;                   // "RuntimeError: boom", from error.json or the Python traceback on stderr
+  int64_t step = -1;                   // hung: the last step the rank beat (-1: unknown)
   std::vector<std::string> traceback;  // its innermost frames (File ..., line N, in f + the code line)
 };
 
@@ -256,7 +257,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_
                                                 waited_s, join_timeout_s, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, local_rank, host, node_id, age_s, unix_ms,
-                                                cause, exit, error, traceback)
+                                                cause, exit, error, step, traceback)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 missing_ranks, duplicate_ranks, last_event, master_port, keys, restarts,

@@ -28,6 +28,14 @@ void FailureLog::record(proto::FailureReport report) {
                            report.traceback.end() - static_cast<std::ptrdiff_t>(proto::kMaxTracebackLines));
   }
   for (auto& line : report.traceback) clip(line);
+  // The same rank again (the daemon named it from the heartbeats, then its agent reported it): one entry,
+  // the agent's details, dated at the earlier of the two.
+  for (auto it = reports_.begin(); it != reports_.end(); ++it) {
+    if (it->rank != report.rank) continue;
+    report.unix_ms = std::min(report.unix_ms, it->unix_ms);
+    reports_.erase(it);
+    break;
+  }
   const auto at = std::upper_bound(reports_.begin(), reports_.end(), report,
                                    [](const auto& a, const auto& b) { return a.unix_ms < b.unix_ms; });
   reports_.insert(at, std::move(report));

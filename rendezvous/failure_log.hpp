@@ -14,7 +14,8 @@ namespace meshrun::rendezvous {
 class FailureLog {
  public:
   /// Adds `report` (unix_ms and node_id already set). A report of an older round than the log's is
-  /// dropped; a newer round starts the log afresh.
+  /// dropped; a newer round starts the log afresh. A second report of the same rank replaces the first,
+  /// keeping the earlier time.
   void record(proto::FailureReport report);
   /// The latest failing round's reports, earliest first.
   const std::vector<proto::FailureReport>& reports() const { return reports_; }

@@ -394,11 +394,52 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   return reply;
 }
 
-void Membership::record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure) {
+void Membership::record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure,
+                                int64_t now_unix_ms) {
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
   failure.node_id = node_id;
+  if (failure.cause == RestartCause::kHung && failure.step >= 0) {
+    if (auto culprit = hung_elsewhere(*run, node_id, failure, now_unix_ms)) run->failures.record(std::move(*culprit));
+  }
   run->failures.record(std::move(failure));
+}
+
+std::optional<proto::FailureReport> Membership::hung_elsewhere(const Run& run, const std::string& reporter,
+                                                               const proto::FailureReport& hang,
+                                                               int64_t now_unix_ms) const {
+  std::optional<proto::FailureReport> best;
+  double best_silence = 0;
+  for (const auto& id : run.participants) {
+    if (id == reporter) continue;
+    const Node& node = run.nodes.at(id);
+    const double since_heartbeat = to_seconds(clock_.now() - node.last_seen);
+    for (size_t lr = 0; lr < node.progress.size(); ++lr) {
+      const proto::RankProgress& p = node.progress[lr];
+      const double silence = since_heartbeat + p.since_beat_s;
+      if (p.step >= hang.step) continue;
+      if (best && (p.step > best->step || (p.step == best->step && silence <= best_silence))) continue;
+      best_silence = silence;
+      best = proto::FailureReport{};
+      best->round = hang.round;
+      best->rank = p.rank;
+      best->local_rank = static_cast<int>(lr);
+      best->host = node.request.host;
+      best->node_id = id;
+      best->cause = RestartCause::kHung;
+      best->step = p.step;
+      best->unix_ms = now_unix_ms - static_cast<int64_t>(silence * 1000);
+      best->exit = fmt::format(
+          "hung: no progress beat for {:.1f} s after step {} ({}), the lowest step in the job (from the heartbeats; "
+          "rank {} on {} was found hung at step {})",
+          silence, p.step, p.phase, hang.rank, hang.host, hang.step);
+    }
+  }
+  if (!best) return std::nullopt;
+  for (const auto& r : run.failures.reports()) {
+    if (r.round == hang.round && r.rank == best->rank) return std::nullopt;  // its own agent reported it
+  }
+  return best;
 }
 
 void Membership::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,

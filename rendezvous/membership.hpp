@@ -41,8 +41,11 @@ class Membership {
   proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
                                   std::vector<proto::RankProgress> progress = {});
   /// `cause` is kWorkerFailed or kHung.
-  /// Records a failed worker of the node (`failure.unix_ms` set by the caller) for the root cause.
-  void record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure);
+  /// Records a failed worker of the node (`failure.unix_ms` set by the caller, whose clock reads
+  /// `now_unix_ms`) for the root cause. A hang also names, from the heartbeats, a rank on another node
+  /// that got less far (hung_elsewhere): the node that noticed first is not always the culprit's.
+  void record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure,
+                      int64_t now_unix_ms);
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                       proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
   void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
@@ -123,6 +126,10 @@ class Membership {
   /// Drops silent joiners, fails those past their join timeout, closes the round when it may.
   bool tick_open_round(Run& run);
   std::string join_timeout_error(const Run& run, const Node& node) const;
+  /// The silent rank of another node with the lowest step below `hang.step` (ties: silent longest), as a
+  /// report dated at its last beat; nothing when there is none or it was reported already.
+  std::optional<proto::FailureReport> hung_elsewhere(const Run& run, const std::string& reporter,
+                                                     const proto::FailureReport& hang, int64_t now_unix_ms) const;
   /// The round's slow ranks, from the progress its participants sent (straggler.hpp).
   std::vector<proto::Straggler> stragglers(const Run& run) const;
   void remove_node(Run& run, const std::string& node_id);

@@ -77,7 +77,7 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
     // The daemon's clock orders the reports of every node: no skew between the agents' clocks.
     failure.unix_ms = unix_time_ms() - static_cast<int64_t>(std::max(0.0, failure.age_s) * 1000);
     membership_.record_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
-                               std::move(failure));
+                               std::move(failure), unix_time_ms());
     return json::object();
   }
   if (op == "leave") return leave(request);

@@ -86,6 +86,10 @@ std::optional<std::string> ProgressMonitor::stopped_verdict(size_t lr, pid_t pid
   return fmt::format("stopped by a signal (state T) for {:.1f} s (budget {:.1f} s){}", stopped, *budget, where);
 }
 
+int64_t ProgressMonitor::last_step(size_t lr) const {
+  return trackers_[lr].has_beaten() ? trackers_[lr].last().step : -1;
+}
+
 // The culprit, not the first rank to notice: when one rank stops or blocks, the others go silent too,
 // waiting for it in a collective. So a stopped worker is named first (it explains everyone's silence),
 // then among the silent ranks the one whose last step is lowest (the others got further), then the one
@@ -100,7 +104,7 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
     if (pid <= 0) continue;
     if (auto stopped = stopped_verdict(lr, pid, now)) {
       hung_ = lr;
-      return HangReport{lr, trackers_[lr].rank(), *stopped};
+      return HangReport{lr, trackers_[lr].rank(), *stopped, last_step(lr)};
     }
     auto reason = silence_verdict(lr, now);
     if (!reason) continue;
@@ -122,11 +126,12 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
       hung_ = lr;
       return HangReport{lr, trackers_[lr].rank(),
                         fmt::format("stopped by a signal (state T) while the other ranks wait (rank {}: {})",
-                                    trackers_[*silent_culprit].rank(), *silent_reason)};
+                                    trackers_[*silent_culprit].rank(), *silent_reason),
+                        last_step(lr)};
     }
   }
   hung_ = silent_culprit;
-  return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason};
+  return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason, last_step(*silent_culprit)};
 }
 
 std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point now) const {

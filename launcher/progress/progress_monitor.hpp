@@ -26,6 +26,7 @@ struct HangReport {
   size_t local_rank = 0;
   int rank = 0;
   std::string reason;
+  int64_t step = -1;  // the last step it beat (-1: it never beat)
 };
 
 class ProgressMonitor {
@@ -45,6 +46,8 @@ class ProgressMonitor {
   /// The first rank that is hung now, if any. `pids` are the running workers' pids by local rank (0:
   /// exited), read for the stopped state (T) in /proc.
   std::optional<HangReport> find_hang(const std::vector<pid_t>& pids, Clock::time_point now);
+  /// Local rank `lr`'s last beaten step, -1 before its first beat.
+  int64_t last_step(size_t lr) const;
   /// One entry per rank that has beaten (none when no worker sends beats).
   std::vector<proto::RankProgress> summaries(Clock::time_point now) const;
 

@@ -27,6 +27,7 @@ struct FailureInfo {
   std::string stderr_log;  // path of the stderr log file, when there is one
   // Set when the worker did not fail by itself but was found hung (launcher/progress) and stopped:
   std::string hang_reason;  // "no progress beat for 12.3 s (budget 10.0 s) after step 42 (train)"
+  int64_t hang_step = -1;   // the last step it beat (-1: never)
   std::string stack_tool;   // the tool that read its stack ("py-spy", "eu-stack", "gdb"), or empty
   std::string stack;        // the stack, or why there is none
   std::string stack_file;   // where the stack was also written

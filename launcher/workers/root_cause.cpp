@@ -42,6 +42,7 @@ proto::FailureReport failure_report(const FailureInfo& info, int64_t round) {
   const bool hung = !info.hang_reason.empty();
   r.cause = hung ? proto::RestartCause::kHung : proto::RestartCause::kWorkerFailed;
   r.exit = hung ? "hung: " + info.hang_reason : info.status.describe();
+  if (hung) r.step = info.hang_step;
   if (const auto e = worker_error(info)) {
     r.error = e->error;
     r.traceback = e->frames;

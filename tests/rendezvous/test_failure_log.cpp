@@ -54,3 +54,15 @@ TEST_CASE("the log keeps the earliest reports and clips long text", "[failure_lo
   CHECK(log.reports().front().traceback.size() == proto::kMaxTracebackLines);
   CHECK(log.reports().front().traceback.front().size() == 512);
 }
+
+TEST_CASE("a second report of the same rank replaces the first and keeps the earlier time", "[failure_log]") {
+  FailureLog log;
+  log.record(report(0, 3, 1'000));  // named by the daemon from the heartbeats
+  log.record(report(0, 0, 1'200));
+  auto detailed = report(0, 3, 1'500);  // its agent's own report, later, with the error
+  detailed.error = "hung";
+  log.record(detailed);
+  REQUIRE(ranks(log) == std::vector<int>{3, 0});
+  CHECK(log.reports().front().unix_ms == 1'000);
+  CHECK(log.reports().front().error == "hung");
+}

@@ -254,3 +254,56 @@ TEST_CASE("status keeps a run's restarts with their causes, the latest ones and 
   CHECK(s.restarts_by_cause.at("worker_failed") == 1);
   CHECK(s.restarts_by_cause.at("hung") == kRestarts - 1);
 }
+
+TEST_CASE("a hang noticed on one node names the rank of another node that got less far", "[membership][rootcause]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("host-a", 2, 2));
+  const auto b = m.join(node("host-b", 2, 2));
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  REQUIRE(m.poll("job", b).status == proto::AwaitStatus::kAssigned);
+  const auto ranks = [](int first, int64_t step0, int64_t step1, double silent1) {
+    proto::RankProgress r0, r1;
+    r0.rank = first;
+    r0.step = step0;
+    r0.phase = r1.phase = "train";
+    r1.rank = first + 1;
+    r1.step = step1;
+    r1.since_beat_s = silent1;
+    return std::vector<proto::RankProgress>{r0, r1};
+  };
+  // Node b's rank 3 blocked before beating step 42; every other rank beat 42 and now waits for it.
+  m.heartbeat("job", a, ranks(0, 42, 42, 0.5));
+  m.heartbeat("job", b, ranks(2, 42, 41, 9.0));
+  clock.advance(seconds(1));
+  // Node a's agent notices first (its budget ran out first) and reports its own rank 0, at step 42.
+  proto::FailureReport hang;
+  hang.rank = 0;
+  hang.host = "host-a";
+  hang.cause = proto::RestartCause::kHung;
+  hang.step = 42;
+  hang.unix_ms = 1'000'000;
+  m.record_failure("job", a, hang, 1'000'000);
+  const auto failures = m.status("job").at(0).failures;
+  REQUIRE(failures.size() == 2);
+  CHECK(failures[0].rank == 3);  // the root cause: the rank that got less far, dated at its last beat
+  CHECK(failures[0].host == "host-b");
+  CHECK(failures[0].local_rank == 1);
+  CHECK(failures[0].step == 41);
+  CHECK(failures[0].unix_ms == 1'000'000 - 10'000);  // 1 s since b's heartbeat + 9 s its beat was old then
+  CHECK_THAT(failures[0].exit, Catch::Contains("the lowest step in the job") &&
+                                   Catch::Contains("rank 0 on host-a was found hung at step 42"));
+  CHECK(failures[1].rank == 0);
+  // Node b's agent then reports rank 3 itself, with its stack: one entry, its details, the earlier time.
+  hang.rank = 3;
+  hang.host = "host-b";
+  hang.step = 41;
+  hang.unix_ms = 1'000'500;
+  hang.traceback = {"    block_forever (job.py:30)"};
+  m.record_failure("job", b, hang, 1'000'500);
+  const auto merged = m.status("job").at(0).failures;
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0].rank == 3);
+  CHECK(merged[0].unix_ms == 1'000'000 - 10'000);
+  CHECK(merged[0].traceback == std::vector<std::string>{"    block_forever (job.py:30)"});
+}
