@@ -408,38 +408,43 @@ void Membership::record_failure(const std::string& run_id, const std::string& no
 std::optional<proto::FailureReport> Membership::hung_elsewhere(const Run& run, const std::string& reporter,
                                                                const proto::FailureReport& hang,
                                                                int64_t now_unix_ms) const {
-  std::optional<proto::FailureReport> best;
-  double best_silence = 0;
+  struct Candidate {
+    const Node* node = nullptr;
+    size_t local_rank = 0;
+    double silence = 0;  // seconds since its last beat
+  };
+  std::optional<Candidate> best;
   for (const auto& id : run.participants) {
     if (id == reporter) continue;
     const Node& node = run.nodes.at(id);
     const double since_heartbeat = to_seconds(clock_.now() - node.last_seen);
     for (size_t lr = 0; lr < node.progress.size(); ++lr) {
       const proto::RankProgress& p = node.progress[lr];
-      const double silence = since_heartbeat + p.since_beat_s;
+      const Candidate c{&node, lr, since_heartbeat + p.since_beat_s};
       if (p.step >= hang.step) continue;
-      if (best && (p.step > best->step || (p.step == best->step && silence <= best_silence))) continue;
-      best_silence = silence;
-      best = proto::FailureReport{};
-      best->round = hang.round;
-      best->rank = p.rank;
-      best->local_rank = static_cast<int>(lr);
-      best->host = node.request.host;
-      best->node_id = id;
-      best->cause = RestartCause::kHung;
-      best->step = p.step;
-      best->unix_ms = now_unix_ms - static_cast<int64_t>(silence * 1000);
-      best->exit = fmt::format(
-          "hung: no progress beat for {:.1f} s after step {} ({}), the lowest step in the job (from the heartbeats; "
-          "rank {} on {} was found hung at step {})",
-          silence, p.step, p.phase, hang.rank, hang.host, hang.step);
+      const proto::RankProgress* b = best ? &best->node->progress[best->local_rank] : nullptr;
+      if (!b || p.step < b->step || (p.step == b->step && c.silence > best->silence)) best = c;
     }
   }
   if (!best) return std::nullopt;
+  const proto::RankProgress& p = best->node->progress[best->local_rank];
   for (const auto& r : run.failures.reports()) {
-    if (r.round == hang.round && r.rank == best->rank) return std::nullopt;  // its own agent reported it
+    if (r.round == hang.round && r.rank == p.rank) return std::nullopt;  // its own agent reported it
   }
-  return best;
+  proto::FailureReport culprit;
+  culprit.round = hang.round;
+  culprit.rank = p.rank;
+  culprit.local_rank = static_cast<int>(best->local_rank);
+  culprit.host = best->node->request.host;
+  culprit.node_id = best->node->id;
+  culprit.cause = RestartCause::kHung;
+  culprit.step = p.step;
+  culprit.unix_ms = now_unix_ms - static_cast<int64_t>(best->silence * 1000);
+  culprit.exit = fmt::format(
+      "hung: no progress beat for {:.1f} s after step {} ({}), the lowest step in the job (from the heartbeats; "
+      "rank {} on {} was found hung at step {})",
+      best->silence, p.step, p.phase, hang.rank, hang.host, hang.step);
+  return culprit;
 }
 
 void Membership::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,

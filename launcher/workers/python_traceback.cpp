@@ -1,7 +1,8 @@
 #include "launcher/workers/python_traceback.hpp"
 
-#include <sstream>
 #include <string_view>
+
+#include "common/strings.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -25,22 +26,9 @@ bool is_indented(std::string_view line) { return !line.empty() && (line.front() 
 // Python 3.11's "    ~~~~^^^^" markers under a code line carry nothing a reader needs here.
 bool is_marker(std::string_view line) { return line.find_first_not_of(" ~^") == std::string_view::npos; }
 
-std::string trim(std::string_view s) {
-  const size_t a = s.find_first_not_of(' ');
-  if (a == std::string_view::npos) return {};
-  return std::string(s.substr(a, s.find_last_not_of(' ') - a + 1));
-}
-
 std::string rtrim(std::string_view s) { return std::string(s.substr(0, s.find_last_not_of(" \r") + 1)); }
 
 }  // namespace
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 std::optional<PythonError> parse_python_traceback(const std::vector<std::string>& raw, size_t max_frame_lines) {
   std::vector<std::string_view> lines;

@@ -18,7 +18,4 @@ struct PythonError {
 /// Nothing when the lines hold no traceback.
 std::optional<PythonError> parse_python_traceback(const std::vector<std::string>& lines, size_t max_frame_lines = 6);
 
-/// Splits text into lines (an error.json's py_callstack, a stack).
-std::vector<std::string> split_lines(const std::string& text);
-
 }  // namespace meshrun::launcher

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.hpp"
 #include "launcher/workers/python_traceback.hpp"
 
 namespace meshrun::launcher {
@@ -12,7 +13,7 @@ namespace {
 // The error and frames: error.json (PyTorch's @record) first, else the traceback on stderr.
 std::optional<PythonError> worker_error(const FailureInfo& info) {
   if (!info.error_file_contents.empty()) {
-    if (auto e = parse_python_traceback(split_lines(render_error_file(info.error_file_contents)))) return e;
+    if (auto e = parse_python_traceback(split(render_error_file(info.error_file_contents), '\n'))) return e;
   }
   return parse_python_traceback(info.stderr_tail);
 }
@@ -49,7 +50,7 @@ proto::FailureReport failure_report(const FailureInfo& info, int64_t round) {
   }
   if (hung && r.traceback.empty()) {
     // Where it hangs: the stack's innermost frames (py-spy, eu-stack and gdb list them first, indented).
-    for (const auto& line : split_lines(info.stack)) {
+    for (const auto& line : split(info.stack, '\n')) {
       if (r.traceback.size() == proto::kMaxTracebackLines) break;
       if (!line.empty() && (line.front() == ' ' || line.front() == '#')) r.traceback.push_back(line);
     }
