@@ -10,15 +10,17 @@
 #include <thread>
 
 #include "common/error.hpp"
-#include "launcher/node_rendezvous.hpp"
+#include "launcher/net/route_interface.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/progress/stack_dump.hpp"
+#include "launcher/rendezvous_backend.hpp"
 #include "launcher/workers/job_token.hpp"
 #include "launcher/workers/orphan_watchdog.hpp"
 #include "launcher/workers/root_cause.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_group.hpp"
+#include "proto/join_auth.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -56,11 +58,14 @@ Agent::~Agent() {
 }
 
 int Agent::run() {
-  NodeRendezvous rdzv(options_, signals_);
+  const std::unique_ptr<RendezvousBackend> backend = make_rendezvous(options_, signals_);
+  RendezvousBackend& rdzv = *backend;
   if (rdzv.interrupted_by()) return 128 + rdzv.interrupted_by();
   make_log_root(rdzv.run_id());
   make_progress_root();
   base_env_ = current_environment();
+  // The join token is the agents' secret: workers (and whatever they log or spawn) never see it.
+  std::erase_if(base_env_, [](const std::string& kv) { return kv.rfind(std::string(proto::kTokenEnv) + "=", 0) == 0; });
   job_token_ = make_job_token();
   const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
   for (;;) {
@@ -100,15 +105,22 @@ void Agent::make_progress_root() { progress_root_ = temp_folder("meshrun-progres
 // Workers see the daemon's round as TORCHELASTIC_RESTART_COUNT: it is the same on every node (a late
 // joiner included), so PyTorch's per-attempt store prefix "/worker/attempt_<n>" matches across nodes and
 // never reuses a previous attempt's keys.
-GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv,
+GroupSpec Agent::group_spec(const proto::Assignment& assignment, const RendezvousBackend& rdzv,
                             const ProgressMonitor& progress) const {
+  // One network for the store, Gloo and NCCL: the interface that reaches the workers' store (the
+  // rendezvous host as this node reaches it), or the one holding --local-addr.
+  const auto net = workers_interface(assignment.master_addr, options_.local_addr, assignment.group_world_size == 1);
+  if (net) {
+    spdlog::info("workers' network: {} ({}), for GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME where not set", net->name,
+                 net->address);
+  }
   GroupSpec spec;
   spec.command = command_;
   spec.settings = AttemptSettings{.role = options_.role,
                                   .run_id = rdzv.run_id(),
                                   .master_addr = assignment.master_addr,
                                   .master_port = assignment.master_port,
-                                  .rdzv_endpoint = rdzv.endpoint().to_string(),
+                                  .rdzv_endpoint = rdzv.endpoint_text(),
                                   .restart_count = static_cast<int>(assignment.round),
                                   .max_restarts = options_.max_restarts,
                                   .group_rank = assignment.group_rank,
@@ -117,7 +129,8 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRende
                                   .local_world_size = options_.nproc_per_node,
                                   .rank_offset = assignment.rank_offset,
                                   .virtual_local_rank = options_.virtual_local_rank,
-                                  .job_token = job_token_};
+                                  .job_token = job_token_,
+                                  .socket_ifname = net ? net->name : std::string()};
   spec.base_env = base_env_;
   spec.attempt = static_cast<int>(assignment.round);
   spec.attempt_dir = log_root_ + "/attempt_" + std::to_string(assignment.round);
@@ -132,7 +145,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const NodeRende
   return spec;
 }
 
-Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv) {
+Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv) {
   using Clock = std::chrono::steady_clock;
   const Ms monitor = to_ms(options_.monitor_interval_s);
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
@@ -178,7 +191,7 @@ std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const 
   return std::nullopt;
 }
 
-std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, NodeRendezvous& rdzv) {
+std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, RendezvousBackend& rdzv) {
   if (const auto failed = group.first_failure()) {
     const auto found = std::chrono::steady_clock::now();
     group.drain_output(*failed);  // its last words (the traceback) before the report
@@ -209,7 +222,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, N
 // A hung worker: its stack first (while it is still there to read), then stop the group and print the
 // summary with the stack. The attempt then ends as a failure with the cause "hung".
 std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressMonitor& progress,
-                                                   NodeRendezvous& rdzv) {
+                                                   RendezvousBackend& rdzv) {
   const auto hang = progress.find_hang(group.running_pids(), std::chrono::steady_clock::now());
   if (!hang) return std::nullopt;
   const Worker& worker = group.workers()[hang->local_rank];
@@ -236,7 +249,7 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
 }
 
 std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
-                                                        NodeRendezvous& rdzv, HeartbeatSchedule& schedule) {
+                                                        RendezvousBackend& rdzv, HeartbeatSchedule& schedule) {
   try {
     const auto beat = rdzv.heartbeat(progress.summaries(std::chrono::steady_clock::now()));
     schedule.failures = 0;
@@ -261,10 +274,13 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, cons
     spdlog::warn("heartbeat {} of {} to the rendezvous failed: {}", schedule.failures,
                  options_.rdzv_conf.keep_alive_max_attempt, e.what());
     if (schedule.failures < options_.rdzv_conf.keep_alive_max_attempt) return std::nullopt;
-    const std::string endpoint = rdzv.endpoint().to_string();
+    const std::string endpoint = (options_.backend == RdzvBackend::kEtcd ? "etcd " : "") + rdzv.endpoint_text();
     const std::string reason = "lost the rendezvous at " + endpoint + ": " + std::to_string(schedule.failures) +
                                " heartbeats in a row failed (last: " + e.what() + ")";
-    say(reason + "; stopping the workers (is the rendezvous host up? see `meshrun ping " + endpoint + "`)");
+    const std::string hint = options_.backend == RdzvBackend::kEtcd
+                                 ? "are the etcd members up and reachable from this node?"
+                                 : "is the rendezvous host up? see `meshrun ping " + endpoint + "`";
+    say(reason + "; stopping the workers (" + hint + ")");
     group.stop(signals_, grace_);
     return AttemptResult{AttemptResult::Kind::kRendezvousLost, 1, reason};
   }
@@ -287,7 +303,7 @@ void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
   }
 }
 
-void Agent::print_root_cause(NodeRendezvous& rdzv, int64_t round, const AttemptResult& result) {
+void Agent::print_root_cause(RendezvousBackend& rdzv, int64_t round, const AttemptResult& result) {
   using Kind = AttemptResult::Kind;
   const bool local = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung;
   if (!local && result.kind != Kind::kRemoteRestart && result.kind != Kind::kRunFailed) return;
@@ -306,7 +322,7 @@ void Agent::print_root_cause(NodeRendezvous& rdzv, int64_t round, const AttemptR
   std::fputs(format_root_cause(failures).c_str(), stderr);
 }
 
-std::optional<int> Agent::conclude(const AttemptResult& result, NodeRendezvous& rdzv) {
+std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBackend& rdzv) {
   using Kind = AttemptResult::Kind;
   switch (result.kind) {
     case Kind::kSucceeded:

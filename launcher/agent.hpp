@@ -31,7 +31,7 @@ struct Straggler;
 
 namespace meshrun::launcher {
 
-class NodeRendezvous;
+class RendezvousBackend;
 class ProgressMonitor;
 class SignalSet;
 class WorkerGroup;
@@ -73,21 +73,21 @@ class Agent {
 
   void make_log_root(const std::string& run_id);
   void make_progress_root();
-  GroupSpec group_spec(const proto::Assignment& assignment, const NodeRendezvous& rdzv,
+  GroupSpec group_spec(const proto::Assignment& assignment, const RendezvousBackend& rdzv,
                        const ProgressMonitor& progress) const;
   /// Supervises one attempt's workers until it ends.
-  AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv);
+  AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv);
   std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals);
-  std::optional<AttemptResult> on_worker_exits(WorkerGroup& group, NodeRendezvous& rdzv);
-  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, NodeRendezvous& rdzv);
-  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress, NodeRendezvous& rdzv,
-                                            HeartbeatSchedule& schedule);
+  std::optional<AttemptResult> on_worker_exits(WorkerGroup& group, RendezvousBackend& rdzv);
+  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv);
+  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
+                                            RendezvousBackend& rdzv, HeartbeatSchedule& schedule);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
   void report_stragglers(const std::vector<proto::Straggler>& stragglers);
   /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed.
-  void print_root_cause(NodeRendezvous& rdzv, int64_t round, const AttemptResult& result);
+  void print_root_cause(RendezvousBackend& rdzv, int64_t round, const AttemptResult& result);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
-  std::optional<int> conclude(const AttemptResult& result, NodeRendezvous& rdzv);
+  std::optional<int> conclude(const AttemptResult& result, RendezvousBackend& rdzv);
 
   const LaunchOptions& options_;
   WorkerCommand command_;

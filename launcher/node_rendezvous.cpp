@@ -1,8 +1,5 @@
 #include "launcher/node_rendezvous.hpp"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -12,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "launcher/net/route_interface.hpp"
 #include "launcher/workers/signal_set.hpp"
 #include "rendezvous/server.hpp"
 
@@ -25,12 +23,6 @@ constexpr uint16_t kDefaultMasterPort = 29500;
 constexpr auto kAwaitSlice = 1s;
 // How often the user hears what the rendezvous waits for.
 constexpr auto kProgressEvery = 5s;
-
-std::string local_hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
 
 std::string describe_waiting(const proto::AwaitReply& r) {
   std::string have;
@@ -54,42 +46,23 @@ std::string describe_waiting(const proto::AwaitReply& r) {
 
 }  // namespace
 
+std::string local_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
 bool is_local_host(const std::string& host) {
   if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
   const std::string me = local_hostname();
   if (host == me || host == me.substr(0, me.find('.')) || me == host.substr(0, host.find('.'))) return true;
-  // Compare against every interface address (the endpoint may be an IP or resolve to one of ours).
-  std::vector<std::string> addrs{host};
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
-    for (auto* p = res; p != nullptr; p = p->ai_next) {
-      char buf[INET6_ADDRSTRLEN] = {};
-      const void* a = p->ai_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr);
-      if (::inet_ntop(p->ai_family, a, buf, sizeof(buf)) != nullptr) addrs.emplace_back(buf);
-    }
-    ::freeaddrinfo(res);
+  // The endpoint's address (given, or what its name resolves to) is one of our interfaces' (compared as
+  // addresses: "fd00::1" and "fd00:0::1" are the same).
+  const auto interfaces = list_local_interfaces();
+  for (const auto& address : host_addresses(host)) {
+    if (interface_holding(address, interfaces)) return true;
   }
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) != 0) return false;
-  bool local = false;
-  for (auto* i = ifs; i != nullptr && !local; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr) continue;
-    const int family = i->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    const void* a = family == AF_INET
-                        ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
-                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
-    if (::inet_ntop(family, a, buf, sizeof(buf)) == nullptr) continue;
-    for (const auto& candidate : addrs) local = local || candidate == buf;
-  }
-  ::freeifaddrs(ifs);
-  return local;
+  return false;
 }
 
 std::string random_run_id() {
@@ -112,7 +85,7 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, SignalSet& signals)
     if (single) {
       try_host("127.0.0.1", 0);
     } else if (options.node_rank == 0) {
-      if (!try_host("0.0.0.0", endpoint_.port)) {
+      if (!try_host(wildcard_address_for(endpoint_.host), endpoint_.port)) {
         throw NetworkError("node rank 0 cannot serve the rendezvous on port " + std::to_string(endpoint_.port) +
                            ": the port is taken (pick another --master-port)");
       }
@@ -120,7 +93,7 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, SignalSet& signals)
   } else {
     endpoint_ = *options.rdzv_endpoint;
     const bool host = options.rdzv_conf.is_host.value_or(is_local_host(endpoint_.host));
-    if (host && !try_host("0.0.0.0", endpoint_.port)) {
+    if (host && !try_host(wildcard_address_for(endpoint_.host), endpoint_.port)) {
       spdlog::info("rendezvous port {} is taken here: joining it as a client", endpoint_.port);
     }
   }
@@ -138,12 +111,18 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
   so.host = bind_host;
   so.port = port;
   so.http_port = options_.rdzv_conf.http_port;
+  so.join_token = options_.rdzv_conf.token;
   try {
     server_ = std::make_unique<rendezvous::Server>(so);
   } catch (const rendezvous::AddressInUseError& e) {
     // Another agent (or a separately started daemon) got the port first: join it as a client.
     spdlog::debug("not hosting the rendezvous: {}", e.what());
     return false;
+  } catch (const NetworkError& e) {
+    if (bind_host != "::") throw;
+    // The endpoint's name has an IPv6 address but this kernel has no IPv6: IPv4 it is.
+    spdlog::debug("cannot host on [::] ({}): hosting on 0.0.0.0", e.what());
+    return try_host("0.0.0.0", port);
   }
   server_->start_background();
   const uint16_t bound = server_->port();
@@ -152,15 +131,15 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
   if (port == 0 && options_.max_nodes > 1) {
     // The port was left to the kernel: the other nodes cannot join unless they are told which one it is.
     spdlog::warn(
-        "hosting the rendezvous on {}:{} (port 0 was asked: the other nodes join with --rdzv-endpoint "
+        "hosting the rendezvous on {} (port 0 was asked: the other nodes join with --rdzv-endpoint "
         "<this host>:{})",
-        bind_host, bound, bound);
+        Endpoint{bind_host, bound}.to_string(), bound);
   } else {
-    spdlog::info("hosting the rendezvous on {}:{}", bind_host, bound);
+    spdlog::info("hosting the rendezvous on {}", Endpoint{bind_host, bound}.to_string());
   }
   if (const auto http = server_->http_port()) {
     std::fprintf(stderr, "meshrun: live view of the job on http://%s:%u/ (--rdzv-conf http_port)\n",
-                 bind_host == "0.0.0.0" ? local_hostname().c_str() : bind_host.c_str(), *http);
+                 bind_host == "0.0.0.0" || bind_host == "::" ? local_hostname().c_str() : bind_host.c_str(), *http);
   }
   return true;
 }
@@ -182,6 +161,7 @@ void NodeRendezvous::connect() {
   while (true) {
     try {
       client_.emplace(proto::StoreClient::connect(endpoint_, co));
+      client_->authenticate(options_.rdzv_conf.token);  // a refusal (RemoteError) is final: no retry
       return;
     } catch (const NetworkError& e) {
       if (check_signals()) return;
@@ -207,7 +187,9 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   proto::JoinRequest req;
   req.run_id = run_id_;
   req.host = hostname_;
-  req.addr = options_.local_addr.empty() ? hostname_ : options_.local_addr;
+  // The address other nodes reach this one at: --local-addr, else this node's address on the route to the
+  // rendezvous (an address: nobody needs DNS to find this node), else its host name.
+  req.addr = !options_.local_addr.empty() ? options_.local_addr : own_address(endpoint_.host).value_or(hostname_);
   req.local_world_size = options_.nproc_per_node;
   req.min_nodes = options_.min_nodes;
   req.max_nodes = options_.max_nodes;
@@ -246,6 +228,7 @@ proto::HeartbeatReply NodeRendezvous::heartbeat(const std::vector<proto::RankPro
       co.connect_timeout = bound;
       co.op_timeout = bound;
       beat_client_.emplace(proto::StoreClient::connect(endpoint_, co));
+      beat_client_->authenticate(options_.rdzv_conf.token);
     }
     return beat_client_->heartbeat(run_id_, node_id_, progress);
   } catch (const RemoteError&) {

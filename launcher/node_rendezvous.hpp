@@ -1,4 +1,5 @@
-// NodeRendezvous: this agent's side of the rendezvous. Decides whether this launcher hosts the daemon
+// NodeRendezvous: this agent's side of the c10d and static rendezvous (RendezvousBackend over meshrun's
+// daemon). Decides whether this launcher hosts the daemon
 // (in-process, on a background thread), then joins rounds, heartbeats, reports failures and leaves
 // through proto::RendezvousClient.
 //
@@ -14,6 +15,7 @@
 
 #include "common/endpoint.hpp"
 #include "launcher/cli/options.hpp"
+#include "launcher/rendezvous_backend.hpp"
 #include "proto/rendezvous_client.hpp"
 #include "proto/rendezvous_messages.hpp"
 
@@ -25,46 +27,38 @@ namespace meshrun::launcher {
 
 class SignalSet;
 
-class NodeRendezvous {
+class NodeRendezvous final : public RendezvousBackend {
  public:
   /// Starts the daemon here when this node hosts it, then connects (retrying until the join timeout).
   /// A terminating signal while connecting is recorded in interrupted_by() and ends the wait.
   NodeRendezvous(const LaunchOptions& options, SignalSet& signals);
-  ~NodeRendezvous();
+  ~NodeRendezvous() override;
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
 
-  /// Joins the next round and waits for its assignment, saying what it waits for every few seconds.
-  /// Returns nullopt when a terminating signal arrived (see interrupted_by()). Throws RemoteError
-  /// (the daemon refused or the run failed) and TimeoutError (join timeout).
-  std::optional<proto::Assignment> join();
-  /// One keep-alive, bounded by keep_alive_interval; "restart" in the reply means the round was invalidated,
-  /// "fail" that the run failed. Throws NetworkError/TimeoutError when the daemon does not answer in time
-  /// (the next call reconnects).
-  /// One heartbeat carrying this node's ranks' progress (empty when the workers send no beats).
-  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress = {});
-  void report_failure(const std::string& reason, proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
-  /// Tells the daemon about a failed or hung worker at once (root cause across nodes); never throws.
-  void record_failure(const proto::FailureReport& failure);
-  /// The run's latest failing round's reports, earliest first (empty when the daemon is unreachable).
-  std::vector<proto::FailureReport> failures();
-  void leave(const std::string& reason, bool ok);
-  /// Hosting agent only: blocks until every other node left (the daemon serves their workers' store),
-  /// or a terminating signal arrives.
-  void wait_for_other_nodes();
-  /// Hosting agent only, after the run failed or this node gave up: keeps the daemon up for two keep-alive
-  /// intervals so every other agent's next heartbeat gets the reason ("fail"/"restart") instead of a
-  /// vanished endpoint. Returns early on a terminating signal.
-  void linger_for_others();
+  std::optional<proto::Assignment> join() override;
+  /// A heartbeat on a connection of its own with a short deadline (keep_alive_interval); the next call
+  /// reconnects after a failed one.
+  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) override;
+  void report_failure(const std::string& reason, proto::RestartCause cause) override;
+  void record_failure(const proto::FailureReport& failure) override;
+  std::vector<proto::FailureReport> failures() override;
+  void leave(const std::string& reason, bool ok) override;
+  /// Hosting agent only: blocks until every other node left (the daemon serves their workers' store).
+  void wait_for_other_nodes() override;
+  /// Hosting agent only: keeps the daemon up for two keep-alive intervals so every other agent's next
+  /// heartbeat gets the reason ("fail"/"restart") instead of a vanished endpoint.
+  void linger_for_others() override;
 
   bool connected() const { return client_.has_value(); }
   bool hosting() const { return server_ != nullptr; }
   /// Signal that interrupted a wait, or 0.
-  int interrupted_by() const { return interrupted_by_; }
-  const std::string& run_id() const { return run_id_; }
+  int interrupted_by() const override { return interrupted_by_; }
+  const std::string& run_id() const override { return run_id_; }
   /// The daemon's endpoint, as workers and other nodes reach it.
-  const Endpoint& endpoint() const { return endpoint_; }
-  const std::string& hostname() const { return hostname_; }
+  const Endpoint& endpoint() const override { return endpoint_; }
+  std::string endpoint_text() const override { return endpoint_.to_string(); }
+  const std::string& hostname() const override { return hostname_; }
 
  private:
   bool try_host(const std::string& bind_host, uint16_t port);
@@ -84,6 +78,9 @@ class NodeRendezvous {
   std::string node_id_;
   int interrupted_by_ = 0;
 };
+
+/// gethostname(), or "localhost" when it fails.
+std::string local_hostname();
 
 /// True when `host` names this machine (loopback, its host name, or one of its interface addresses).
 bool is_local_host(const std::string& host);

@@ -2,9 +2,36 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
+#include "common/sha256.hpp"
+#include "proto/join_auth.hpp"
+
 namespace meshrun::proto {
 
 Hello RendezvousClient::hello() { return client_.meshrun({{"op", "hello"}}).get<Hello>(); }
+
+void RendezvousClient::authenticate(const std::string& token) {
+  const nlohmann::json challenge = client_.meshrun({{"op", "challenge"}});
+  const bool required = challenge.value("required", false);
+  if (token.empty()) {
+    if (required) {
+      throw RemoteError(std::string("the rendezvous requires a join token: set ") + kTokenEnv +
+                        " (or --rdzv-conf token=...) to the job's token on this node");
+    }
+    return;
+  }
+  if (!required) {
+    throw RemoteError(std::string("this node has a join token (") + kTokenEnv +
+                      ") but the rendezvous requires none: start it with the same token, or unset it here");
+  }
+  const std::string daemon_nonce = challenge.at("nonce").get<std::string>();
+  const std::string client_nonce = make_nonce();
+  const nlohmann::json reply = client_.meshrun(
+      {{"op", "auth"}, {"client_nonce", client_nonce}, {"proof", client_proof(token, daemon_nonce, client_nonce)}});
+  if (!equal_constant_time(reply.value("proof", std::string()), daemon_proof(token, daemon_nonce, client_nonce))) {
+    throw RemoteError("the rendezvous could not prove it knows the join token: it is not this job's rendezvous");
+  }
+}
 
 std::string RendezvousClient::join(const JoinRequest& request) {
   nlohmann::json j = request;

@@ -14,6 +14,9 @@ class RendezvousClient {
   explicit RendezvousClient(StoreClient client) : client_(std::move(client)) {}
 
   Hello hello();
+  /// Proves this connection knows the join token and checks the daemon knows it too (proto/join_auth.hpp).
+  /// An empty token checks only that the daemon requires none. Throws RemoteError naming the mismatch.
+  void authenticate(const std::string& token);
   /// Registers this node for the run's next round; returns the daemon-assigned node id.
   std::string join(const JoinRequest& request);
   /// Blocks up to `timeout` for the round to close. "waiting" replies carry progress for the user.

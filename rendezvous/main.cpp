@@ -2,6 +2,8 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -11,7 +13,9 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "common/run_main.hpp"
+#include "common/strings.hpp"
 #include "common/version.hpp"
+#include "proto/join_auth.hpp"
 #include "proto/rendezvous_client.hpp"
 #include "rendezvous/server.hpp"
 #include "rendezvous/status_command.hpp"
@@ -28,6 +32,21 @@ void raise_open_file_limit() {
 }
 
 // Serves in the foreground until SIGINT/SIGTERM.
+// The join token comes from a file or the environment, never the command line (`ps` shows that).
+std::string read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  token = std::string(meshrun::trim(token));
+  if (token.empty()) throw meshrun::UsageError("--token-file " + path + ": the file's first line is empty");
+  return token;
+}
+
+std::string env_token() {
+  const char* token = std::getenv(meshrun::proto::kTokenEnv);
+  return token ? std::string(meshrun::trim(token)) : std::string();
+}
+
 int serve(const meshrun::rendezvous::ServerOptions& options, const std::string& log_level) {
   using namespace meshrun;
   init_logging("rendezvous", log_level);
@@ -37,7 +56,8 @@ int serve(const meshrun::rendezvous::ServerOptions& options, const std::string& 
   if (const auto http_port = server.http_port()) {
     std::cout << "http on " << Endpoint{options.host, *http_port}.to_string() << std::endl;
   }
-  spdlog::info("meshrun-rendezvous {} listening on {}:{}", kVersion, options.host, server.port());
+  spdlog::info("meshrun-rendezvous {} listening on {}", kVersion, Endpoint{options.host, server.port()}.to_string());
+  if (!options.join_token.empty()) spdlog::info("agents must prove the join token to join (the token is not logged)");
   server.run(/*handle_signals=*/true);
   spdlog::info("stopped");
   return 0;
@@ -69,7 +89,8 @@ int main(int argc, char** argv) {
   rendezvous::ServerOptions options;
   std::string log_level = "info";
   size_t max_message_bytes = options.limits.max_value_bytes;
-  app.add_option("--host", options.host, "Address to listen on (0.0.0.0 = all IPv4, :: = all IPv6)")
+  app.add_option("--host", options.host,
+                 "Address to listen on (0.0.0.0 = all IPv4; :: = all IPv6 and IPv4; [::] works too)")
       ->capture_default_str();
   app.add_option("--port", options.port, "Port to listen on; 0 picks a free one (printed on the first line)")
       ->capture_default_str();
@@ -85,6 +106,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 32));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "Require every agent to prove this join token (the file's first line; or set MESHRUN_RDZV_TOKEN)")
+      ->check(CLI::ExistingFile);
 
   auto* status_cmd = app.add_subcommand("status", "Print the runs, rounds and nodes of a running daemon");
   std::string endpoint = "127.0.0.1:29400";
@@ -101,8 +126,12 @@ int main(int argc, char** argv) {
   }
   return run_main("meshrun-rendezvous", [&] {
     if (status_cmd->parsed()) return run_status(endpoint, as_json, timeout_s);
+    // "[::1]" as in an endpoint: the brackets only separate an IPv6 address from a port.
+    auto& host = options.host;
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     options.limits.max_value_bytes = max_message_bytes;
     options.http_idle_timeout = std::chrono::seconds(http_idle_s);
+    options.join_token = token_file.empty() ? env_token() : read_token_file(token_file);
     return serve(options, log_level);
   });
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "rendezvous/group_ranks.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
@@ -155,27 +156,13 @@ void Membership::close_round(Run& run) {
   const int n = static_cast<int>(run.participants.size());
   std::vector<Node*> nodes;
   for (const auto& id : run.participants) nodes.push_back(&run.nodes.at(id));
-  // Requested ranks first (when in range), then the rest sorted by host for determinism.
-  std::vector<bool> taken(static_cast<size_t>(n), false);
-  std::vector<Node*> unranked;
-  for (Node* node : nodes) {
-    const int want = node->request.requested_rank;
-    if (want >= 0 && want < n && !taken[static_cast<size_t>(want)]) {
-      node->group_rank = want;
-      taken[static_cast<size_t>(want)] = true;
-    } else {
-      unranked.push_back(node);
-    }
+  std::vector<RankRequest> requests;
+  for (const Node* node : nodes) {
+    requests.push_back(
+        {.requested_rank = node->request.requested_rank, .host = node->request.host, .pid = node->request.pid});
   }
-  std::stable_sort(unranked.begin(), unranked.end(), [](const Node* a, const Node* b) {
-    return std::tie(a->request.host, a->request.pid) < std::tie(b->request.host, b->request.pid);
-  });
-  int next = 0;
-  for (Node* node : unranked) {
-    while (taken[static_cast<size_t>(next)]) ++next;
-    node->group_rank = next;
-    taken[static_cast<size_t>(next)] = true;
-  }
+  const std::vector<int> ranks = assign_group_ranks(requests);
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->group_rank = ranks[i];
   std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->group_rank < b->group_rank; });
   run.assigned.clear();
   for (const Node* node : nodes) run.assigned.push_back(info(*node));

@@ -6,7 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.hpp"
+#include "common/sha256.hpp"
 #include "common/version.hpp"
+#include "proto/join_auth.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -33,7 +35,8 @@ int64_t unix_time_ms() {
 
 }  // namespace
 
-RendezvousService::RendezvousService(boost::asio::io_context& io, RunPorts& ports) : ports_(ports), tick_timer_(io) {
+RendezvousService::RendezvousService(boost::asio::io_context& io, RunPorts& ports, std::string join_token)
+    : ports_(ports), join_token_(std::move(join_token)), tick_timer_(io) {
   schedule_tick();
 }
 
@@ -55,6 +58,12 @@ std::optional<json> RendezvousService::handle(const std::shared_ptr<Session>& se
 std::optional<json> RendezvousService::dispatch(const std::string& op, const std::shared_ptr<Session>& session,
                                                 const json& request) {
   if (op == "hello") return hello(*session);
+  if (op == "challenge") return challenge(*session);
+  if (op == "auth") return authenticate(*session, request);
+  if (!join_token_.empty() && op != "status" && !session->join_auth().proven) {
+    throw RemoteError(std::string("this rendezvous requires a join token and the connection has not proven it: set ") +
+                      proto::kTokenEnv + " to the job's token on that node");
+  }
   if (op == "join") return join(request.get<proto::JoinRequest>());
   if (op == "await") return await(session, request);
   if (op == "heartbeat") {
@@ -88,6 +97,28 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
 json RendezvousService::hello(const Session& session) const {
   return proto::Hello{
       .server = proto::kServerName, .version = kVersion, .unix_time_ms = unix_time_ms(), .peer = session.peer()};
+}
+
+json RendezvousService::challenge(Session& session) const {
+  Session::JoinAuth& auth = session.join_auth();
+  auth.nonce = proto::make_nonce();
+  auth.proven = false;
+  return json{{"nonce", auth.nonce}, {"required", !join_token_.empty()}};
+}
+
+json RendezvousService::authenticate(Session& session, const json& request) const {
+  Session::JoinAuth& auth = session.join_auth();
+  const std::string nonce = std::exchange(auth.nonce, std::string());  // one proof per challenge
+  if (join_token_.empty()) return json::object();
+  if (nonce.empty()) throw RemoteError("auth without a challenge: ask for one first");
+  const std::string client_nonce = request.at("client_nonce").get<std::string>();
+  const std::string expected = proto::client_proof(join_token_, nonce, client_nonce);
+  if (!equal_constant_time(request.at("proof").get<std::string>(), expected)) {
+    throw RemoteError(std::string("the join token does not match this rendezvous' token (check ") + proto::kTokenEnv +
+                      " on that node)");
+  }
+  auth.proven = true;
+  return json{{"proof", proto::daemon_proof(join_token_, nonce, client_nonce)}};
 }
 
 json RendezvousService::join(const proto::JoinRequest& request) {

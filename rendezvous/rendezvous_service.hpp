@@ -24,8 +24,9 @@ namespace meshrun::rendezvous {
 
 class RendezvousService final : public MeshrunHandler {
  public:
-  /// Starts ticking the membership deadlines on `io`; `ports` must outlive this service.
-  RendezvousService(boost::asio::io_context& io, RunPorts& ports);
+  /// Starts ticking the membership deadlines on `io`; `ports` must outlive this service. A non-empty
+  /// `join_token` makes every rendezvous op but hello, challenge, auth and status need its proof.
+  RendezvousService(boost::asio::io_context& io, RunPorts& ports, std::string join_token = "");
   RendezvousService(const RendezvousService&) = delete;
   RendezvousService& operator=(const RendezvousService&) = delete;
 
@@ -47,6 +48,9 @@ class RendezvousService final : public MeshrunHandler {
   std::optional<nlohmann::json> dispatch(const std::string& op, const std::shared_ptr<Session>& session,
                                          const nlohmann::json& request);
   nlohmann::json hello(const Session& session) const;
+  /// The join token's challenge-response (proto/join_auth.hpp).
+  nlohmann::json challenge(Session& session) const;
+  nlohmann::json authenticate(Session& session, const nlohmann::json& request) const;
   nlohmann::json join(const proto::JoinRequest& request);
   std::optional<nlohmann::json> await(const std::shared_ptr<Session>& session, const nlohmann::json& request);
   nlohmann::json leave(const nlohmann::json& request);
@@ -61,6 +65,7 @@ class RendezvousService final : public MeshrunHandler {
   uint16_t workers_store_port(const std::string& run_id, int64_t round);
 
   RunPorts& ports_;
+  std::string join_token_;  // empty: no proof needed
   SteadyClock clock_;
   Membership membership_{clock_};
   std::list<PendingAwait> awaits_;

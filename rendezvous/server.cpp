@@ -25,7 +25,7 @@ namespace asio = boost::asio;
 
 class Server::Impl {
  public:
-  explicit Impl(const ServerOptions& options) : network_(io_, options), service_(io_, network_) {
+  explicit Impl(const ServerOptions& options) : network_(io_, options), service_(io_, network_, options.join_token) {
     network_.start(service_);
     if (options.http_port) start_http(options);
   }

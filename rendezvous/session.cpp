@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/endpoint.hpp"
 #include "proto/reply.hpp"
 
 namespace meshrun::rendezvous {
@@ -41,7 +42,7 @@ Session::Session(tcp::socket socket, SessionHost& host, std::shared_ptr<Listener
     : socket_(std::move(socket)), host_(host), listener_(std::move(listener)), allowed_(allowed) {
   boost::system::error_code ec;
   const auto remote = socket_.remote_endpoint(ec);
-  peer_ = ec ? "?" : address_text(remote.address()) + ":" + std::to_string(remote.port());
+  peer_ = ec ? "?" : Endpoint{address_text(remote.address()), remote.port()}.to_string();  // [v6]:port
   const auto local = socket_.local_endpoint(ec);
   local_addr_ = ec ? "" : address_text(local.address());
   socket_.set_option(tcp::no_delay(true), ec);

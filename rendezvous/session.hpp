@@ -56,6 +56,13 @@ class Session : public std::enable_shared_from_this<Session> {
   /// The pending await has its answer.
   void finish_await(const nlohmann::json& reply);
   bool awaiting() const { return blocked_ == Blocked::kAwait; }
+  /// The join token's challenge on this connection (proto/join_auth.hpp): the nonce handed out, and
+  /// whether the connection proved it knows the token. Touched by the rendezvous service only.
+  struct JoinAuth {
+    std::string nonce;
+    bool proven = false;
+  };
+  JoinAuth& join_auth() { return join_auth_; }
 
  private:
   enum class Blocked { kNone, kWait, kAwait };
@@ -97,6 +104,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Blocked blocked_ = Blocked::kNone;
   WaitId wait_id_ = 0;
   std::function<void()> on_ready_;
+  JoinAuth join_auth_;
 };
 
 /// "1.2.3.4" for IPv4 and IPv4-mapped IPv6 addresses, the usual text otherwise.

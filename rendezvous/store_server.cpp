@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "rendezvous/server.hpp"  // AddressInUseError
 
@@ -39,9 +40,13 @@ void StoreServer::bind(Listener& listener, const std::string& host, uint16_t por
                      " (use an IP address such as 0.0.0.0 or 127.0.0.1)");
   }
   const tcp::endpoint ep = results.begin()->endpoint();
-  listener.acceptor.open(ep.protocol());
-  listener.acceptor.set_option(tcp::acceptor::reuse_address(true));
-  listener.acceptor.bind(ep, ec);
+  listener.acceptor.open(ep.protocol(), ec);
+  if (!ec) listener.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  // "::" serves IPv4 clients too (as v4-mapped addresses), whatever net.ipv6.bindv6only says.
+  if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) {
+    listener.acceptor.set_option(asio::ip::v6_only(false), ec);
+  }
+  if (!ec) listener.acceptor.bind(ep, ec);
   // With SO_REUSEADDR two processes may both bind the port; the second then fails in listen().
   if (!ec) listener.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
@@ -49,7 +54,7 @@ void StoreServer::bind(Listener& listener, const std::string& host, uint16_t por
         ec == asio::error::address_in_use
             ? " (another process uses this port: pick another with --port, or --port 0 for a free one)"
             : "";
-    const std::string message = "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() + fix;
+    const std::string message = "cannot listen on " + Endpoint{host, port}.to_string() + ": " + ec.message() + fix;
     if (ec == asio::error::address_in_use) throw AddressInUseError(message);
     throw NetworkError(message);
   }

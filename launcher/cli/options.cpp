@@ -14,11 +14,13 @@
 #include "common/strings.hpp"
 #include "common/version.hpp"
 #include "launcher/hosts/slurm_env.hpp"
+#include "proto/join_auth.hpp"
 
 namespace meshrun::launcher {
 namespace {
 
 constexpr uint16_t kDefaultRdzvPort = 29400;
+constexpr uint16_t kDefaultEtcdPort = 2379;
 
 std::optional<double> to_double(const std::string& text) {
   try {
@@ -171,6 +173,25 @@ void apply_slurm(ParseResult& result, const EnvLookup& env) {
                          std::to_string(o.nproc_per_node) + " worker(s) per node");
 }
 
+/// "h1:2379,h2,[::1]:2379" -> the etcd members; the port defaults to etcd's 2379.
+std::vector<Endpoint> parse_etcd_endpoints(const std::string& text) {
+  std::vector<Endpoint> endpoints;
+  for (const auto& item : split(text, ',')) {
+    std::string member = std::string(trim(item));
+    if (member.rfind("http://", 0) == 0) member = member.substr(7);  // etcdctl's spelling
+    if (member.rfind("https://", 0) == 0) {
+      throw UsageError("--rdzv-endpoint '" + member + "': TLS to etcd is not supported; use its http:// client URL");
+    }
+    if (!member.empty() && member.back() == '/') member.pop_back();
+    if (!member.empty()) endpoints.push_back(parse_endpoint(member, kDefaultEtcdPort));
+  }
+  if (endpoints.empty()) {
+    throw UsageError(
+        "--rdzv-backend etcd-v3 needs --rdzv-endpoint with the etcd members, e.g. etcd0:2379,etcd1:2379,etcd2:2379");
+  }
+  return endpoints;
+}
+
 }  // namespace
 
 int StreamMask::for_rank(int local_rank) const {
@@ -259,12 +280,16 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       if (!v || *v < 0 || *v > 65535)
         throw UsageError("--rdzv-conf http_port='" + value + "': expected a port, 0 to 65535 (0 picks a free one)");
       conf.http_port = static_cast<uint16_t>(*v);
+    } else if (key == "token") {
+      if (value.empty()) throw UsageError("--rdzv-conf token= is empty: give the job's join token (or leave it out)");
+      conf.token = value;
     } else if (key == "store_type" || key == "use_libuv" || key == "local_addr") {
       // torchrun knobs of its own TCPStore; our daemon has one implementation, so they change nothing.
     } else {
-      throw UsageError("--rdzv-conf: unknown key '" + key +
-                       "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
-                       "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, store_type, use_libuv)");
+      throw UsageError(
+          "--rdzv-conf: unknown key '" + key +
+          "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
+          "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, store_type, use_libuv)");
     }
   }
   return conf;
@@ -360,14 +385,18 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   auto* nproc_opt =
       app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
           ->default_str("1");
-  auto* backend_opt = app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d or static")
-                          ->default_str("static");
+  auto* backend_opt =
+      app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d, static or etcd-v3")
+          ->default_str("static");
   auto* endpoint_opt =
-      app.add_option(both_spellings("--rdzv-endpoint"), endpoint, "Rendezvous endpoint HOST[:PORT] (port 29400)");
+      app.add_option(both_spellings("--rdzv-endpoint"), endpoint,
+                     "Rendezvous endpoint HOST[:PORT] (port 29400); etcd-v3: the members, HOST[:PORT],... (port 2379)");
   auto* id_opt = app.add_option(both_spellings("--rdzv-id"), run_id, "Job id shared by all nodes")->default_str("none");
-  app.add_option(both_spellings("--rdzv-conf"), conf,
-                 "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
-                 "keep_alive_max_attempt, heartbeat_timeout, is_host, http_port (the hosted daemon's live page)");
+  app.add_option(
+      both_spellings("--rdzv-conf"), conf,
+      "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
+      "keep_alive_max_attempt, heartbeat_timeout, is_host, http_port (the hosted daemon's live page), token (the "
+      "join token; prefer $MESHRUN_RDZV_TOKEN, which `ps` does not show)");
   app.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
   app.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
       ->check(CLI::NonNegativeNumber)
@@ -491,16 +520,27 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
     o.backend = RdzvBackend::kC10d;
   } else if (backend == "static") {
     o.backend = RdzvBackend::kStatic;
-  } else if (backend == "etcd" || backend == "etcd-v2") {
-    throw UsageError("--rdzv-backend " + backend +
-                     ": etcd is not supported by meshrun; use c10d (meshrun hosts the "
-                     "rendezvous itself, or point --rdzv-endpoint at meshrun-rendezvous)");
+  } else if (backend == "etcd-v3" || backend == "etcd" || backend == "etcd-v2") {
+    o.backend = RdzvBackend::kEtcd;
+    if (backend != "etcd-v3") {
+      result.warnings.push_back("--rdzv-backend " + backend +
+                                ": meshrun speaks etcd's v3 API (torchrun's etcd-v2 backend is legacy); using etcd-v3");
+    }
   } else {
-    throw UsageError("--rdzv-backend '" + backend + "': expected c10d or static");
+    throw UsageError("--rdzv-backend '" + backend + "': expected c10d, static or etcd-v3");
   }
-  if (!endpoint.empty()) o.rdzv_endpoint = parse_endpoint(endpoint, kDefaultRdzvPort);
+  if (o.backend == RdzvBackend::kEtcd) {
+    o.etcd_endpoints = parse_etcd_endpoints(endpoint);
+  } else if (!endpoint.empty()) {
+    o.rdzv_endpoint = parse_endpoint(endpoint, kDefaultRdzvPort);
+  }
   o.run_id = run_id;
   o.rdzv_conf = parse_rdzv_conf(conf);
+  // "[fd00::1]" as in an endpoint: the brackets only separate an IPv6 address from a port.
+  if (o.master_addr.size() > 2 && o.master_addr.front() == '[' && o.master_addr.back() == ']') {
+    o.master_addr = o.master_addr.substr(1, o.master_addr.size() - 2);
+  }
+  if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);
   require_positive(o.monitor_interval_s, "--monitor-interval");
   o.redirects = parse_stream_mask(redirects, "--redirects");
   o.tee = parse_stream_mask(tee, "--tee");
@@ -558,8 +598,9 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
       throw UsageError("--standalone runs a single node but --nnodes is " + nnodes +
                        "; drop --standalone and give --rdzv-endpoint for multi-node runs");
     }
-    if (backend_opt->count() > 0 && o.backend == RdzvBackend::kStatic) {
-      throw UsageError("--standalone uses the c10d rendezvous but --rdzv-backend static was given; drop one of them");
+    if (backend_opt->count() > 0 && o.backend != RdzvBackend::kC10d) {
+      throw UsageError("--standalone uses the c10d rendezvous but --rdzv-backend " + backend +
+                       " was given; drop one of them");
     }
     if (endpoint_opt->count() > 0 || id_opt->count() > 0) {
       result.warnings.push_back(
@@ -584,11 +625,11 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
       o.master_addr = o.rdzv_endpoint->host;
       if (!o.master_port && endpoint.find(':') != std::string::npos) o.master_port = o.rdzv_endpoint->port;
     }
-  } else if (!o.standalone && !o.rdzv_endpoint && o.max_nodes > 1) {
+  } else if (o.backend == RdzvBackend::kC10d && !o.standalone && !o.rdzv_endpoint && o.max_nodes > 1) {
     throw UsageError("--rdzv-backend c10d with --nnodes " + nnodes +
                      " needs --rdzv-endpoint HOST[:PORT] (otherwise every node would form a world of its own)");
   }
-  if (o.node_rank_given && o.backend == RdzvBackend::kC10d && o.node_rank >= o.max_nodes) {
+  if (o.node_rank_given && o.backend != RdzvBackend::kStatic && o.node_rank >= o.max_nodes) {
     throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + nnodes);
   }
   if (!print_completion.empty()) {

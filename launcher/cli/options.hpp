@@ -16,7 +16,8 @@
 
 namespace meshrun::launcher {
 
-enum class RdzvBackend { kStatic, kC10d };
+/// --rdzv-backend: static (node 0 hosts), c10d (meshrun's daemon), etcd-v3 (an etcd cluster keeps the state).
+enum class RdzvBackend { kStatic, kC10d, kEtcd };
 
 /// Which standard streams of a worker a flag applies to: the torchrun bitmask 1=stdout, 2=stderr, 3=both.
 struct StreamMask {
@@ -37,6 +38,7 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;        // force (or forbid) hosting the daemon under c10d
   std::optional<uint16_t> http_port;  // the hosted daemon's HTTP live view (meshrun-rendezvous --http-port)
+  std::string token;  // the join token (never printed): token=..., else $MESHRUN_RDZV_TOKEN; empty: none
 };
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.
@@ -57,6 +59,7 @@ struct LaunchOptions {
   int nproc_per_node = 1;        // resolved from nproc_spec
   RdzvBackend backend = RdzvBackend::kStatic;
   std::optional<Endpoint> rdzv_endpoint;  // c10d: where the daemon is (or is to be hosted)
+  std::vector<Endpoint> etcd_endpoints;   // etcd-v3: the cluster's members (--rdzv-endpoint h1:2379,h2:2379)
   std::string run_id = "none";
   RdzvConf rdzv_conf;
   bool standalone = false;

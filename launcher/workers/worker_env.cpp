@@ -42,12 +42,17 @@ std::string entry(std::string_view key, const std::string& value) { return std::
 
 WorkerEnvironment::WorkerEnvironment(const std::vector<std::string>& base, AttemptSettings settings)
     : settings_(std::move(settings)) {
-  bool has_omp = false, has_nccl_async = false;
+  bool has_omp = false, has_nccl_async = false, has_gloo_ifname = false, has_nccl_ifname = false;
   common_.reserve(base.size() + 16);
   for (const auto& e : base) {
     const auto key = key_of(e);
     if (key == "OMP_NUM_THREADS") has_omp = true;
     if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") has_nccl_async = true;
+    if (key == "GLOO_SOCKET_IFNAME" || key == "NCCL_SOCKET_IFNAME") {
+      // An empty value names no interface: ours replaces it.
+      if (e.size() == key.size() + 1 && !settings_.socket_ifname.empty()) continue;
+      (key == "GLOO_SOCKET_IFNAME" ? has_gloo_ifname : has_nccl_ifname) = true;
+    }
     if (key == "CUDA_VISIBLE_DEVICES") cuda_visible_devices_ = e.substr(key.size() + 1);
     if (std::find(kOwnedKeys.begin(), kOwnedKeys.end(), key) != kOwnedKeys.end()) {
       // CUDA_VISIBLE_DEVICES is only ours under --virtual-local-rank.
@@ -75,6 +80,12 @@ WorkerEnvironment::WorkerEnvironment(const std::vector<std::string>& base, Attem
   // torchrun's defaults: one OpenMP thread per worker when several share the node; NCCL async errors on.
   if (!has_omp && s.local_world_size > 1) common_.push_back(entry("OMP_NUM_THREADS", "1"));
   if (!has_nccl_async) common_.push_back(entry("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));
+  // One network for the store, Gloo and NCCL: the one that reaches the rendezvous. A user's choice wins.
+  // NCCL_SOCKET_IFNAME takes prefixes ("eth" would match eth1 too); "=" asks for exactly this interface.
+  if (!s.socket_ifname.empty()) {
+    if (!has_gloo_ifname) common_.push_back(entry("GLOO_SOCKET_IFNAME", s.socket_ifname));
+    if (!has_nccl_ifname) common_.push_back(entry("NCCL_SOCKET_IFNAME", "=" + s.socket_ifname));
+  }
 }
 
 std::vector<std::string> WorkerEnvironment::for_worker(const WorkerSlot& slot) const {

@@ -1,5 +1,7 @@
 // WorkerEnvironment: the environment each worker starts with, exactly as torchrun sets it (RANK, LOCAL_RANK,
-// WORLD_SIZE, ..., MASTER_ADDR/PORT, TORCHELASTIC_*), built once per attempt on top of the launcher's own.
+// WORLD_SIZE, ..., MASTER_ADDR/PORT, TORCHELASTIC_*), built once per attempt on top of the launcher's own,
+// plus the network interface for Gloo and NCCL (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) when the user did
+// not choose one.
 #pragma once
 
 #include <string>
@@ -23,6 +25,10 @@ struct AttemptSettings {
   int rank_offset = 0;  // global rank of local rank 0
   bool virtual_local_rank = false;
   std::string job_token;  // MESHRUN_JOB_TOKEN (job_token.hpp); empty leaves it unset
+  // The interface that reaches the rendezvous (launcher/net/route_interface.hpp): exported as
+  // GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME ("=" + name: exactly it), each unless the launcher's own
+  // environment sets it. Empty leaves both to the user and the libraries' defaults.
+  std::string socket_ifname;
 };
 
 /// Per-worker values.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "rendezvous/http/health.hpp"
 #include "rendezvous/http/http_session.hpp"
@@ -34,12 +35,13 @@ HttpServer::HttpServer(const HttpOptions& options, asio::io_context& state_io, L
     throw UsageError("cannot resolve the HTTP listen address '" + options.host + "': " + ec.message());
   }
   const tcp::endpoint ep = results.begin()->endpoint();
-  acceptor_.open(ep.protocol());
-  acceptor_.set_option(tcp::acceptor::reuse_address(true));
-  acceptor_.bind(ep, ec);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) acceptor_.set_option(asio::ip::v6_only(false), ec);
+  if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    throw NetworkError("cannot serve HTTP on " + options.host + ":" + std::to_string(options.port) + ": " +
+    throw NetworkError("cannot serve HTTP on " + meshrun::Endpoint{options.host, options.port}.to_string() + ": " +
                        ec.message() + " (pick another --http-port, or 0 for a free one)");
   }
   port_ = acceptor_.local_endpoint().port();
@@ -73,7 +75,8 @@ void HttpServer::accept() {
     }
     boost::system::error_code peer_ec;
     const auto remote = socket.remote_endpoint(peer_ec);
-    const std::string peer = peer_ec ? "?" : address_text(remote.address()) + ":" + std::to_string(remote.port());
+    const std::string peer =
+        peer_ec ? "?" : meshrun::Endpoint{address_text(remote.address()), remote.port()}.to_string();
     if (peer_ec || !allowed(allow_, address_text(remote.address()))) {
       spdlog::warn("http: closing connection from {}: peer not allowed by --allow", peer);
       socket.close(peer_ec);

@@ -4,7 +4,9 @@
 # nodes: they have no default route, and no route is added to the root namespace (the host's own
 # routing table is never touched, so a host that uses this subnet keeps its traffic).
 #
-#   mc_init N          create the nodes (exits 77 with the reason when namespaces cannot be made)
+#   mc_init N          create the nodes (exits 77 with the reason when namespaces cannot be made); with
+#                      MC_FAMILY=6 set before, their network is IPv6 only: fd31:231::(i+1)/64 on eth0
+#   mc_add_net IF SUBNET  one more network between all nodes: interface IF on node I is SUBNET.(I+1)/24
 #   mc_on I CMD...     run CMD on node I;  mc_spawn I LOG CMD...: in the background, pid in MC_PID
 #   mc_sshd_up I       sshd on node I:22, key auth as root; MC_SSH_OPTS has the client options
 #   mc_slurm_up        munged + slurmctld on node0 + one slurmd per node; SLURM_CONF exported
@@ -17,12 +19,14 @@
 set -u
 
 MC_SUBNET=10.231.0
+MC_SUBNET6=fd31:231:
+MC_FAMILY=${MC_FAMILY:-4}
 source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
 MC_TAG=mrc$$                         # namespace prefix, unique per test process
 MC_FAILS=0
 
 mc_fail() { echo "FAILED: $*"; MC_FAILS=$((MC_FAILS + 1)); }
-mc_ip() { echo "$MC_SUBNET.$(($1 + 1))"; }
+mc_ip() { if [ "$MC_FAMILY" = 6 ]; then echo "$MC_SUBNET6:$(($1 + 1))"; else echo "$MC_SUBNET.$(($1 + 1))"; fi; }
 mc_ns() { echo "${MC_TAG}n$1"; }
 mc_now() { date +%s.%N; }
 mc_elapsed() { awk -v a="$1" -v b="$(mc_now)" 'BEGIN { printf "%.2f", b - a }'; }
@@ -41,7 +45,10 @@ mc_init() {
   trap 'exit 143' TERM
   export MC_HOSTS=$MC_DIR/hosts
   { echo "127.0.0.1 localhost"; for i in $(seq 0 $((MC_N - 1))); do echo "$(mc_ip "$i") node$i"; done; } > "$MC_HOSTS"
-  local sw="${MC_TAG}sw" i
+  local sw="${MC_TAG}sw" i prefix=24 nodad=""
+  # IPv6 addresses without duplicate address detection: usable at once, not "tentative" for a second.
+  [ "$MC_FAMILY" = 6 ] && { prefix=64; nodad=nodad; }
+  MC_NETS=1
   ip -n "$sw" link set lo up
   ip -n "$sw" link add br0 type bridge
   ip -n "$sw" link set br0 up
@@ -49,11 +56,26 @@ mc_init() {
     ip netns add "$(mc_ns "$i")"
     ip link add "${MC_TAG}v$i" netns "$sw" type veth peer name eth0 netns "$(mc_ns "$i")"
     ip -n "$sw" link set "${MC_TAG}v$i" master br0 up
-    ip -n "$(mc_ns "$i")" addr add "$(mc_ip "$i")/24" dev eth0
+    ip -n "$(mc_ns "$i")" addr add "$(mc_ip "$i")/$prefix" dev eth0 $nodad
     ip -n "$(mc_ns "$i")" link set lo up
     ip -n "$(mc_ns "$i")" link set eth0 up
   done
-  echo "cluster: $MC_N nodes ($MC_SUBNET.1-$MC_N, namespaces ${MC_TAG}n*), files in $MC_DIR"
+  echo "cluster: $MC_N nodes ($(mc_ip 0) to $(mc_ip $((MC_N - 1))), namespaces ${MC_TAG}n*), files in $MC_DIR"
+}
+
+# mc_add_net IF SUBNET: another bridge in the switch and, on every node, an interface IF with address
+# SUBNET.(I+1)/24 on it (two networks between the same nodes: a fast and a management one, say).
+mc_add_net() {
+  local ifname=$1 subnet=$2 sw="${MC_TAG}sw" i
+  MC_NETS=$((MC_NETS + 1))
+  ip -n "$sw" link add "br$MC_NETS" type bridge
+  ip -n "$sw" link set "br$MC_NETS" up
+  for i in $(seq 0 $((MC_N - 1))); do
+    ip link add "${MC_TAG}n${MC_NETS}v$i" netns "$sw" type veth peer name "$ifname" netns "$(mc_ns "$i")"
+    ip -n "$sw" link set "${MC_TAG}n${MC_NETS}v$i" master "br$MC_NETS" up
+    ip -n "$(mc_ns "$i")" addr add "$subnet.$((i + 1))/24" dev "$ifname"
+    ip -n "$(mc_ns "$i")" link set "$ifname" up
+  done
 }
 
 # nsenter (not `ip netns exec`) keeps the host's /sys, which slurmd needs.

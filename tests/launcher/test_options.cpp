@@ -149,4 +149,6 @@ TEST_CASE("flag --standalone picks c10d and a random id, static takes the master
   CHECK(t.node_rank == 1);
   CHECK(t.master_addr == "10.1.1.1");
   CHECK(t.master_port == std::optional<uint16_t>(1234));
+  // An IPv6 master address may come in brackets, as in an endpoint.
+  CHECK(parse({"--nnodes", "2", "--master-addr", "[fd00::1]", "p"}).master_addr == "fd00::1");
 }

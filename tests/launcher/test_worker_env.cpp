@@ -33,7 +33,8 @@ AttemptSettings two_nodes_second() {
                          .local_world_size = 4,
                          .rank_offset = 4,
                          .virtual_local_rank = false,
-                         .job_token = "0123abcd"};
+                         .job_token = "0123abcd",
+                         .socket_ifname = ""};
 }
 
 }  // namespace
@@ -81,6 +82,27 @@ TEST_CASE("flag --virtual-local-rank gives each worker one device at index 0", "
                             .for_worker({.local_rank = 2, .error_file = "", .progress_socket = ""}));
   CHECK(m.at("LOCAL_RANK") == "0");
   CHECK(m.at("CUDA_VISIBLE_DEVICES") == "6");
+}
+
+TEST_CASE("the network that reaches the rendezvous is Gloo's and NCCL's unless the user chose one", "[worker_env]") {
+  auto s = two_nodes_second();
+  CHECK(as_map(WorkerEnvironment({}, s).for_worker({})).count("GLOO_SOCKET_IFNAME") == 0);  // none found: none set
+  CHECK(as_map(WorkerEnvironment({}, s).for_worker({})).count("NCCL_SOCKET_IFNAME") == 0);
+  s.socket_ifname = "eth1";
+  auto m = as_map(WorkerEnvironment({"PATH=/bin"}, s).for_worker({}));
+  CHECK(m.at("GLOO_SOCKET_IFNAME") == "eth1");
+  CHECK(m.at("NCCL_SOCKET_IFNAME") == "=eth1");  // exactly eth1, not every name starting with it
+  // The user's choice is kept, each variable on its own.
+  m = as_map(WorkerEnvironment({"GLOO_SOCKET_IFNAME=ib0"}, s).for_worker({}));
+  CHECK(m.at("GLOO_SOCKET_IFNAME") == "ib0");
+  CHECK(m.at("NCCL_SOCKET_IFNAME") == "=eth1");
+  m = as_map(WorkerEnvironment({"NCCL_SOCKET_IFNAME=^docker,lo"}, s).for_worker({}));
+  CHECK(m.at("GLOO_SOCKET_IFNAME") == "eth1");
+  CHECK(m.at("NCCL_SOCKET_IFNAME") == "^docker,lo");
+  // An empty value names nothing: ours replaces it (as_map fails on a duplicate key).
+  m = as_map(WorkerEnvironment({"GLOO_SOCKET_IFNAME=", "NCCL_SOCKET_IFNAME="}, s).for_worker({}));
+  CHECK(m.at("GLOO_SOCKET_IFNAME") == "eth1");
+  CHECK(m.at("NCCL_SOCKET_IFNAME") == "=eth1");
 }
 
 TEST_CASE("worker commands: .py and -m under python -u, the rest directly", "[worker_command]") {

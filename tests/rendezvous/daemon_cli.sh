@@ -49,4 +49,20 @@ set +e
 wait "$pid"; code=$?
 set -e
 [ "$code" = 0 ] || fail "daemon exit code after SIGTERM: $code"
-echo "2 passed, 0 failed"
+
+# IPv6: --host takes an address with or without brackets, the endpoint of `status` takes [V6]:PORT.
+passed=2
+if ip -6 addr show dev lo 2>/dev/null | grep -q "::1/128"; then
+  "$DAEMON" --host '[::1]' --port 0 >"$out" 2>"$err" &
+  pid=$!
+  for _ in $(seq 50); do [ -s "$out" ] && break; sleep 0.1; done
+  line=$(head -1 "$out")
+  [[ "$line" =~ ^listening\ on\ \[::1\]:([0-9]+)$ ]] || fail "IPv6: first stdout line was '$line' ($(cat "$err"))"
+  port="${BASH_REMATCH[1]}"
+  "$DAEMON" status --endpoint "[::1]:$port" | grep -q "no runs" || fail "status over IPv6"
+  kill -TERM "$pid"; wait "$pid" || fail "IPv6 daemon exit code after SIGTERM"
+  passed=3
+else
+  echo "no IPv6 loopback: the IPv6 case is skipped"
+fi
+echo "$passed passed, 0 failed"

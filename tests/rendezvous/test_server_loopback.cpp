@@ -365,3 +365,73 @@ TEST_CASE("hello identifies the daemon", "[server]") {
   CHECK(hello.unix_time_ms > 0);
   CHECK_THAT(hello.peer, Catch::StartsWith("127.0.0.1:"));
 }
+
+namespace {
+// A daemon on "::" (dual-stack), or nullptr when this host has no IPv6 loopback to test it with.
+std::unique_ptr<test::TestDaemon> dual_stack_daemon(std::vector<std::string> allow = {}) {
+  auto options = test::TestDaemon::default_options();
+  options.host = "::";
+  options.allow = std::move(allow);
+  try {
+    auto daemon = std::make_unique<test::TestDaemon>(options);
+    proto::ConnectOptions o;
+    o.connect_timeout = 2s;
+    o.retry_refused = false;
+    proto::StoreClient::connect(Endpoint{"::1", daemon->endpoint().port}, o);
+    return daemon;
+  } catch (const Error& e) {
+    WARN("no IPv6 loopback here (" << e.what() << "): skipped");
+    return nullptr;
+  }
+}
+
+proto::StoreClient client_at(const std::string& host, uint16_t port) {
+  proto::ConnectOptions o;
+  o.connect_timeout = 5s;
+  o.retry_refused = false;
+  return proto::StoreClient::connect(Endpoint{host, port}, o);
+}
+}  // namespace
+
+TEST_CASE("a daemon on :: serves IPv6 and IPv4 clients, its runs' store ports too", "[server][ipv6]") {
+  const auto daemon = dual_stack_daemon();
+  if (!daemon) return;
+  const uint16_t port = daemon->endpoint().port;
+  proto::RendezvousClient v6(client_at("::1", port));
+  CHECK_THAT(v6.hello().peer, Catch::StartsWith("[::1]:"));  // the peer as an endpoint: brackets and port
+  proto::RendezvousClient v4(client_at("127.0.0.1", port));  // dual-stack: an IPv4 client is served too
+  CHECK_THAT(v4.hello().peer, Catch::StartsWith("127.0.0.1:"));
+
+  proto::JoinRequest r;
+  r.run_id = "v6";
+  r.host = "alpha";
+  r.addr = "::1";
+  r.pid = ::getpid();
+  const auto node = v6.join(r);
+  proto::AwaitReply reply;
+  for (int i = 0; i < 10 && reply.status != proto::AwaitStatus::kAssigned; ++i) reply = v6.await(r.run_id, node, 2s);
+  REQUIRE(reply.status == proto::AwaitStatus::kAssigned);
+  // MASTER_ADDR for the workers: the bare address the agent reached the daemon at (PyTorch wants no brackets).
+  CHECK(reply.assignment.master_addr == "::1");
+  const auto store_port = static_cast<uint16_t>(reply.assignment.master_port);
+  auto over_v6 = client_at("::1", store_port);
+  over_v6.set("/worker/k", "v");
+  CHECK(client_at("127.0.0.1", store_port).get("/worker/k") == "v");
+}
+
+TEST_CASE("flag --allow takes IPv6 rules, and IPv4 rules still match the IPv4 clients of a dual-stack daemon",
+          "[server][allow][ipv6]") {
+  {
+    const auto daemon = dual_stack_daemon({"::1/128"});
+    if (!daemon) return;
+    const uint16_t port = daemon->endpoint().port;
+    CHECK_THAT(proto::RendezvousClient(client_at("::1", port)).hello().peer, Catch::StartsWith("[::1]:"));
+    CHECK_THROWS_WITH(proto::RendezvousClient(client_at("127.0.0.1", port)).hello(), Catch::Contains("not allowed"));
+  }
+  {
+    const auto daemon = dual_stack_daemon({"127.0.0.0/8"});  // the IPv4 client arrives as ::ffff:127.0.0.1
+    const uint16_t port = daemon->endpoint().port;
+    CHECK_THAT(proto::RendezvousClient(client_at("127.0.0.1", port)).hello().peer, Catch::StartsWith("127.0.0.1:"));
+    CHECK_THROWS_WITH(proto::RendezvousClient(client_at("::1", port)).hello(), Catch::Contains("not allowed"));
+  }
+}

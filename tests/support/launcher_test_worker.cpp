@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
                                   "TORCHELASTIC_USE_AGENT_STORE",
                                   "TORCHELASTIC_ERROR_FILE",
                                   "OMP_NUM_THREADS",
-                                  "MESHRUN_RDZV_ENDPOINT"};
+                                  "MESHRUN_RDZV_ENDPOINT",
+                                  "MESHRUN_RDZV_TOKEN"};  // must never be set: the token is the agents' secret
     std::string text;
     for (const char* k : kKeys) {
       if (const char* v = std::getenv(k)) text += std::string(k) + "=" + v + "\n";

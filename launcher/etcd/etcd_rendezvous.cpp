@@ -1,0 +1,497 @@
+#include "launcher/etcd/etcd_rendezvous.hpp"
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "common/error.hpp"
+#include "launcher/net/route_interface.hpp"
+#include "launcher/node_rendezvous.hpp"
+#include "launcher/workers/signal_set.hpp"
+#include "rendezvous/server.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+using etcd::RoundPhase;
+using etcd::RunRecord;
+
+// One wait on a watch; short, so signals and deadlines are noticed quickly.
+constexpr auto kWaitSlice = 1s;
+// How often the user hears what the rendezvous waits for.
+constexpr auto kProgressEvery = 5s;
+// One call to one etcd member: a member that does not answer in this time is skipped for the next.
+constexpr auto kCallTimeout = 2s;
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
+}
+
+int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t lease_ttl_s(const RdzvConf& conf) {
+  // etcd's smallest lease is about 2 s (1.5 election timeouts); shorter asks are raised by the server.
+  return std::max<int64_t>(2,
+                           static_cast<int64_t>(std::ceil(conf.keep_alive_interval_s * conf.keep_alive_max_attempt)));
+}
+
+RunRecord fresh_run(int64_t round, const LaunchOptions& options) {
+  RunRecord run;
+  run.round = round;
+  run.min_nodes = options.min_nodes;
+  run.max_nodes = options.max_nodes;
+  return run;
+}
+
+const proto::NodeInfo* find_member(const RunRecord& run, const std::string& node_id) {
+  for (const auto& node : run.members) {
+    if (node.node_id == node_id) return &node;
+  }
+  return nullptr;
+}
+
+std::string describe_waiting(const RunRecord& run, const std::vector<proto::NodeInfo>& joined, double waited_s,
+                             double timeout_s) {
+  std::string have;
+  for (const auto& node : joined) {
+    const std::string rank = node.requested_rank >= 0 ? "node " + std::to_string(node.requested_rank) : "a node";
+    have += (have.empty() ? "" : ", ") + rank + " on " + node.host;
+  }
+  char line[512];
+  std::snprintf(line, sizeof line, "waiting for nodes (etcd): %zu/%d joined%s (have %s) \u2014 %.0f s of %.0f s",
+                joined.size(), run.min_nodes,
+                run.max_nodes != run.min_nodes ? (" (max " + std::to_string(run.max_nodes) + ")").c_str() : "",
+                have.empty() ? "none yet" : have.c_str(), waited_s, timeout_s);
+  return line;
+}
+
+void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
+
+}  // namespace
+
+EtcdRendezvous::EtcdRendezvous(const LaunchOptions& options, SignalSet& signals)
+    : options_(options),
+      signals_(signals),
+      client_(options.etcd_endpoints, kCallTimeout),
+      keys_(options.run_id),
+      run_id_(options.run_id),
+      hostname_(local_hostname()),
+      // How the other nodes reach this one: --local-addr, else this node's address on the route to the
+      // first etcd member (no DNS needed), else the host name.
+      addr_(!options.local_addr.empty() ? options.local_addr
+                                        : own_address(options.etcd_endpoints.front().host).value_or(local_hostname())) {
+  const auto start = SteadyClock::now();
+  const auto deadline = start + to_ms(options.rdzv_conf.join_timeout_s);
+  auto next_note = start + kProgressEvery;
+  for (;;) {
+    try {
+      lease_ = client_.grant_lease(lease_ttl_s(options.rdzv_conf));
+      lease_renewed_ = SteadyClock::now();
+      return;
+    } catch (const NetworkError& e) {
+      if (check_signals()) return;
+      const auto now = SteadyClock::now();
+      if (now >= deadline) {
+        throw TimeoutError("cannot reach etcd at " + client_.endpoints_text() + " within the join timeout (" +
+                           std::to_string(static_cast<int>(options.rdzv_conf.join_timeout_s)) + " s): " + e.what() +
+                           " (are the etcd members up? is --rdzv-endpoint right?)");
+      }
+      if (now >= next_note) {
+        say("waiting for etcd at " + client_.endpoints_text() + " (" + e.what() + ")");
+        next_note = now + kProgressEvery;
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+}
+
+EtcdRendezvous::~EtcdRendezvous() {
+  if (store_) store_->stop();
+  if (lease_ != 0) client_.revoke(lease_);
+}
+
+bool EtcdRendezvous::check_signals() {
+  for (int sig : signals_.drain()) {
+    if (sig != SIGCHLD && is_terminating_signal(sig)) interrupted_by_ = sig;
+  }
+  return interrupted_by_ != 0;
+}
+
+void EtcdRendezvous::renew_lease(bool force) {
+  const auto now = SteadyClock::now();
+  if (!force && now - lease_renewed_ < to_ms(options_.rdzv_conf.keep_alive_interval_s)) return;
+  const int64_t ttl = client_.keep_alive(lease_);
+  lease_renewed_ = now;
+  if (ttl > 0) return;
+  // Silent past the TTL (stopped, cut off): etcd dropped this node's keys. Start over with a new lease.
+  spdlog::warn("this node's etcd lease expired (silent for more than {} s): re-joining",
+               lease_ttl_s(options_.rdzv_conf));
+  lease_ = client_.grant_lease(lease_ttl_s(options_.rdzv_conf));
+  entered_round_ = -1;
+}
+
+EtcdRendezvous::Snapshot EtcdRendezvous::read_state() {
+  const etcd::RangeResult r = client_.range(keys_.state());
+  Snapshot s;
+  s.revision = r.revision;
+  if (r.kvs.empty()) return s;
+  s.exists = true;
+  s.mod_revision = r.kvs.front().mod_revision;
+  s.run = json::parse(r.kvs.front().value).get<RunRecord>();
+  return s;
+}
+
+EtcdRendezvous::Snapshot EtcdRendezvous::ensure_state() {
+  Snapshot s = read_state();
+  if (s.exists) return s;
+  const std::string first = json(fresh_run(0, options_)).dump();
+  client_.txn({etcd::absent(keys_.state())}, {etcd::put_op(keys_.state(), first)});
+  return read_state();
+}
+
+EtcdRendezvous::RoundView EtcdRendezvous::read_round(int64_t round) {
+  const std::string prefix = keys_.round(round);
+  const etcd::RangeResult r = client_.range(prefix, etcd::prefix_end(prefix));
+  RoundView view;
+  view.revision = r.revision;
+  std::vector<std::pair<int64_t, proto::NodeInfo>> joined;
+  for (const auto& kv : r.kvs) {
+    const std::string name = kv.key.substr(prefix.size());
+    if (name.rfind("n/", 0) == 0) {
+      joined.emplace_back(kv.create_revision, json::parse(kv.value).get<proto::NodeInfo>());
+      view.alive.insert(name.substr(2));
+    } else if (name.rfind("done/", 0) == 0) {
+      view.done.insert(name.substr(5));
+    } else if (name == "store") {
+      view.store = parse_endpoint(kv.value, 0);
+    }
+  }
+  std::sort(joined.begin(), joined.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [revision, node] : joined) view.joined.push_back(std::move(node));
+  return view;
+}
+
+bool EtcdRendezvous::replace_state(const Snapshot& seen, const RunRecord& next) {
+  return client_
+      .txn({etcd::mod_revision_is(keys_.state(), seen.mod_revision)}, {etcd::put_op(keys_.state(), json(next).dump())})
+      .succeeded;
+}
+
+bool EtcdRendezvous::enter_round(const Snapshot& seen) {
+  const int64_t round = seen.run.round;
+  proto::NodeInfo me;
+  me.node_id = hostname_ + ":" + std::to_string(::getpid()) + ":" + std::to_string(round);
+  me.host = hostname_;
+  me.addr = addr_;
+  me.local_world_size = options_.nproc_per_node;
+  me.pid = ::getpid();
+  if (options_.node_rank_given) me.requested_rank = options_.node_rank;
+  std::vector<etcd::Compare> compares{etcd::mod_revision_is(keys_.state(), seen.mod_revision)};
+  std::vector<etcd::Operation> puts{etcd::put_op(keys_.node(round, me.node_id), json(me).dump(), lease_)};
+  const std::string claim = me.requested_rank >= 0 ? keys_.rank_claim(round, me.requested_rank) : std::string();
+  if (!claim.empty()) {
+    compares.push_back(etcd::absent(claim));
+    puts.push_back(etcd::put_op(claim, hostname_ + " (pid " + std::to_string(me.pid) + ")", lease_));
+  }
+  const etcd::TxnResult result = client_.txn(compares, puts, {etcd::range_op(claim.empty() ? keys_.state() : claim)});
+  if (result.succeeded) {
+    node_id_ = me.node_id;
+    entered_round_ = round;
+    return true;
+  }
+  if (!claim.empty() && !result.ranges.empty() && !result.ranges.front().kvs.empty()) {
+    throw RemoteError("node rank " + std::to_string(me.requested_rank) + " of run '" + run_id_ +
+                      "' is requested by both " + result.ranges.front().kvs.front().value + " and " + hostname_ +
+                      " (pid " + std::to_string(me.pid) + "): give every node its own --node-rank");
+  }
+  return false;  // the state moved on: look again
+}
+
+void EtcdRendezvous::wait_for_change(int64_t revision, std::chrono::milliseconds wait) {
+  try {
+    client_.watch(keys_.prefix, etcd::prefix_end(keys_.prefix), revision + 1, wait);
+  } catch (const NetworkError& e) {
+    spdlog::warn("watching the etcd rendezvous failed: {}", e.what());
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(wait, 200ms));
+  }
+}
+
+std::optional<proto::Assignment> EtcdRendezvous::join() {
+  const auto start = SteadyClock::now();
+  const auto deadline = start + to_ms(options_.rdzv_conf.join_timeout_s);
+  auto next_note = start + kProgressEvery;
+  // The last call starts when min_nodes have joined the round, by this node's clock.
+  SteadyClock::time_point min_joined_at{};
+  int64_t min_joined_round = -1;  // the round min_joined_at is for; -1: fewer than min_nodes joined
+  while (!check_signals()) {
+    renew_lease(false);
+    const Snapshot s = ensure_state();
+    const RunRecord& run = s.run;
+    const auto now = SteadyClock::now();
+    if (run.min_nodes != options_.min_nodes || run.max_nodes != options_.max_nodes) {
+      throw RemoteError("run '" + run_id_ + "' in etcd has --nnodes " + std::to_string(run.min_nodes) + ":" +
+                        std::to_string(run.max_nodes) + " but this node was started with " +
+                        std::to_string(options_.min_nodes) + ":" + std::to_string(options_.max_nodes) +
+                        ": start every node with the same --nnodes (or use another --rdzv-id)");
+    }
+    if (run.phase == RoundPhase::kFailed) {
+      if (read_round(run.round - 1).alive.empty()) {  // a failed job whose nodes are all gone: start afresh
+        replace_state(s, fresh_run(run.round + 1, options_));
+        continue;
+      }
+      throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + run.reason);
+    }
+    if (run.phase == RoundPhase::kClosed) {
+      if (entered_round_ == run.round && find_member(run, node_id_) != nullptr) {
+        if (auto a = assignment(s)) return a;
+        continue;
+      }
+      const RoundView view = read_round(run.round);
+      if (view.alive.empty()) {  // every member is gone (an earlier job under this id): start afresh
+        replace_state(s, fresh_run(run.round + 1, options_));
+      } else if (static_cast<int>(run.members.size()) < run.max_nodes) {
+        replace_state(
+            s, etcd::next_round(run, proto::RestartCause::kScaleUp, hostname_ + " is waiting to join (scale-up)", ""));
+      } else {
+        if (now >= deadline) {
+          throw TimeoutError("run '" + run_id_ + "' is full (" + std::to_string(run.max_nodes) +
+                             " nodes, --nnodes max) and did not restart within the join timeout");
+        }
+        if (now >= next_note) {
+          say("round " + std::to_string(run.round) + " is full (" + std::to_string(run.max_nodes) +
+              " nodes): this node joins when the job next restarts");
+          next_note = now + kProgressEvery;
+        }
+        wait_for_change(s.revision, kWaitSlice);
+      }
+      continue;
+    }
+    if (entered_round_ != run.round) {
+      enter_round(s);
+      continue;
+    }
+    const RoundView view = read_round(run.round);
+    if (view.alive.count(node_id_) == 0) {  // our key is gone (the lease expired): enter again
+      entered_round_ = -1;
+      continue;
+    }
+    if (static_cast<int>(view.joined.size()) < run.min_nodes) {
+      min_joined_round = -1;
+    } else if (min_joined_round != run.round) {
+      min_joined_at = now;
+      min_joined_round = run.round;
+    }
+    const auto last_call = to_ms(options_.rdzv_conf.last_call_timeout_s);
+    const bool last_call_passed = min_joined_round == run.round && now - min_joined_at >= last_call;
+    RunRecord judged = run;  // waits only for survivors that are still alive
+    if (!run.survivors.empty())
+      judged.survivors = etcd::live_survivors(run, read_round(run.round - 1).joined, view.joined);
+    if (auto members = etcd::close_now(judged, view.joined, last_call_passed)) {
+      RunRecord closed = run;
+      closed.phase = RoundPhase::kClosed;
+      closed.members = std::move(*members);
+      const std::string nodes = keys_.nodes(run.round);
+      // Closes only if no node joined since the round was read (its key would be newer than that).
+      client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision),
+                   etcd::unchanged_since(nodes, etcd::prefix_end(nodes), view.revision)},
+                  {etcd::put_op(keys_.state(), json(closed).dump())});
+      continue;
+    }
+    if (now >= deadline) {
+      throw TimeoutError(etcd::join_timeout_message(run_id_, run, view.joined, options_.rdzv_conf.join_timeout_s));
+    }
+    if (now >= next_note) {
+      say(describe_waiting(run, view.joined, to_seconds(now - start), options_.rdzv_conf.join_timeout_s));
+      next_note = now + kProgressEvery;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kWaitSlice);
+    if (min_joined_round == run.round) {
+      wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(min_joined_at + last_call - now),
+                        std::chrono::milliseconds(10), wait);
+    }
+    wait_for_change(std::max(s.revision, view.revision), wait);
+  }
+  return std::nullopt;
+}
+
+std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& closed) {
+  const RunRecord& run = closed.run;
+  const proto::NodeInfo& me = *find_member(run, node_id_);
+  assigned_round_ = run.round;
+  assigned_run_ = run;
+  if (store_) {  // the last round's store: its workers are gone
+    store_->stop();
+    store_.reset();
+  }
+  if (me.group_rank == 0) {
+    rendezvous::ServerOptions so;
+    so.host = wildcard_address_for(addr_);
+    so.port = options_.master_port.value_or(0);
+    store_ = std::make_unique<rendezvous::Server>(so);
+    store_->start_background();
+    const Endpoint store{.host = addr_, .port = store_->port()};
+    client_.put(keys_.store(run.round), store.to_string(), lease_);
+    spdlog::info("round {}: serving the workers' store on {}", run.round, store.to_string());
+    return etcd::assignment_for(run, node_id_, store.host, store.port);
+  }
+  const auto deadline = SteadyClock::now() + to_ms(options_.rdzv_conf.join_timeout_s);
+  while (!check_signals()) {
+    renew_lease(false);
+    const RoundView view = read_round(run.round);
+    if (view.store) return etcd::assignment_for(run, node_id_, view.store->host, view.store->port);
+    const Snapshot now = read_state();
+    if (!now.exists || now.run.round != run.round) return std::nullopt;  // the round moved on
+    const auto lost = etcd::lost_members(run, view.alive, view.done);
+    if (!lost.empty()) {  // node rank 0 died before serving the store
+      replace_state(now, etcd::next_round(run, proto::RestartCause::kNodeLost,
+                                          "node " + std::to_string(lost.front().group_rank) + " on " +
+                                              lost.front().host + " vanished before the round started",
+                                          lost.front().node_id));
+      return std::nullopt;
+    }
+    if (SteadyClock::now() >= deadline) {
+      throw TimeoutError("node rank 0 of run '" + run_id_ +
+                         "' did not publish the workers' store within the join timeout");
+    }
+    wait_for_change(std::max(now.revision, view.revision), kWaitSlice);
+  }
+  return std::nullopt;
+}
+
+proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankProgress>& /*progress*/) {
+  renew_lease(true);
+  const std::string prefix = keys_.round(assigned_round_);
+  const etcd::TxnResult read =
+      client_.txn({}, {etcd::range_op(keys_.state()), etcd::range_op(prefix, etcd::prefix_end(prefix))});
+  proto::HeartbeatReply reply;
+  reply.round = assigned_round_;
+  if (read.ranges.size() != 2 || read.ranges[0].kvs.empty()) return reply;  // the run finished and was cleaned up
+  Snapshot s;
+  s.exists = true;
+  s.mod_revision = read.ranges[0].kvs.front().mod_revision;
+  s.run = json::parse(read.ranges[0].kvs.front().value).get<RunRecord>();
+  RunRecord next = s.run;
+  if (s.run.round == assigned_round_) {
+    std::set<std::string> alive;
+    std::set<std::string> done;
+    for (const auto& kv : read.ranges[1].kvs) {
+      const std::string name = kv.key.substr(prefix.size());
+      if (name.rfind("n/", 0) == 0) alive.insert(name.substr(2));
+      if (name.rfind("done/", 0) == 0) done.insert(name.substr(5));
+    }
+    const auto lost = etcd::lost_members(s.run, alive, done);
+    if (lost.empty()) return reply;
+    next = etcd::next_round(s.run, proto::RestartCause::kNodeLost,
+                            "node " + std::to_string(lost.front().group_rank) + " on " + lost.front().host +
+                                " stopped renewing its etcd lease (dead, stopped or cut off)",
+                            lost.front().node_id);
+    if (!replace_state(s, next)) next = read_state().run;
+  }
+  reply.round = next.round;
+  reply.action = next.phase == RoundPhase::kFailed ? proto::HeartbeatAction::kFail : proto::HeartbeatAction::kRestart;
+  reply.cause = next.cause;
+  reply.reason = next.reason;
+  return reply;
+}
+
+void EtcdRendezvous::report_failure(const std::string& reason, proto::RestartCause cause) {
+  const Snapshot s = read_state();
+  if (s.exists && s.run.round == assigned_round_ && s.run.phase == RoundPhase::kClosed) {
+    replace_state(s, etcd::next_round(s.run, cause, reason, ""));
+  }
+}
+
+void EtcdRendezvous::record_failure(const proto::FailureReport& failure) {
+  proto::FailureReport report = failure;
+  report.node_id = node_id_;
+  // Dated by this node's clock: etcd keeps no time, so reports from several nodes are ordered as well
+  // as their clocks agree (NTP keeps them within milliseconds).
+  report.unix_ms = now_unix_ms() - static_cast<int64_t>(failure.age_s * 1000);
+  try {
+    client_.put(keys_.failures(report.round) + node_id_ + "/" + std::to_string(report.rank), json(report).dump());
+  } catch (const Error& e) {
+    spdlog::warn("could not record the failure in etcd: {}", e.what());
+  }
+}
+
+std::vector<proto::FailureReport> EtcdRendezvous::failures() {
+  std::vector<proto::FailureReport> reports;
+  if (assigned_round_ < 0) return reports;
+  try {
+    const std::string prefix = keys_.failures(assigned_round_);
+    for (const auto& kv : client_.range(prefix, etcd::prefix_end(prefix)).kvs) {
+      reports.push_back(json::parse(kv.value).get<proto::FailureReport>());
+    }
+  } catch (const Error& e) {
+    spdlog::warn("could not read the run's failures from etcd: {}", e.what());
+  }
+  std::sort(reports.begin(), reports.end(), [](const auto& a, const auto& b) { return a.unix_ms < b.unix_ms; });
+  return reports;
+}
+
+void EtcdRendezvous::leave(const std::string& reason, bool ok) {
+  if (assigned_round_ < 0) return;
+  try {
+    client_.put(keys_.done(assigned_round_) + node_id_, json{{"ok", ok}, {"reason", reason}}.dump());
+    if (ok) return;
+    // Leaving for good: the others go on without this node (or fail when too few are left).
+    const Snapshot s = read_state();
+    if (!s.exists || s.run.phase == RoundPhase::kFailed) return;
+    const std::string who = hostname_ + " (pid " + std::to_string(::getpid()) + ") left: " + reason;
+    if (s.run.round == assigned_round_ && s.run.phase == RoundPhase::kClosed) {
+      replace_state(s, etcd::next_round(s.run, proto::RestartCause::kNodeLeft, who, node_id_));
+      return;
+    }
+    const std::string me = hostname_ + "/" + std::to_string(::getpid());
+    RunRecord next = s.run;
+    const auto it = std::find(next.survivors.begin(), next.survivors.end(), me);
+    if (s.run.phase != RoundPhase::kOpen || it == next.survivors.end()) return;
+    next.survivors.erase(it);
+    if (static_cast<int>(next.survivors.size()) < next.min_nodes) {
+      next.phase = RoundPhase::kFailed;
+      next.reason = who + "; " + std::to_string(next.survivors.size()) + " node(s) left, fewer than the minimum of " +
+                    std::to_string(next.min_nodes) + " (--nnodes)";
+    }
+    replace_state(s, next);
+  } catch (const Error& e) {
+    spdlog::warn("could not leave the etcd rendezvous cleanly: {}", e.what());
+  }
+}
+
+void EtcdRendezvous::wait_for_other_nodes() {
+  if (!store_) return;  // only node rank 0 serves the others (their workers' store)
+  auto next_note = SteadyClock::now() + kProgressEvery;
+  while (!check_signals()) {
+    renew_lease(false);
+    const RoundView view = read_round(assigned_round_);
+    const bool others_done =
+        std::all_of(assigned_run_.members.begin(), assigned_run_.members.end(),
+                    [&](const auto& n) { return view.done.count(n.node_id) != 0 || view.alive.count(n.node_id) == 0; });
+    if (others_done) {
+      const Snapshot s = read_state();
+      if (s.exists && s.run.round == assigned_round_) {  // the job is over: its keys go
+        client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision)},
+                    {etcd::delete_op(keys_.prefix, etcd::prefix_end(keys_.prefix))});
+      }
+      return;
+    }
+    if (SteadyClock::now() >= next_note) {
+      say("this node is done; still serving the workers' store until the other nodes finish");
+      next_note = SteadyClock::now() + 10 * kProgressEvery;
+    }
+    wait_for_change(view.revision, kWaitSlice);
+  }
+}
+
+}  // namespace meshrun::launcher

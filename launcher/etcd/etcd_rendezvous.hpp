@@ -1,0 +1,112 @@
+// EtcdRendezvous: --rdzv-backend etcd-v3. The rendezvous state lives in an etcd cluster (run_record.hpp
+// has the keys), so no meshrun process is a single point of failure for it:
+//   liveness   each agent holds a lease (TTL = keep-alive interval x max attempts) and renews it with
+//              its heartbeats; its node key vanishes when it stops
+//   ranks      the round closes by a compare-and-swap of the state key on its revision, guarded by the
+//              round's node keys being unchanged since they were read; requested ranks are claimed by
+//              create-if-absent keys, so a duplicate is refused naming both hosts
+//   waiting    watches on the run's prefix, never polling
+//   restarts   any agent that sees a member's key gone, a failure, or a waiting node opens the next
+//              round (the same compare-and-swap); the others learn it from their next heartbeat
+// The workers' store (MASTER_ADDR/MASTER_PORT) is served by the agent of node rank 0 of each round, on
+// a fresh port per round, as torchrun does with etcd; when that node is lost, the survivors' next
+// round has a new node rank 0 and a new, empty store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/cli/options.hpp"
+#include "launcher/etcd/etcd_client.hpp"
+#include "launcher/etcd/run_record.hpp"
+#include "launcher/rendezvous_backend.hpp"
+
+namespace meshrun::rendezvous {
+class Server;
+}
+
+namespace meshrun::launcher {
+
+class SignalSet;
+
+class EtcdRendezvous final : public RendezvousBackend {
+ public:
+  /// Grants this node's lease, retrying the members until the join timeout (then TimeoutError naming them).
+  EtcdRendezvous(const LaunchOptions& options, SignalSet& signals);
+  /// Revokes the lease (this node's keys go at once) and stops the workers' store it served.
+  ~EtcdRendezvous() override;
+  EtcdRendezvous(const EtcdRendezvous&) = delete;
+  EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
+
+  std::optional<proto::Assignment> join() override;
+  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) override;
+  void report_failure(const std::string& reason, proto::RestartCause cause) override;
+  void record_failure(const proto::FailureReport& failure) override;
+  std::vector<proto::FailureReport> failures() override;
+  void leave(const std::string& reason, bool ok) override;
+  void wait_for_other_nodes() override;
+  /// Nothing to do: the state is in etcd, where every node reads why the run ended.
+  void linger_for_others() override {}
+
+  int interrupted_by() const override { return interrupted_by_; }
+  const std::string& run_id() const override { return run_id_; }
+  const Endpoint& endpoint() const override { return options_.etcd_endpoints.front(); }
+  std::string endpoint_text() const override { return client_.endpoints_text(); }
+  const std::string& hostname() const override { return hostname_; }
+
+ private:
+  /// The state key as read (absent: exists is false) with the revision a compare-and-swap needs.
+  struct Snapshot {
+    etcd::RunRecord run;
+    int64_t mod_revision = 0;
+    int64_t revision = 0;  // the store's, when read
+    bool exists = false;
+  };
+  /// The round's keys as read in one revision.
+  struct RoundView {
+    std::vector<proto::NodeInfo> joined;  // join order
+    std::set<std::string> alive;          // node ids holding their key
+    std::set<std::string> done;           // node ids that left
+    std::optional<Endpoint> store;
+    int64_t revision = 0;
+  };
+
+  Snapshot read_state();
+  /// The state, created (round 0, open) when this is the run's first node.
+  Snapshot ensure_state();
+  RoundView read_round(int64_t round);
+  /// Compare-and-swap of the state; false when someone else changed it first.
+  bool replace_state(const Snapshot& seen, const etcd::RunRecord& next);
+  /// Puts this node's key (and its --node-rank claim) into the open round; false when the state moved.
+  bool enter_round(const Snapshot& seen);
+  /// The assignment once the round closed with this node in it: node rank 0 starts the store and
+  /// publishes it, the others wait for it. nullopt when the round moved on meanwhile.
+  std::optional<proto::Assignment> assignment(const Snapshot& closed);
+  /// Waits for any change under the run's prefix after `revision`, at most `wait`.
+  void wait_for_change(int64_t revision, std::chrono::milliseconds wait);
+  /// Renews the lease when due (every keep-alive interval); a lease that expired is granted anew.
+  void renew_lease(bool force);
+  bool check_signals();
+
+  const LaunchOptions& options_;
+  SignalSet& signals_;
+  etcd::EtcdClient client_;
+  etcd::RunKeys keys_;
+  std::string run_id_;
+  std::string hostname_;
+  std::string addr_;  // how the other nodes reach this one (the workers' store when node rank 0)
+  int64_t lease_ = 0;
+  std::chrono::steady_clock::time_point lease_renewed_{};
+  std::string node_id_;                        // this node in the current round (host:pid:round)
+  int64_t entered_round_ = -1;                 // the round this node's key was put into
+  int64_t assigned_round_ = -1;                // the closed round this node's workers run in
+  etcd::RunRecord assigned_run_;               // ... as it closed
+  std::unique_ptr<rendezvous::Server> store_;  // node rank 0: the workers' store
+  int interrupted_by_ = 0;
+};
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,163 @@
+#include "launcher/etcd/run_record.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "rendezvous/group_ranks.hpp"
+
+namespace meshrun::launcher::etcd {
+namespace {
+
+constexpr const char* kPhaseNames[] = {"open", "closed", "failed"};
+
+RoundPhase phase_from(const std::string& name) {
+  for (size_t i = 0; i < std::size(kPhaseNames); ++i) {
+    if (name == kPhaseNames[i]) return static_cast<RoundPhase>(i);
+  }
+  throw ProtocolError("the etcd rendezvous state has an unknown phase '" + name +
+                      "' (written by a different meshrun version?)");
+}
+
+/// Requested ranks below min_nodes that no joined node asked for: the nodes to start.
+std::vector<int> missing_ranks(const RunRecord& run, const std::vector<proto::NodeInfo>& joined) {
+  std::set<int> requested;
+  int unrequested = 0;
+  for (const auto& node : joined) {
+    if (node.requested_rank >= 0) {
+      requested.insert(node.requested_rank);
+    } else {
+      ++unrequested;
+    }
+  }
+  std::vector<int> missing;
+  for (int rank = 0; rank < run.min_nodes; ++rank) {
+    if (requested.count(rank) != 0) continue;
+    if (unrequested > 0) {
+      --unrequested;  // a node without --node-rank may take it
+      continue;
+    }
+    missing.push_back(rank);
+  }
+  return missing;
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const RunRecord& run) {
+  j = nlohmann::json{{"round", run.round},         {"phase", kPhaseNames[static_cast<size_t>(run.phase)]},
+                     {"min_nodes", run.min_nodes}, {"max_nodes", run.max_nodes},
+                     {"cause", run.cause},         {"reason", run.reason},
+                     {"survivors", run.survivors}, {"members", run.members}};
+}
+
+void from_json(const nlohmann::json& j, RunRecord& run) {
+  run.round = j.at("round").get<int64_t>();
+  run.phase = phase_from(j.at("phase").get<std::string>());
+  run.min_nodes = j.at("min_nodes").get<int>();
+  run.max_nodes = j.at("max_nodes").get<int>();
+  run.cause = j.value("cause", proto::RestartCause::kNone);
+  run.reason = j.value("reason", std::string());
+  run.survivors = j.value("survivors", std::vector<std::string>{});
+  run.members = j.value("members", std::vector<proto::NodeInfo>{});
+}
+
+std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
+
+std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
+                                                      bool last_call_passed) {
+  if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;
+  const int count = static_cast<int>(joined.size());
+  bool close = count >= run.max_nodes;
+  if (!close && count >= run.min_nodes) {
+    std::set<std::string> back;
+    for (const auto& node : joined) back.insert(survivor_key(node));
+    const bool all_back = !run.survivors.empty() && std::all_of(run.survivors.begin(), run.survivors.end(),
+                                                                [&](const auto& s) { return back.count(s) != 0; });
+    close = all_back || last_call_passed;
+  }
+  if (!close) return std::nullopt;
+  std::vector<proto::NodeInfo> nodes(joined.begin(), joined.begin() + std::min(count, run.max_nodes));
+  std::vector<rendezvous::RankRequest> requests;
+  for (const auto& node : nodes) requests.push_back({node.requested_rank, node.host, node.pid});
+  const std::vector<int> ranks = rendezvous::assign_group_ranks(requests);
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].group_rank = ranks[i];
+  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.group_rank < b.group_rank; });
+  return nodes;
+}
+
+std::vector<std::string> live_survivors(const RunRecord& run, const std::vector<proto::NodeInfo>& previous,
+                                        const std::vector<proto::NodeInfo>& joined) {
+  std::set<std::string> live;
+  for (const auto& node : previous) live.insert(survivor_key(node));
+  for (const auto& node : joined) live.insert(survivor_key(node));
+  std::vector<std::string> out;
+  for (const auto& s : run.survivors) {
+    if (live.count(s) != 0) out.push_back(s);
+  }
+  return out;
+}
+
+RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const std::string& reason,
+                     const std::string& lost_node) {
+  RunRecord next;
+  next.round = closed.round + 1;
+  next.min_nodes = closed.min_nodes;
+  next.max_nodes = closed.max_nodes;
+  next.cause = cause;
+  next.reason = reason;
+  for (const auto& node : closed.members) {
+    if (node.node_id != lost_node) next.survivors.push_back(survivor_key(node));
+  }
+  if (static_cast<int>(next.survivors.size()) < closed.min_nodes) {
+    next.phase = RoundPhase::kFailed;
+    next.reason = fmt::format("{}; {} node(s) left, fewer than the minimum of {} (--nnodes)", reason,
+                              next.survivors.size(), closed.min_nodes);
+  }
+  return next;
+}
+
+std::vector<proto::NodeInfo> lost_members(const RunRecord& run, const std::set<std::string>& alive,
+                                          const std::set<std::string>& done) {
+  std::vector<proto::NodeInfo> lost;
+  for (const auto& node : run.members) {
+    if (alive.count(node.node_id) == 0 && done.count(node.node_id) == 0) lost.push_back(node);
+  }
+  return lost;
+}
+
+proto::Assignment assignment_for(const RunRecord& run, const std::string& node_id, const std::string& store_addr,
+                                 int store_port) {
+  proto::Assignment a;
+  a.round = run.round;
+  a.group_world_size = static_cast<int>(run.members.size());
+  a.master_addr = store_addr;
+  a.master_port = store_port;
+  bool found = false;
+  for (const auto& node : run.members) {
+    if (node.node_id == node_id) {
+      a.group_rank = node.group_rank;
+      a.rank_offset = a.world_size;
+      found = true;
+    }
+    a.world_size += node.local_world_size;
+  }
+  if (!found) throw Error("node " + node_id + " is not a member of round " + std::to_string(run.round));
+  if (run.members.size() <= proto::kMaxNodesInAssignment) a.nodes = run.members;
+  return a;
+}
+
+std::string join_timeout_message(const std::string& run_id, const RunRecord& run,
+                                 const std::vector<proto::NodeInfo>& joined, double timeout_s) {
+  std::string have;
+  for (const auto& node : joined) have += fmt::format("{}{} (pid {})", have.empty() ? "" : ", ", node.host, node.pid);
+  std::string missing;
+  for (int rank : missing_ranks(run, joined)) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+  return fmt::format(
+      "rendezvous '{}' (etcd) timed out after {:.0f} s: {}/{} node(s) joined ({}); missing node rank(s): {}. Start "
+      "the missing nodes, or lower --nnodes",
+      run_id, timeout_s, joined.size(), run.min_nodes, have.empty() ? "none" : have,
+      missing.empty() ? "none" : missing);
+}
+
+}  // namespace meshrun::launcher::etcd

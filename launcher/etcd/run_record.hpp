@@ -1,0 +1,91 @@
+// The etcd backend's rendezvous state and the pure decisions over it (no I/O: unit-tested alone).
+//
+// A run lives under "/meshrun/rdzv/<run id>/" (RunKeys):
+//   state                    RunRecord (JSON): round, phase, why it opened, the closed round's members.
+//                            Every change of it is a compare-and-swap on its mod revision.
+//   r/<round>/n/<node id>    a joined node (NodeInfo), on the node's lease: it vanishes when the node
+//                            stops renewing (dead host, SIGSTOP, partition)
+//   r/<round>/rank/<k>       claim of a requested --node-rank (on the lease): duplicates are refused
+//   r/<round>/store          "addr:port" of the workers' store, served by the agent of node rank 0
+//   r/<round>/done/<node id> {"ok", "reason"}: the node left (not on the lease: it outlives the node)
+//   r/<round>/f/<node>/<rank> FailureReport: the root cause across nodes
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/rendezvous_messages.hpp"
+
+namespace meshrun::launcher::etcd {
+
+enum class RoundPhase {
+  kOpen,    // "open": nodes are joining
+  kClosed,  // "closed": ranks assigned (members)
+  kFailed,  // "failed": the run failed for everyone (reason)
+};
+
+struct RunRecord {
+  int64_t round = 0;
+  RoundPhase phase = RoundPhase::kOpen;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  proto::RestartCause cause = proto::RestartCause::kNone;  // why this round was opened
+  std::string reason;                                      // ... in words; kFailed: why the run failed
+  std::vector<std::string> survivors;                      // "host/pid" of the last round's nodes expected back
+  std::vector<proto::NodeInfo> members;                    // kClosed: the round's nodes, group-rank order
+};
+
+void to_json(nlohmann::json& j, const RunRecord& run);
+void from_json(const nlohmann::json& j, RunRecord& run);
+
+/// The keys of one run.
+struct RunKeys {
+  std::string prefix;  // "/meshrun/rdzv/<run id>/"
+
+  explicit RunKeys(const std::string& run_id) : prefix("/meshrun/rdzv/" + run_id + "/") {}
+  std::string state() const { return prefix + "state"; }
+  std::string round(int64_t r) const { return prefix + "r/" + std::to_string(r) + "/"; }
+  std::string nodes(int64_t r) const { return round(r) + "n/"; }
+  std::string node(int64_t r, const std::string& id) const { return nodes(r) + id; }
+  std::string rank_claim(int64_t r, int rank) const { return round(r) + "rank/" + std::to_string(rank); }
+  std::string store(int64_t r) const { return round(r) + "store"; }
+  std::string done(int64_t r) const { return round(r) + "done/"; }
+  std::string failures(int64_t r) const { return round(r) + "f/"; }
+};
+
+/// "host/pid": how a node is recognised across rounds (its node id changes when it re-joins).
+std::string survivor_key(const proto::NodeInfo& node);
+
+/// The joined nodes (join order) in group-rank order when the round may close now: max_nodes joined, or
+/// at least min_nodes and (every survivor of the last round is back, or the last call passed).
+std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
+                                                      bool last_call_passed);
+
+/// The survivors of the last round that may still come back: those that joined this round or still
+/// hold their key of the last round (`previous`: its live nodes). A dead one is not waited for.
+std::vector<std::string> live_survivors(const RunRecord& run, const std::vector<proto::NodeInfo>& previous,
+                                        const std::vector<proto::NodeInfo>& joined);
+
+/// The record of the round after `closed` for `cause`. `lost_node` (dead or gone; may be empty) is not
+/// counted among the survivors; fewer survivors than min_nodes fail the run.
+RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const std::string& reason,
+                     const std::string& lost_node);
+
+/// Members that neither hold their key (`alive`) nor left (`done`): lost.
+std::vector<proto::NodeInfo> lost_members(const RunRecord& run, const std::set<std::string>& alive,
+                                          const std::set<std::string>& done);
+
+/// What `node_id` learns from a closed round whose workers' store is at `store_addr:store_port`.
+proto::Assignment assignment_for(const RunRecord& run, const std::string& node_id, const std::string& store_addr,
+                                 int store_port);
+
+/// The join timeout's message: who joined, which requested ranks are missing, the fix.
+std::string join_timeout_message(const std::string& run_id, const RunRecord& run,
+                                 const std::vector<proto::NodeInfo>& joined, double timeout_s);
+
+}  // namespace meshrun::launcher::etcd

@@ -1,0 +1,187 @@
+#include "launcher/net/route_interface.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "common/unique_fd.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+// An address as its family and bytes, so "::1" and "0:0::1" compare equal; a "%scope" suffix is ignored.
+struct RawAddress {
+  int family = 0;
+  std::array<unsigned char, 16> bytes{};
+  bool operator==(const RawAddress&) const = default;
+};
+
+std::optional<RawAddress> raw_address(const std::string& text) {
+  const std::string bare = text.substr(0, text.find('%'));
+  RawAddress a;
+  if (::inet_pton(AF_INET, bare.c_str(), a.bytes.data()) == 1) {
+    a.family = AF_INET;
+    return a;
+  }
+  if (::inet_pton(AF_INET6, bare.c_str(), a.bytes.data()) == 1) {
+    a.family = AF_INET6;
+    return a;
+  }
+  return std::nullopt;
+}
+
+std::string numeric_text(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+using AddrInfoList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+// getaddrinfo for `host`; with `numeric_only` it never asks a resolver (AI_NUMERICHOST).
+AddrInfoList lookup(const std::string& host, bool numeric_only, int& rc) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = numeric_only ? AI_NUMERICHOST : 0;
+  addrinfo* found = nullptr;
+  rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);  // any port: a UDP connect only picks a route
+  return AddrInfoList(rc == 0 ? found : nullptr, &::freeaddrinfo);
+}
+
+}  // namespace
+
+std::vector<LocalInterface> list_local_interfaces() {
+  std::vector<LocalInterface> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> guard(list, &::freeifaddrs);
+  for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == nullptr || (ifa->ifa_flags & IFF_UP) == 0) continue;
+    const int family = ifa->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    out.push_back(LocalInterface{.name = ifa->ifa_name,
+                                 .address = numeric_text(ifa->ifa_addr),
+                                 .loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  return out;
+}
+
+std::optional<LocalInterface> interface_holding(const std::string& address,
+                                                const std::vector<LocalInterface>& interfaces) {
+  const auto wanted = raw_address(address);
+  if (!wanted) return std::nullopt;
+  for (const auto& i : interfaces) {
+    if (raw_address(i.address) == wanted) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> host_addresses(const std::string& host) {
+  int rc = 0;
+  if (auto numeric = lookup(host, true, rc)) return {host};
+  auto found = lookup(host, false, rc);
+  std::vector<std::string> out;
+  for (const addrinfo* ai = found.get(); ai != nullptr; ai = ai->ai_next) {
+    std::string text = numeric_text(ai->ai_addr);
+    if (!text.empty() && std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
+  }
+  return out;
+}
+
+std::optional<std::string> route_source(const std::string& address, std::string& error) {
+  int rc = 0;
+  const auto target = lookup(address, true, rc);
+  if (!target) {
+    error = "'" + address + "' is not a numeric address";
+    return std::nullopt;
+  }
+  UniqueFd fd(::socket(target->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    error = std::string("socket: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  // connect() on a UDP socket sends nothing: it only asks the kernel for the route and source address.
+  if (::connect(fd.get(), target->ai_addr, target->ai_addrlen) != 0) {
+    error = "no route to " + address + ": " + std::strerror(errno);
+    return std::nullopt;
+  }
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+    error = std::string("getsockname: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  return numeric_text(reinterpret_cast<const sockaddr*>(&local));
+}
+
+std::optional<LocalInterface> route_interface(const std::string& host, std::string& error) {
+  const auto addresses = host_addresses(host);
+  if (addresses.empty()) {
+    error = "'" + host + "' does not resolve";
+    return std::nullopt;
+  }
+  const auto interfaces = list_local_interfaces();
+  for (const auto& address : addresses) {
+    const auto source = route_source(address, error);
+    if (!source) continue;
+    if (auto held = interface_holding(*source, interfaces)) return held;
+    error = "no interface holds " + *source + ", the source address of the route to " + address;
+  }
+  return std::nullopt;
+}
+
+std::optional<LocalInterface> workers_interface(const std::string& endpoint_host, const std::string& local_addr,
+                                                bool single_node) {
+  if (!local_addr.empty()) {
+    const auto interfaces = list_local_interfaces();
+    for (const auto& address : host_addresses(local_addr)) {
+      const auto held = interface_holding(address, interfaces);
+      if (held && (!held->loopback || single_node)) return held;
+    }
+    spdlog::debug("--local-addr {} is on no interface of this host: the workers' network is the route to {}",
+                  local_addr, endpoint_host);
+  }
+  std::string error;
+  auto route = route_interface(endpoint_host, error);
+  if (!route) {
+    spdlog::debug("no interface for the workers' network: {}", error);
+    return std::nullopt;
+  }
+  if (route->loopback && !single_node) {
+    spdlog::debug("the rendezvous {} is reached over loopback ({}), which other nodes cannot use", endpoint_host,
+                  route->name);
+    return std::nullopt;
+  }
+  return route;
+}
+
+std::string wildcard_address_for(const std::string& host) {
+  for (const auto& address : host_addresses(host)) {
+    if (address.find(':') != std::string::npos) return "::";
+  }
+  return "0.0.0.0";
+}
+
+std::optional<std::string> own_address(const std::string& endpoint_host) {
+  std::string error;
+  const auto route = route_interface(endpoint_host, error);
+  if (!route || route->loopback) return std::nullopt;
+  return route->address;
+}
+
+}  // namespace meshrun::launcher

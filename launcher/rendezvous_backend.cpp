@@ -1,0 +1,13 @@
+#include "launcher/rendezvous_backend.hpp"
+
+#include "launcher/etcd/etcd_rendezvous.hpp"
+#include "launcher/node_rendezvous.hpp"
+
+namespace meshrun::launcher {
+
+std::unique_ptr<RendezvousBackend> make_rendezvous(const LaunchOptions& options, SignalSet& signals) {
+  if (options.backend == RdzvBackend::kEtcd) return std::make_unique<EtcdRendezvous>(options, signals);
+  return std::make_unique<NodeRendezvous>(options, signals);
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,57 @@
+// RendezvousBackend: what the agent needs from a rendezvous, whichever keeps its state.
+//   NodeRendezvous (c10d, static)  meshrun's daemon, hosted by one agent or run on its own host
+//   EtcdRendezvous (etcd-v3)       an etcd cluster; the agent of node rank 0 serves the workers' store
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/endpoint.hpp"
+#include "proto/rendezvous_messages.hpp"
+
+namespace meshrun::launcher {
+
+struct LaunchOptions;
+class SignalSet;
+
+class RendezvousBackend {
+ public:
+  virtual ~RendezvousBackend() = default;
+
+  /// Joins the next round and waits for its assignment, saying what it waits for every few seconds.
+  /// Returns nullopt when a terminating signal arrived (see interrupted_by()). Throws RemoteError
+  /// (refused, or the run failed) and TimeoutError (join timeout).
+  virtual std::optional<proto::Assignment> join() = 0;
+  /// One keep-alive carrying this node's ranks' progress; the reply says whether to go on, restart or
+  /// fail. Throws NetworkError/TimeoutError when the rendezvous does not answer in time.
+  virtual proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) = 0;
+  /// A worker failed or hung here: every node re-rendezvouses.
+  virtual void report_failure(const std::string& reason, proto::RestartCause cause) = 0;
+  /// Records a failed or hung worker at once, for the root cause across nodes; never throws.
+  virtual void record_failure(const proto::FailureReport& failure) = 0;
+  /// The reports of the latest failing round, earliest first (empty when unreachable).
+  virtual std::vector<proto::FailureReport> failures() = 0;
+  virtual void leave(const std::string& reason, bool ok) = 0;
+  /// After this node succeeded: returns once no other node needs this one any more (it serves their
+  /// workers' store), or on a terminating signal.
+  virtual void wait_for_other_nodes() = 0;
+  /// After the run failed here: keeps serving long enough that the other nodes learn why.
+  virtual void linger_for_others() = 0;
+
+  /// Signal that interrupted a wait, or 0.
+  virtual int interrupted_by() const = 0;
+  virtual const std::string& run_id() const = 0;
+  /// Where this node reaches the rendezvous (the first etcd member under etcd-v3).
+  virtual const Endpoint& endpoint() const = 0;
+  /// The rendezvous as the user named it: "host:port", or the etcd members "h1:2379,h2:2379"
+  /// (MESHRUN_RDZV_ENDPOINT, and messages).
+  virtual std::string endpoint_text() const = 0;
+  virtual const std::string& hostname() const = 0;
+};
+
+/// The backend --rdzv-backend asks for, connected (or hosting) and ready to join.
+std::unique_ptr<RendezvousBackend> make_rendezvous(const LaunchOptions& options, SignalSet& signals);
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,35 @@
+#include "rendezvous/group_ranks.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+namespace meshrun::rendezvous {
+
+std::vector<int> assign_group_ranks(const std::vector<RankRequest>& requests) {
+  const size_t n = requests.size();
+  std::vector<int> ranks(n, -1);
+  std::vector<bool> taken(n, false);
+  std::vector<size_t> unranked;
+  for (size_t i = 0; i < n; ++i) {
+    const int want = requests[i].requested_rank;
+    if (want >= 0 && static_cast<size_t>(want) < n && !taken[static_cast<size_t>(want)]) {
+      ranks[i] = want;
+      taken[static_cast<size_t>(want)] = true;
+    } else {
+      unranked.push_back(i);
+    }
+  }
+  std::stable_sort(unranked.begin(), unranked.end(), [&](size_t a, size_t b) {
+    return std::tie(requests[a].host, requests[a].pid) < std::tie(requests[b].host, requests[b].pid);
+  });
+  size_t next = 0;
+  for (size_t i : unranked) {
+    while (taken[next]) ++next;
+    ranks[i] = static_cast<int>(next);
+    taken[next] = true;
+  }
+  return ranks;
+}
+
+}  // namespace meshrun::rendezvous

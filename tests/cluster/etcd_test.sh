@@ -1,0 +1,110 @@
+#!/bin/bash
+# The etcd-v3 rendezvous on 3 node namespaces, each running a member of a real 3-member etcd cluster
+# (Debian's etcd-server) and a meshrun agent; no meshrun daemon anywhere. Workers are a Gloo job that
+# checkpoints every step (etcd_worker.py). One scenario per run; no timing is asserted, only behaviour.
+#   member  an etcd member (the first endpoint every agent tries) is killed -9 mid-job: the job goes on
+#           on the other two and completes on all three nodes, without a restart
+#   rank0   the agent of node rank 0 (which serves the workers' store) is killed -9, with --nnodes 2:3:
+#           the survivors re-rendezvous, a new node rank 0 serves a fresh store, the job resumes from its
+#           checkpoint with a world of 2 and completes
+#   nomember every member is killed: the agents stop with an error naming the endpoints
+# Each scenario checks that no process of the job is left on any node.
+# Usage: etcd_test.sh SCENARIO MESHRUN VENV_BIN   (root; exits 77 when namespaces cannot be made)
+SCENARIO=$1 MESHRUN=$2 VENV_BIN=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/cluster.sh"
+[ -x /usr/bin/etcd ] || { echo "FAILED: /usr/bin/etcd is missing: install etcd-server (scripts/setup.sh does)"; exit 1; }
+mc_init 3
+W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
+D=$W/job; mkdir -p "$D"; chmod 777 "$D"
+MARKER="MC_JOB=etcd$$"
+ENDPOINTS="$(mc_ip 0):2379,$(mc_ip 1):2379,$(mc_ip 2):2379"
+declare -a A E   # agent and etcd pid per node
+
+etcd_up() {
+  local i cluster=""
+  for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://$(mc_ip "$i"):2380"; done
+  for i in 0 1 2; do
+    mc_spawn "$i" "$W/etcd$i.log" etcd --name "e$i" --data-dir "$W/etcd$i" \
+      --listen-client-urls "http://$(mc_ip "$i"):2379" --advertise-client-urls "http://$(mc_ip "$i"):2379" \
+      --listen-peer-urls "http://$(mc_ip "$i"):2380" --initial-advertise-peer-urls "http://$(mc_ip "$i"):2380" \
+      --initial-cluster "$cluster" --initial-cluster-token "$MC_TAG" --initial-cluster-state new
+    E[$i]=$MC_PID
+  done
+  for _ in $(seq 150); do
+    local healthy=0
+    for i in 0 1 2; do mc_on "$i" curl -sf --max-time 1 "http://$(mc_ip "$i"):2379/health" > /dev/null && healthy=$((healthy + 1)); done
+    [ "$healthy" = 3 ] && { echo "etcd: 3 members healthy"; return 0; }
+    sleep 0.2
+  done
+  echo "FAILED: etcd cluster not healthy after 30 s"; tail -5 "$W"/etcd*.log; exit 1
+}
+
+# agent I ARGS...: meshrun on node I (1 worker), log in $W/node<I>.log.
+agent() {
+  local i=$1; shift
+  mc_spawn "$i" "$W/node$i.log" env "$MARKER" PATH="$VENV_BIN:$PATH" "$MESHRUN" --rdzv-backend etcd-v3 \
+    --rdzv-endpoint "$ENDPOINTS" --rdzv-id "job$$" --nproc-per-node 1 --shutdown-timeout 2 --log-level info "$@" \
+    "$HERE/etcd_worker.py" "$D" "$STEPS"
+  A[$i]=$MC_PID
+}
+expect_exit() {   # expect_exit NODE RC
+  mc_wait_exit "${A[$1]}" 120
+  [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
+}
+wait_step() {   # wait_step N: until the job checkpointed step N (<= 90 s)
+  for _ in $(seq 900); do [ "$(cat "$D/ckpt" 2> /dev/null || echo 0)" -ge "$1" ] && return 0; sleep 0.1; done
+  mc_fail "$SCENARIO: the job did not reach step $1"; return 1
+}
+show_logs() { local i; for i in 0 1 2; do [ -f "$W/node$i.log" ] && { echo "--- node$i"; cat "$W/node$i.log"; }; done; }
+
+etcd_up
+case $SCENARIO in
+  member)
+    STEPS=25
+    agent 0 --nnodes 3; agent 1 --nnodes 3; agent 2 --nnodes 3
+    wait_step 5
+    t0=$(mc_now); mc_kill9 "${E[0]}"; echo "killed etcd member e0 at step $(cat "$D/ckpt")"
+    for i in 0 1 2; do expect_exit "$i" 0; done
+    echo "job finished $(mc_elapsed "$t0") s after the member died"
+    for r in 0 1 2; do
+      grep -qx "3 0 0" "$D/done.$r" 2> /dev/null || mc_fail "member: rank $r: done '$(cat "$D/done.$r" 2> /dev/null)', expected '3 0 0' (world 3, no restart)"
+    done
+    ;;
+  rank0)
+    STEPS=40
+    agent 0 --nnodes 2:3 --max-restarts 1; agent 1 --nnodes 2:3 --max-restarts 1; agent 2 --nnodes 2:3 --max-restarts 1
+    wait_step 5
+    mc_wait_for "$W/node0.log" "serving the workers' store" 5 > /dev/null || mc_fail "rank0: node0 is not node rank 0"
+    t0=$(mc_now); mc_kill9 "${A[0]}"; echo "killed node0's agent (node rank 0) at step $(cat "$D/ckpt")"
+    for i in 1 2; do expect_exit "$i" 0; done
+    echo "survivors finished $(mc_elapsed "$t0") s after node rank 0 died"
+    # node1 is node rank 0 of the new round and served a fresh store; the job resumed with a world of 2.
+    grep -q "round [1-9]: serving the workers' store" "$W/node1.log" || mc_fail "rank0: node1 did not serve the new round's store"
+    for r in 0 1; do
+      read -r world restarts first < "$D/done.$r" || { mc_fail "rank0: rank $r did not finish"; continue; }
+      [ "$world" = 2 ] || mc_fail "rank0: rank $r finished in a world of $world, expected 2"
+      [ "$restarts" -ge 1 ] || mc_fail "rank0: rank $r finished in round $restarts, expected a restart"
+      [ "$first" -ge 5 ] || mc_fail "rank0: rank $r started from step $first, expected the checkpoint (>= 5)"
+    done
+    [ -e "$D/done.2" ] && mc_fail "rank0: a rank 2 finished, but the world after the restart has 2 ranks"
+    ;;
+  nomember)
+    STEPS=1000
+    agent 0 --nnodes 2; agent 1 --nnodes 2
+    wait_step 3
+    for i in 0 1 2; do mc_kill9 "${E[$i]}"; done
+    t0=$(mc_now)
+    for i in 0 1; do
+      mc_wait_exit "${A[$i]}" 60
+      [ "$MC_RC" != 0 ] && [ -n "$MC_RC" ] || mc_fail "nomember: node$i's meshrun exited '$MC_RC', expected a failure"
+      grep -qF "lost the rendezvous at etcd $ENDPOINTS" "$W/node$i.log" || mc_fail "nomember: node$i does not name the etcd endpoints"
+    done
+    echo "agents stopped $(mc_elapsed "$t0") s after the last member died"
+    ;;
+  *) echo "unknown scenario $SCENARIO"; exit 2 ;;
+esac
+mc_expect_gone "$MARKER" 20
+[ -n "${MC_SHOW:-}" ] && show_logs
+[ "$MC_FAILS" = 0 ] || { show_logs; exit 1; }
+echo "PASS $SCENARIO"

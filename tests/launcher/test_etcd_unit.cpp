@@ -1,0 +1,194 @@
+// The etcd backend's pure parts: the run record, when a round closes, who is lost, what a node is told.
+#include <catch2/catch.hpp>
+
+#include "common/error.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/etcd/etcd_client.hpp"
+#include "launcher/etcd/run_record.hpp"
+
+using meshrun::launcher::etcd::RoundPhase;
+using meshrun::launcher::etcd::RunRecord;
+using meshrun::proto::NodeInfo;
+using meshrun::proto::RestartCause;
+namespace etcd = meshrun::launcher::etcd;
+
+namespace {
+
+NodeInfo node(const std::string& id, const std::string& host, int64_t pid, int requested_rank = -1, int workers = 2) {
+  NodeInfo n;
+  n.node_id = id;
+  n.host = host;
+  n.addr = host;
+  n.pid = pid;
+  n.requested_rank = requested_rank;
+  n.local_world_size = workers;
+  return n;
+}
+
+RunRecord open_run(int min_nodes, int max_nodes) {
+  RunRecord run;
+  run.min_nodes = min_nodes;
+  run.max_nodes = max_nodes;
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("etcd run record: JSON round trip, and an unknown phase is refused", "[etcd]") {
+  RunRecord run = open_run(2, 3);
+  run.round = 4;
+  run.phase = RoundPhase::kClosed;
+  run.cause = RestartCause::kHung;
+  run.reason = "rank 3 hung";
+  run.survivors = {"a/1", "b/2"};
+  run.members = {node("x", "a", 1)};
+  const RunRecord back = nlohmann::json(run).get<RunRecord>();
+  CHECK(back.round == 4);
+  CHECK(back.phase == RoundPhase::kClosed);
+  CHECK(back.cause == RestartCause::kHung);
+  CHECK(back.reason == "rank 3 hung");
+  CHECK(back.survivors == run.survivors);
+  REQUIRE(back.members.size() == 1);
+  CHECK(back.members[0].host == "a");
+  nlohmann::json bad = run;
+  bad["phase"] = "sleeping";
+  CHECK_THROWS_AS(bad.get<RunRecord>(), meshrun::ProtocolError);
+}
+
+TEST_CASE("etcd round closing: at max at once, at min only after the last call or when every survivor is back",
+          "[etcd]") {
+  const std::vector<NodeInfo> two{node("n1", "b", 1), node("n2", "a", 2)};
+  RunRecord run = open_run(2, 3);
+  CHECK_FALSE(etcd::close_now(run, {node("n1", "b", 1)}, true));  // below min, whatever the clock
+  CHECK_FALSE(etcd::close_now(run, two, false));                  // min reached, last call still open
+  const auto closed = etcd::close_now(run, two, true);
+  REQUIRE(closed);
+  // Without requested ranks: (host, pid) order.
+  CHECK((*closed)[0].host == "a");
+  CHECK((*closed)[0].group_rank == 0);
+  CHECK((*closed)[1].host == "b");
+  CHECK(etcd::close_now(run, {node("n1", "b", 1), node("n2", "a", 2), node("n3", "c", 3)}, false));
+  // After a restart the round closes as soon as every survivor is back, without the last call.
+  run.round = 1;
+  run.survivors = {"a/2", "b/1"};
+  CHECK(etcd::close_now(run, two, false));
+  run.survivors = {"a/2", "b/1", "c/3"};
+  CHECK_FALSE(etcd::close_now(run, two, false));
+  // More than max joined: the first max (join order) make the round, the rest wait.
+  const auto capped = etcd::close_now(open_run(1, 1), two, false);
+  REQUIRE(capped);
+  REQUIRE(capped->size() == 1);
+  CHECK(capped->front().node_id == "n1");
+}
+
+TEST_CASE("etcd round closing honours requested node ranks", "[etcd]") {
+  const auto closed =
+      etcd::close_now(open_run(3, 3), {node("n1", "a", 1, 2), node("n2", "b", 2), node("n3", "c", 3, 0)}, false);
+  REQUIRE(closed);
+  CHECK((*closed)[0].node_id == "n3");
+  CHECK((*closed)[1].node_id == "n2");
+  CHECK((*closed)[2].node_id == "n1");
+}
+
+TEST_CASE("etcd next round: survivors carry over, a lost node does not, too few fail the run", "[etcd]") {
+  RunRecord closed = open_run(2, 3);
+  closed.round = 3;
+  closed.phase = RoundPhase::kClosed;
+  closed.members = {node("n1", "a", 1), node("n2", "b", 2), node("n3", "c", 3)};
+  const RunRecord failed_worker = etcd::next_round(closed, RestartCause::kWorkerFailed, "rank 1 failed", "");
+  CHECK(failed_worker.round == 4);
+  CHECK(failed_worker.phase == RoundPhase::kOpen);
+  CHECK(failed_worker.cause == RestartCause::kWorkerFailed);
+  CHECK(failed_worker.survivors == std::vector<std::string>{"a/1", "b/2", "c/3"});
+  CHECK(failed_worker.members.empty());
+  const RunRecord lost = etcd::next_round(closed, RestartCause::kNodeLost, "c vanished", "n3");
+  CHECK(lost.phase == RoundPhase::kOpen);
+  CHECK(lost.survivors == std::vector<std::string>{"a/1", "b/2"});
+  closed.members.pop_back();
+  const RunRecord below = etcd::next_round(closed, RestartCause::kNodeLost, "b vanished", "n2");
+  CHECK(below.phase == RoundPhase::kFailed);
+  CHECK_THAT(below.reason, Catch::Contains("b vanished") && Catch::Contains("fewer than the minimum of 2"));
+}
+
+TEST_CASE("etcd lost members are those neither alive nor done", "[etcd]") {
+  RunRecord run = open_run(1, 3);
+  run.members = {node("n1", "a", 1), node("n2", "b", 2), node("n3", "c", 3)};
+  const auto lost = etcd::lost_members(run, {"n1"}, {"n2"});
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].node_id == "n3");
+  CHECK(etcd::lost_members(run, {"n1", "n3"}, {"n2"}).empty());
+}
+
+TEST_CASE("etcd assignment: ranks, offsets and the store of the round", "[etcd]") {
+  RunRecord run = open_run(2, 2);
+  run.round = 2;
+  run.phase = RoundPhase::kClosed;
+  run.members = {node("n1", "a", 1, -1, 4), node("n2", "b", 2, -1, 2)};
+  run.members[0].group_rank = 0;
+  run.members[1].group_rank = 1;
+  const auto a = etcd::assignment_for(run, "n2", "10.0.0.1", 4242);
+  CHECK(a.round == 2);
+  CHECK(a.group_rank == 1);
+  CHECK(a.group_world_size == 2);
+  CHECK(a.world_size == 6);
+  CHECK(a.rank_offset == 4);
+  CHECK(a.master_addr == "10.0.0.1");
+  CHECK(a.master_port == 4242);
+  CHECK(a.nodes.size() == 2);
+  CHECK_THROWS_AS(etcd::assignment_for(run, "n9", "x", 1), meshrun::Error);
+}
+
+TEST_CASE("etcd join timeout names who joined and the missing node ranks", "[etcd]") {
+  const RunRecord run = open_run(3, 3);
+  const std::string text = etcd::join_timeout_message("job7", run, {node("n1", "a", 11, 0), node("n2", "b", 12)}, 60);
+  CHECK_THAT(text, Catch::Contains("job7") && Catch::Contains("2/3") && Catch::Contains("a (pid 11)") &&
+                       Catch::Contains("missing node rank(s): 2"));
+}
+
+TEST_CASE("etcd prefix_end is the first key after the prefix", "[etcd]") {
+  CHECK(etcd::prefix_end("/a/") == "/a0");
+  CHECK(etcd::prefix_end(std::string("a\xff", 2)) == "b");
+  CHECK(etcd::prefix_end("") == std::string(1, '\0'));
+}
+
+TEST_CASE(
+    "etcd-v3 backend: --rdzv-backend etcd-v3 takes the members from --rdzv-endpoint, and etcd and etcd-v2 are its "
+    "spellings",
+    "[etcd][options]") {
+  using meshrun::launcher::parse_launch_options;
+  using meshrun::launcher::RdzvBackend;
+  const auto no_env = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  const auto parsed = parse_launch_options(
+      {"--nnodes", "2:3", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "http://e1:2379/, e2,[::1]:2380", "t.py"},
+      no_env, {});
+  CHECK(parsed.options.backend == RdzvBackend::kEtcd);
+  REQUIRE(parsed.options.etcd_endpoints.size() == 3);
+  CHECK(parsed.options.etcd_endpoints[0].to_string() == "e1:2379");
+  CHECK(parsed.options.etcd_endpoints[1].to_string() == "e2:2379");
+  CHECK(parsed.options.etcd_endpoints[2].to_string() == "[::1]:2380");
+  CHECK(parsed.warnings.empty());
+  const auto legacy = parse_launch_options({"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "e1", "t.py"}, no_env, {});
+  CHECK(legacy.options.backend == RdzvBackend::kEtcd);
+  REQUIRE(legacy.warnings.size() == 1);
+  CHECK_THAT(legacy.warnings[0], Catch::Contains("using etcd-v3"));
+  CHECK_THROWS_WITH(parse_launch_options({"--rdzv-backend", "etcd", "t.py"}, no_env, {}),
+                    Catch::Contains("needs --rdzv-endpoint with the etcd members"));
+  CHECK_THROWS_WITH(
+      parse_launch_options({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://e1:2379", "t.py"}, no_env, {}),
+      Catch::Contains("TLS"));
+}
+
+TEST_CASE("etcd live survivors: a survivor whose last-round key is gone is not waited for", "[etcd]") {
+  RunRecord run = open_run(2, 3);
+  run.round = 2;
+  run.survivors = {"a/1", "b/2", "c/3"};
+  // a re-joined; b still holds its round-1 key (on its way back); c's lease expired.
+  CHECK(etcd::live_survivors(run, {node("b1", "b", 2)}, {node("a2", "a", 1)}) ==
+        std::vector<std::string>{"a/1", "b/2"});
+  const auto judged = [&] {
+    RunRecord r = run;
+    r.survivors = etcd::live_survivors(run, {}, {node("a2", "a", 1), node("b2", "b", 2)});
+    return r;
+  }();
+  CHECK(etcd::close_now(judged, {node("a2", "a", 1), node("b2", "b", 2)}, false));
+}
