@@ -228,101 +228,121 @@ void EtcdRendezvous::wait_for_change(int64_t revision, std::chrono::milliseconds
 }
 
 std::optional<proto::Assignment> EtcdRendezvous::join() {
-  const auto start = SteadyClock::now();
-  const auto deadline = start + to_ms(options_.rdzv_conf.join_timeout_s);
-  auto next_note = start + kProgressEvery;
-  // The last call starts when min_nodes have joined the round, by this node's clock.
-  SteadyClock::time_point min_joined_at{};
-  int64_t min_joined_round = -1;  // the round min_joined_at is for; -1: fewer than min_nodes joined
+  JoinWait wait;
+  wait.start = SteadyClock::now();
+  wait.deadline = wait.start + to_ms(options_.rdzv_conf.join_timeout_s);
+  wait.next_note = wait.start + kProgressEvery;
   while (!check_signals()) {
     renew_lease(false);
     const Snapshot s = ensure_state();
-    const RunRecord& run = s.run;
-    const auto now = SteadyClock::now();
-    if (run.min_nodes != options_.min_nodes || run.max_nodes != options_.max_nodes) {
-      throw RemoteError("run '" + run_id_ + "' in etcd has --nnodes " + std::to_string(run.min_nodes) + ":" +
-                        std::to_string(run.max_nodes) + " but this node was started with " +
-                        std::to_string(options_.min_nodes) + ":" + std::to_string(options_.max_nodes) +
-                        ": start every node with the same --nnodes (or use another --rdzv-id)");
+    check_sizes(s.run);
+    switch (s.run.phase) {
+      case RoundPhase::kFailed: on_failed_run(s); break;
+      case RoundPhase::kClosed:
+        if (auto a = on_closed_round(s, wait)) return a;
+        break;
+      case RoundPhase::kOpen: on_open_round(s, wait); break;
     }
-    if (run.phase == RoundPhase::kFailed) {
-      if (read_round(run.round - 1).alive.empty()) {  // a failed job whose nodes are all gone: start afresh
-        replace_state(s, fresh_run(run.round + 1, options_));
-        continue;
-      }
-      throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + run.reason);
-    }
-    if (run.phase == RoundPhase::kClosed) {
-      if (entered_round_ == run.round && find_member(run, node_id_) != nullptr) {
-        if (auto a = assignment(s)) return a;
-        continue;
-      }
-      const RoundView view = read_round(run.round);
-      if (view.alive.empty()) {  // every member is gone (an earlier job under this id): start afresh
-        replace_state(s, fresh_run(run.round + 1, options_));
-      } else if (static_cast<int>(run.members.size()) < run.max_nodes) {
-        replace_state(
-            s, etcd::next_round(run, proto::RestartCause::kScaleUp, hostname_ + " is waiting to join (scale-up)", ""));
-      } else {
-        if (now >= deadline) {
-          throw TimeoutError("run '" + run_id_ + "' is full (" + std::to_string(run.max_nodes) +
-                             " nodes, --nnodes max) and did not restart within the join timeout");
-        }
-        if (now >= next_note) {
-          say("round " + std::to_string(run.round) + " is full (" + std::to_string(run.max_nodes) +
-              " nodes): this node joins when the job next restarts");
-          next_note = now + kProgressEvery;
-        }
-        wait_for_change(s.revision, kWaitSlice);
-      }
-      continue;
-    }
-    if (entered_round_ != run.round) {
-      enter_round(s);
-      continue;
-    }
-    const RoundView view = read_round(run.round);
-    if (view.alive.count(node_id_) == 0) {  // our key is gone (the lease expired): enter again
-      entered_round_ = -1;
-      continue;
-    }
-    if (static_cast<int>(view.joined.size()) < run.min_nodes) {
-      min_joined_round = -1;
-    } else if (min_joined_round != run.round) {
-      min_joined_at = now;
-      min_joined_round = run.round;
-    }
-    const auto last_call = to_ms(options_.rdzv_conf.last_call_timeout_s);
-    const bool last_call_passed = min_joined_round == run.round && now - min_joined_at >= last_call;
-    RunRecord judged = run;  // waits only for survivors that are still alive
-    if (!run.survivors.empty())
-      judged.survivors = etcd::live_survivors(run, read_round(run.round - 1).joined, view.joined);
-    if (auto members = etcd::close_now(judged, view.joined, last_call_passed)) {
-      RunRecord closed = run;
-      closed.phase = RoundPhase::kClosed;
-      closed.members = std::move(*members);
-      const std::string nodes = keys_.nodes(run.round);
-      // Closes only if no node joined since the round was read (its key would be newer than that).
-      client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision),
-                   etcd::unchanged_since(nodes, etcd::prefix_end(nodes), view.revision)},
-                  {etcd::put_op(keys_.state(), json(closed).dump())});
-      continue;
-    }
-    if (now >= deadline) {
-      throw TimeoutError(etcd::join_timeout_message(run_id_, run, view.joined, options_.rdzv_conf.join_timeout_s));
-    }
-    if (now >= next_note) {
-      say(describe_waiting(run, view.joined, to_seconds(now - start), options_.rdzv_conf.join_timeout_s));
-      next_note = now + kProgressEvery;
-    }
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(kWaitSlice);
-    if (min_joined_round == run.round) {
-      wait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(min_joined_at + last_call - now),
-                        std::chrono::milliseconds(10), wait);
-    }
-    wait_for_change(std::max(s.revision, view.revision), wait);
   }
   return std::nullopt;
+}
+
+void EtcdRendezvous::check_sizes(const RunRecord& run) const {
+  if (run.min_nodes == options_.min_nodes && run.max_nodes == options_.max_nodes) return;
+  throw RemoteError("run '" + run_id_ + "' in etcd has --nnodes " + std::to_string(run.min_nodes) + ":" +
+                    std::to_string(run.max_nodes) + " but this node was started with " +
+                    std::to_string(options_.min_nodes) + ":" + std::to_string(options_.max_nodes) +
+                    ": start every node with the same --nnodes (or use another --rdzv-id)");
+}
+
+void EtcdRendezvous::on_failed_run(const Snapshot& s) {
+  if (read_round(s.run.round - 1).alive.empty()) {  // a failed job whose nodes are all gone: start afresh
+    replace_state(s, fresh_run(s.run.round + 1, options_));
+    return;
+  }
+  throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + s.run.reason);
+}
+
+std::optional<proto::Assignment> EtcdRendezvous::on_closed_round(const Snapshot& s, JoinWait& wait) {
+  const RunRecord& run = s.run;
+  if (entered_round_ == run.round && find_member(run, node_id_) != nullptr) return assignment(s);
+  // A late joiner: take the next round when there is room, else wait for the job to restart.
+  const RoundView view = read_round(run.round);
+  if (view.alive.empty()) {  // every member is gone (an earlier job under this id): start afresh
+    replace_state(s, fresh_run(run.round + 1, options_));
+    return std::nullopt;
+  }
+  if (static_cast<int>(run.members.size()) < run.max_nodes) {
+    replace_state(
+        s, etcd::next_round(run, proto::RestartCause::kScaleUp, hostname_ + " is waiting to join (scale-up)", ""));
+    return std::nullopt;
+  }
+  const auto now = SteadyClock::now();
+  if (now >= wait.deadline) {
+    throw TimeoutError("run '" + run_id_ + "' is full (" + std::to_string(run.max_nodes) +
+                       " nodes, --nnodes max) and did not restart within the join timeout");
+  }
+  if (now >= wait.next_note) {
+    say("round " + std::to_string(run.round) + " is full (" + std::to_string(run.max_nodes) +
+        " nodes): this node joins when the job next restarts");
+    wait.next_note = now + kProgressEvery;
+  }
+  wait_for_change(s.revision, kWaitSlice);
+  return std::nullopt;
+}
+
+void EtcdRendezvous::on_open_round(const Snapshot& s, JoinWait& wait) {
+  const RunRecord& run = s.run;
+  if (entered_round_ != run.round) {
+    enter_round(s);
+    return;
+  }
+  const RoundView view = read_round(run.round);
+  if (view.alive.count(node_id_) == 0) {  // our key is gone (the lease expired): enter again
+    entered_round_ = -1;
+    return;
+  }
+  const auto now = SteadyClock::now();
+  if (static_cast<int>(view.joined.size()) < run.min_nodes) {
+    wait.min_joined_round = -1;
+  } else if (wait.min_joined_round != run.round) {
+    wait.min_joined_at = now;
+    wait.min_joined_round = run.round;
+  }
+  const auto last_call = to_ms(options_.rdzv_conf.last_call_timeout_s);
+  const bool last_call_running = wait.min_joined_round == run.round;
+  RunRecord judged = run;  // waits only for survivors that are still alive
+  if (!run.survivors.empty()) {
+    judged.survivors = etcd::live_survivors(run, read_round(run.round - 1).joined, view.joined);
+  }
+  if (auto members = etcd::close_now(judged, view.joined, last_call_running && now - wait.min_joined_at >= last_call)) {
+    close_round(s, view, std::move(*members));
+    return;
+  }
+  if (now >= wait.deadline) {
+    throw TimeoutError(etcd::join_timeout_message(run_id_, run, view.joined, options_.rdzv_conf.join_timeout_s));
+  }
+  if (now >= wait.next_note) {
+    say(describe_waiting(run, view.joined, to_seconds(now - wait.start), options_.rdzv_conf.join_timeout_s));
+    wait.next_note = now + kProgressEvery;
+  }
+  auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(kWaitSlice);
+  if (last_call_running) {  // wake up when the last call ends, whatever else happens
+    slice = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(wait.min_joined_at + last_call - now),
+                       std::chrono::milliseconds(10), slice);
+  }
+  wait_for_change(std::max(s.revision, view.revision), slice);
+}
+
+void EtcdRendezvous::close_round(const Snapshot& s, const RoundView& view, std::vector<proto::NodeInfo> members) {
+  RunRecord closed = s.run;
+  closed.phase = RoundPhase::kClosed;
+  closed.members = std::move(members);
+  const std::string nodes = keys_.nodes(s.run.round);
+  // Closes only if no node joined since the round was read (its key would be newer than that).
+  client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision),
+               etcd::unchanged_since(nodes, etcd::prefix_end(nodes), view.revision)},
+              {etcd::put_op(keys_.state(), json(closed).dump())});
 }
 
 std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& closed) {

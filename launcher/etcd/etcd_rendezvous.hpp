@@ -75,6 +75,26 @@ class EtcdRendezvous final : public RendezvousBackend {
     int64_t revision = 0;
   };
 
+  /// Where join() is: its deadlines and the last call's start (by this node's clock).
+  struct JoinWait {
+    std::chrono::steady_clock::time_point start{};
+    std::chrono::steady_clock::time_point deadline{};
+    std::chrono::steady_clock::time_point next_note{};  // when the user next hears what it waits for
+    std::chrono::steady_clock::time_point min_joined_at{};
+    int64_t min_joined_round = -1;  // the round min_joined_at is for; -1: fewer than min_nodes joined
+  };
+
+  /// Refuses (RemoteError) a run whose --nnodes differs from this node's.
+  void check_sizes(const etcd::RunRecord& run) const;
+  /// A failed run: its error, or a fresh start when its nodes are all gone.
+  void on_failed_run(const Snapshot& s);
+  /// This node's assignment when it is a member; else a late joiner's scale-up, or a wait.
+  std::optional<proto::Assignment> on_closed_round(const Snapshot& s, JoinWait& wait);
+  /// Enters the round, closes it when it may, or waits for a change (or the last call's end).
+  void on_open_round(const Snapshot& s, JoinWait& wait);
+  /// Compare-and-swap to closed with `members`, if no node joined since `view` was read.
+  void close_round(const Snapshot& s, const RoundView& view, std::vector<proto::NodeInfo> members);
+
   Snapshot read_state();
   /// The state, created (round 0, open) when this is the run's first node.
   Snapshot ensure_state();

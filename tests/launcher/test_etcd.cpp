@@ -226,3 +226,37 @@ TEST_CASE("meshrun over etcd: no member reachable is a clear error within the jo
   // "etcd" is accepted as a spelling of etcd-v3, once, with a note.
   CHECK_THAT(out, Catch::Contains("using etcd-v3"));
 }
+
+TEST_CASE("meshrun over etcd: a node that arrives while the round runs is admitted at a free restart", "[etcd]") {
+  EtcdServer server;
+  TempDir dir;
+  const std::string marker = unique_marker();
+  // Round 0 runs until stopped; any later round writes its world size and ends.
+  const std::string script =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exec sleep 600; fi; echo $WORLD_SIZE > " + dir.path() +
+      "/world.$RANK";
+  const auto agent = [&](const std::string& name) {
+    return std::make_unique<Process>(
+        etcd_agent(server, "grow", "2:3",
+                   {"--shutdown-timeout", "2", "--rdzv-conf", "last_call_timeout=1", "--no-python"},
+                   {"/bin/sh", "-c", script}),
+        std::vector<std::string>{marker}, dir.path() + "/" + name);
+  };
+  auto a = agent("a.out");
+  auto b = agent("b.out");
+  // Both run round 0 (closed at the minimum after the last call) before the third arrives.
+  EtcdClient etcd = client_for(server);
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  while (etcd.range("/meshrun/rdzv/grow/r/0/store").kvs.empty() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(50ms);
+  }
+  auto c = agent("c.out");
+  CHECK(c->wait(120s) == 0);
+  CHECK(a->wait(60s) == 0);
+  CHECK(b->wait(60s) == 0);
+  INFO(a->output() << "\n---\n" << b->output() << "\n---\n" << c->output());
+  for (int r = 0; r < 3; ++r) CHECK(read_file(dir.path() + "/world." + std::to_string(r)) == "3\n");
+  // Admitting a node is not a failure: nobody spent a restart on it (--max-restarts is 0).
+  CHECK_THAT(a->output(), Catch::Contains("admit a waiting node"));
+  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+}
