@@ -1,19 +1,13 @@
 #include "diagnostics/check/network_interfaces.hpp"
-#include "diagnostics/ping/resolve.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <sstream>
-
-#include "common/unique_fd.hpp"
+#include <utility>
 
 namespace meshrun::diagnostics {
 namespace {
@@ -54,18 +48,12 @@ std::string address_scope(const std::string& address) {
 
 std::vector<InterfaceAddress> list_interface_addresses() {
   std::vector<InterfaceAddress> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> guard(list, &::freeifaddrs);
-  for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == nullptr) continue;
-    const int family = ifa->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
+  for (auto& local : list_local_addresses()) {
     InterfaceAddress a;
-    a.interface = ifa->ifa_name;
-    a.address = numeric_address(ifa->ifa_addr);
-    a.family = family;
-    a.up = (ifa->ifa_flags & IFF_UP) != 0;
+    a.interface = std::move(local.interface);
+    a.address = std::move(local.address);
+    a.family = local.family;
+    a.up = local.up;
     a.scope = address_scope(a.address);
     out.push_back(std::move(a));
   }
@@ -105,41 +93,6 @@ std::vector<std::string> gloo_ifname_matches(const std::string& spec, const std:
     if (std::find(names.begin(), names.end(), wanted) != names.end()) out.push_back(wanted);
   }
   return out;
-}
-
-std::optional<std::string> route_source_address(const std::string& address, std::string& error) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(9);  // any port: a UDP connect only picks a route
-    len = sizeof *v4;
-  } else if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(9);
-    len = sizeof *v6;
-  } else {
-    error = "'" + address + "' is not a numeric address";
-    return std::nullopt;
-  }
-  UniqueFd fd(::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) {
-    error = std::string("socket: ") + std::strerror(errno);
-    return std::nullopt;
-  }
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    error = std::strerror(errno);
-    return std::nullopt;
-  }
-  sockaddr_storage local{};
-  socklen_t local_len = sizeof local;
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
-    error = std::string("getsockname: ") + std::strerror(errno);
-    return std::nullopt;
-  }
-  return numeric_address(reinterpret_cast<sockaddr*>(&local));
 }
 
 }  // namespace meshrun::diagnostics

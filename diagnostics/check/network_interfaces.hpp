@@ -3,9 +3,10 @@
 // link-local, public. Also the NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME matching rules.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
+
+#include "common/net_address.hpp"  // list_local_addresses, route_source_address: what the checks build on
 
 namespace meshrun::diagnostics {
 
@@ -33,9 +34,5 @@ std::vector<std::string> nccl_ifname_matches(const std::string& spec, const std:
 
 /// The interfaces named by GLOO_SOCKET_IFNAME=`spec` (comma-separated exact names) that exist.
 std::vector<std::string> gloo_ifname_matches(const std::string& spec, const std::vector<std::string>& names);
-
-/// The local address the kernel would use to reach `address` (UDP connect + getsockname: no packet
-/// is sent). nullopt with `error` set when there is no route.
-std::optional<std::string> route_source_address(const std::string& address, std::string& error);
 
 }  // namespace meshrun::diagnostics

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/net_address.hpp"
 #include "proto/store_client.hpp"
 
 namespace meshrun::diagnostics {
@@ -22,22 +23,6 @@ struct Lookup {
 };
 
 }  // namespace
-
-std::string numeric_address(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
-  return buf;
-}
-
-bool is_numeric_address(const std::string& host) {
-  in6_addr v6{};
-  in_addr v4{};
-  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 || ::inet_pton(AF_INET6, host.c_str(), &v6) == 1;
-}
 
 bool is_loopback_address(const std::string& address) {
   in_addr v4{};

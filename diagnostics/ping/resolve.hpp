@@ -6,22 +6,15 @@
 #include <string>
 #include <vector>
 
-struct sockaddr;
-
 #include "common/clock.hpp"
+#include "common/net_address.hpp"  // is_numeric_address, numeric_address: the numeric side of resolving
 
 namespace meshrun::diagnostics {
 
 /// Every address `host` resolves to (numeric text, e.g. "10.0.0.5" or "fe80::1"), in resolver order,
 /// duplicates removed. Throws proto::ConnectError(kResolve) when the name does not resolve, or when
 /// the resolver has not answered after `timeout` (the message says which).
-/// "10.0.0.1" / "fe80::1" for an IPv4 or IPv6 socket address; "" for other families.
-std::string numeric_address(const sockaddr* sa);
-
 std::vector<std::string> resolve_host(const std::string& host, Duration timeout);
-
-/// True for a numeric IPv4 or IPv6 address (no lookup needed).
-bool is_numeric_address(const std::string& host);
 
 /// True for 127.0.0.0/8 and ::1 (and v4-mapped loopback).
 bool is_loopback_address(const std::string& address);

@@ -1,20 +1,16 @@
 #include "launcher/net/route_interface.hpp"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
 #include <memory>
+#include <utility>
 
-#include "common/unique_fd.hpp"
+#include "common/net_address.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -40,16 +36,6 @@ std::optional<RawAddress> raw_address(const std::string& text) {
   return std::nullopt;
 }
 
-std::string numeric_text(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  } else if (sa->sa_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  }
-  return buf;
-}
-
 using AddrInfoList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
 
 // getaddrinfo for `host`; with `numeric_only` it never asks a resolver (AI_NUMERICHOST).
@@ -67,16 +53,10 @@ AddrInfoList lookup(const std::string& host, bool numeric_only, int& rc) {
 
 std::vector<LocalInterface> list_local_interfaces() {
   std::vector<LocalInterface> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> guard(list, &::freeifaddrs);
-  for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == nullptr || (ifa->ifa_flags & IFF_UP) == 0) continue;
-    const int family = ifa->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    out.push_back(LocalInterface{.name = ifa->ifa_name,
-                                 .address = numeric_text(ifa->ifa_addr),
-                                 .loopback = (ifa->ifa_flags & IFF_LOOPBACK) != 0});
+  for (auto& local : list_local_addresses()) {
+    if (!local.up) continue;
+    out.push_back(LocalInterface{
+        .name = std::move(local.interface), .address = std::move(local.address), .loopback = local.loopback});
   }
   return out;
 }
@@ -97,36 +77,10 @@ std::vector<std::string> host_addresses(const std::string& host) {
   auto found = lookup(host, false, rc);
   std::vector<std::string> out;
   for (const addrinfo* ai = found.get(); ai != nullptr; ai = ai->ai_next) {
-    std::string text = numeric_text(ai->ai_addr);
+    std::string text = numeric_address(ai->ai_addr);
     if (!text.empty() && std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
   }
   return out;
-}
-
-std::optional<std::string> route_source(const std::string& address, std::string& error) {
-  int rc = 0;
-  const auto target = lookup(address, true, rc);
-  if (!target) {
-    error = "'" + address + "' is not a numeric address";
-    return std::nullopt;
-  }
-  UniqueFd fd(::socket(target->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) {
-    error = std::string("socket: ") + std::strerror(errno);
-    return std::nullopt;
-  }
-  // connect() on a UDP socket sends nothing: it only asks the kernel for the route and source address.
-  if (::connect(fd.get(), target->ai_addr, target->ai_addrlen) != 0) {
-    error = "no route to " + address + ": " + std::strerror(errno);
-    return std::nullopt;
-  }
-  sockaddr_storage local{};
-  socklen_t len = sizeof local;
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
-    error = std::string("getsockname: ") + std::strerror(errno);
-    return std::nullopt;
-  }
-  return numeric_text(reinterpret_cast<const sockaddr*>(&local));
 }
 
 std::optional<LocalInterface> route_interface(const std::string& host, std::string& error) {
@@ -137,8 +91,11 @@ std::optional<LocalInterface> route_interface(const std::string& host, std::stri
   }
   const auto interfaces = list_local_interfaces();
   for (const auto& address : addresses) {
-    const auto source = route_source(address, error);
-    if (!source) continue;
+    const auto source = route_source_address(address, error);
+    if (!source) {
+      error = "no route to " + address + ": " + error;
+      continue;
+    }
     if (auto held = interface_holding(*source, interfaces)) return held;
     error = "no interface holds " + *source + ", the source address of the route to " + address;
   }

@@ -4,6 +4,7 @@
 // NCCL on the network that reaches the rendezvous (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless the
 // user set them), and to tell the daemon its own address without asking DNS for its host name.
 // Nothing here does a reverse lookup: an address given as an address stays one.
+// The socket and getifaddrs primitives are common/net_address.hpp's.
 #pragma once
 
 #include <optional>
@@ -29,10 +30,6 @@ std::optional<LocalInterface> interface_holding(const std::string& address,
 /// `host` itself when it is a numeric address, else what the resolver gives for it (a forward lookup of
 /// a name the user gave; IPv4 and IPv6, duplicates removed). Empty when the name does not resolve.
 std::vector<std::string> host_addresses(const std::string& host);
-
-/// The local address the kernel would send from to reach the numeric `address`; nullopt with `error`
-/// set when there is no route (or `address` is not numeric).
-std::optional<std::string> route_source(const std::string& address, std::string& error);
 
 /// The interface and local address that reach `host` (a name or an address; the first of its addresses
 /// with a route wins). nullopt with `error` set when none does.
