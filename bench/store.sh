@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Store throughput: meshrun-rendezvous vs PyTorch's own TCPStore server (libuv backend, pinned torch),
 # both on 127.0.0.1, measured by the same client program (bench/store/store_bench.cpp).
-#   bench/store.sh [SECONDS_PER_OP]     (default 2)
+#   bench/store.sh [SECONDS_PER_OP]             (default 2)
+#   BIN=build-launcher/bin bench/store.sh     (programs from another build folder; default build/bin)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="$ROOT/build/bin"
+BIN="${BIN:-$ROOT/build/bin}"
 PY="$ROOT/.venv/bin/python"
 SECS="${1:-2}"
 [ -x "$BIN/store_bench" ] || { echo "build first: scripts/setup.sh" >&2; exit 2; }

@@ -42,7 +42,8 @@ proto::HeartbeatReply fail(proto::HeartbeatReply reply, std::string reason) {
 }  // namespace
 
 bool Membership::Run::has_participant(const std::string& node_id) const {
-  return std::find(participants.begin(), participants.end(), node_id) != participants.end();
+  const auto it = nodes.find(node_id);
+  return it != nodes.end() && it->second.participant;
 }
 
 const Membership::Run* Membership::find_run(const std::string& run_id) const {
@@ -132,6 +133,7 @@ std::string Membership::join(const proto::JoinRequest& request) {
     run.last_event = fmt::format("{} is waiting for the next round", describe(request));
   } else {
     run.participants.push_back(id);
+    run.nodes.at(id).participant = true;
     survivor_returned(run, request);
     run.last_event = fmt::format("{} joined round {}", describe(request), run.round);
     if (static_cast<int>(run.participants.size()) >= run.min_nodes) {
@@ -165,7 +167,12 @@ void Membership::close_round(Run& run) {
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->group_rank = ranks[i];
   std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->group_rank < b->group_rank; });
   run.assigned.clear();
-  for (const Node* node : nodes) run.assigned.push_back(info(*node));
+  run.world_size = 0;
+  for (Node* node : nodes) {
+    node->rank_offset = run.world_size;  // once here, not per await: 10k awaits must not cost 10k^2
+    run.world_size += node->request.local_world_size;
+    run.assigned.push_back(info(*node));
+  }
   run.closed = true;
   ++version_;
   run.survivors.clear();
@@ -191,6 +198,7 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
     run.nodes.erase(id);
   }
   run.participants = run.waiting;
+  for (const auto& id : run.participants) run.nodes.at(id).participant = true;
   run.waiting.clear();
   run.closed = false;
   run.assigned.clear();
@@ -331,10 +339,8 @@ proto::Assignment Membership::assignment(const Run& run, const Node& node) const
   a.master_port = run.master_port;
   // The node list is informational; sending it to every node is O(n^2) bytes, so large rounds skip it.
   if (run.assigned.size() <= proto::kMaxNodesInAssignment) a.nodes = run.assigned;
-  for (const auto& other : run.assigned) {
-    a.world_size += other.local_world_size;
-    if (other.group_rank < node.group_rank) a.rank_offset += other.local_world_size;
-  }
+  a.world_size = run.world_size;
+  a.rank_offset = node.rank_offset;
   return a;
 }
 

@@ -72,6 +72,8 @@ class Membership {
     bool awaiting = false;
     bool finished = false;  // left successfully: no more heartbeats expected
     int group_rank = -1;
+    int rank_offset = 0;                        // global rank of its local rank 0, set when the round closes
+    bool participant = false;                   // in `participants` (not waiting): an O(log n) test for every await
     std::string error;                          // set when this node's join failed (timeout, conflict)
     std::vector<proto::RankProgress> progress;  // from its last heartbeat, this round
   };
@@ -102,6 +104,7 @@ class Membership {
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
+    int world_size = 0;                     // workers of the closed round
     std::string last_event;
     int master_port = 0;
     int finished_nodes = 0;

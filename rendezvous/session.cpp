@@ -97,14 +97,20 @@ void Session::do_read() {
   if (reading_ || closed_ || backlogged()) return;  // backlogged: do_write resumes reading once drained
   reading_ = true;
   auto self = shared_from_this();
-  socket_.async_read_some(asio::buffer(chunk_), [this, self](boost::system::error_code ec, size_t n) {
+  const auto buffer = large_ ? asio::buffer(large_.get(), kLargeRead) : asio::buffer(small_);
+  socket_.async_read_some(buffer, [this, self](boost::system::error_code ec, size_t n) {
     reading_ = false;
     if (closed_) return;
     if (ec) {
       close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read: " + ec.message());
       return;
     }
-    in_.append(chunk_.data(), n);
+    in_.append(large_ ? large_.get() : small_.data(), n);
+    if (!large_ && n == small_.size()) {
+      large_.reset(new char[kLargeRead]);  // uninitialised on purpose: reads overwrite what they use
+    } else if (large_ && n < small_.size()) {
+      large_.reset();
+    }
     // A client may pipeline while blocked, but not without bound.
     if (in_.size() > host_.limits().max_value_bytes + 2 * host_.limits().max_key_bytes + 4096) {
       close("too many bytes buffered while a request is pending");

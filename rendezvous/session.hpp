@@ -7,8 +7,8 @@
 
 #include <array>
 #include <boost/asio.hpp>
-#include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,10 +94,18 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   std::string local_addr_;
   std::string in_;
-  std::array<char, 16 * 1024> chunk_{};
-  std::string pending_;          // replies not yet handed to the socket
-  std::deque<std::string> out_;  // replies the socket did not take yet (async write in flight)
-  size_t out_bytes_ = 0;         // bytes in out_
+  // Reads land in small_: requests are mostly tens of bytes, and tens of thousands of idle connections
+  // must stay cheap (no per-connection 16 KiB buffer). A read that fills small_ means a large request is
+  // arriving: the next reads use large_ (kLargeRead bytes), dropped again once a read fits in small_.
+  // Neither is zero-filled: only the bytes a read returns are used.
+  static constexpr size_t kLargeRead = 64 * 1024;
+  std::array<char, 512> small_;
+  std::unique_ptr<char[]> large_;
+  std::string pending_;  // replies not yet handed to the socket
+  // Replies the socket did not take yet (async write in flight). A list, not a deque: libstdc++'s deque
+  // allocates ~600 bytes even when empty, and nearly every connection's queue stays empty.
+  std::list<std::string> out_;
+  size_t out_bytes_ = 0;  // bytes in out_
   bool writing_ = false;
   bool reading_ = false;  // an async read is in flight (none while the client's replies are backlogged)
   bool closed_ = false;

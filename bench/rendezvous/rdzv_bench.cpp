@@ -1,6 +1,7 @@
 // rdzv_bench: N simulated agents (one thread and connection each) join one run of N nodes on a running
 // daemon; prints the time from the first join until every agent holds its rank, and checks that the
-// ranks are 0..N-1 exactly once.
+// ranks are 0..N-1 exactly once. Connections and threads are set up before the clock starts: every
+// thread sleeps on one flag until all are ready (thousands of threads spinning would starve the daemon).
 //
 //   rdzv_bench HOST:PORT AGENTS
 #include <unistd.h>
@@ -32,11 +33,13 @@ int main(int argc, char** argv) {
   std::vector<int> ranks(static_cast<size_t>(agents), -1);
   std::vector<double> done_at(static_cast<size_t>(agents), 0);
   std::atomic<bool> go{false};
+  std::atomic<int> ready{0};
+  std::chrono::steady_clock::time_point start;
   std::vector<std::thread> threads;
-  const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < agents; ++i) {
     threads.emplace_back([&, i] {
-      while (!go) std::this_thread::yield();
+      ready.fetch_add(1);
+      go.wait(false);
       proto::JoinRequest r;
       r.run_id = run_id;
       r.host = "sim-" + std::to_string(i);
@@ -58,7 +61,10 @@ int main(int argc, char** argv) {
       done_at[static_cast<size_t>(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });
   }
+  while (ready.load() < agents) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  start = std::chrono::steady_clock::now();
   go = true;
+  go.notify_all();
   for (auto& t : threads) t.join();
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
