@@ -12,7 +12,7 @@ files, as meshrun does). Prints one JSON line on rank 0: median save and load se
          which is what the call blocks on), on a Gloo group of its own, as torchtitan does: the writer's
          collectives must not interleave with training's on the default group; the next save first waits
          for the previous one (at most one in flight), and the loop waits for the last one
-and prints one JSON line per mode on rank 0: the loop's seconds and the seconds training was blocked at each
+(--loop-reps times) and prints one JSON line per loop on rank 0: the loop's seconds and the seconds training was blocked at each
 save (get_state_dict + the save call + any wait for the previous save)."""
 import argparse
 import json
@@ -35,7 +35,7 @@ from train_fsdp2_reference import Llama  # noqa: E402
 
 def train_with_saves(a, model, opt, train_step, rank):
     ckpt_group = dist.new_group(backend="gloo")
-    for mode in ("none", "sync", "async"):
+    for mode in ("none", "sync", "async") * a.loop_reps:
         blocked, pending = [], None
         dist.barrier()
         t0 = time.perf_counter()
@@ -75,6 +75,7 @@ def main():
     p.add_argument("--every", type=int, default=3, help="with --train-steps: save every this many steps")
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--global-batch-size", type=int, default=2)
+    p.add_argument("--loop-reps", type=int, default=1, help="with --train-steps: run the three loops this many times")
     a = p.parse_args()
     cfg = json.load(open(a.config))
     m, t = cfg["model"], cfg["train"]

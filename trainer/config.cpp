@@ -86,6 +86,9 @@ const std::vector<KeyDoc>& key_table() {
       {"checkpoint.on_signal", true,
        "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"},
       {"checkpoint.save_final", true, "save a checkpoint after the last step (needs checkpoint.dir)"},
+      {"checkpoint.async", false,
+       "periodic saves copy the shards to host buffers and a background thread writes them while training goes "
+       "on (sharded format only); final and signal-triggered saves stay synchronous"},
       {"system.device", "auto", "auto | cpu | cuda (cuda uses device LOCAL_RANK)"},
       {"system.backend", "auto",
        "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host memory and lets ranks "
@@ -205,6 +208,11 @@ void validate(const TrainerConfig& c) {
   require(c.checkpoint.interval >= 0 && c.checkpoint.keep_last >= 0,
           "checkpoint.interval and checkpoint.keep_last must be >= 0");
   require(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(), "checkpoint.resume=auto needs checkpoint.dir");
+  // A full checkpoint is gathered through rank 0 with collectives, which must stay on the training thread (and
+  // rank 0 would hold the whole state in its snapshot).
+  require(!c.checkpoint.async || c.checkpoint.format == "sharded",
+          "checkpoint.async needs checkpoint.format=sharded (a full checkpoint is gathered with collectives on the "
+          "training thread)");
 }
 
 void set_dotted(json& root, const std::string& assignment) {
@@ -333,6 +341,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   c.checkpoint.resume = get_as<std::string>(merged, "checkpoint.resume");
   c.checkpoint.on_signal = get_as<bool>(merged, "checkpoint.on_signal");
   c.checkpoint.save_final = get_as<bool>(merged, "checkpoint.save_final");
+  c.checkpoint.async = get_as<bool>(merged, "checkpoint.async");
 
   c.system.device = get_as<std::string>(merged, "system.device");
   c.system.backend = get_as<std::string>(merged, "system.backend");

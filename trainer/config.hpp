@@ -92,6 +92,7 @@ struct CheckpointConfig {
   std::string resume;              // "" | "auto" | path of a step_<N> checkpoint
   bool on_signal = true;           // SIGUSR1 / SIGTERM: finish the step, save, exit kCheckpointedOnSignal
   bool save_final = true;          // save after the last step
+  bool async = false;              // periodic saves: snapshot, then a background thread writes (async_writer.hpp)
 };
 
 struct SystemConfig {

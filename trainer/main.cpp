@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "common/run_main.hpp"
+#include "common/version.hpp"
 #include "trainer/checkpoint/safetensors_export.hpp"
 #include "trainer/config.hpp"
 #include "trainer/distributed/dist_env.hpp"
@@ -28,6 +29,7 @@ int train_and_report(const meshrun::trainer::TrainerConfig& config) {
 
 int main(int argc, char** argv) {
   CLI::App app{"meshrun-trainer: FSDP language-model training (LibTorch), launched by meshrun"};
+  app.set_version_flag("--version", std::string("meshrun-trainer ") + meshrun::kVersion);
   std::string config_path;
   std::vector<std::string> overrides;
   bool help_config = false;

@@ -1,6 +1,7 @@
 #include "trainer/trainer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "trainer/checkpoint/async_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/data/dataset.hpp"
 #include "trainer/distributed/communicator.hpp"
@@ -86,24 +88,26 @@ at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) 
 
 double mean_over_ranks(Communicator& comm, double local) { return comm.sum_over_ranks({local})[0] / comm.world_size(); }
 
-// The step's loss averaged over ranks, and whether any rank got a preemption signal: one all-reduce, so
-// every rank stops after the same step.
-std::pair<double, bool> loss_and_stop(Communicator& comm, double local_loss, bool stop) {
-  const auto sums = comm.sum_over_ranks({local_loss, stop ? 1.0 : 0.0});
-  return {sums[0] / comm.world_size(), sums[1] > 0};
-}
-
 void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const CheckpointStats& s) {
   if (!rank0) return;
   const double gbps = s.seconds > 0 ? static_cast<double>(s.bytes) / s.seconds / 1e9 : 0.0;
-  std::printf("checkpoint: %s %s (%s in %.3f s, %.2f GB/s)\n", what, s.path.c_str(),
-              format_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds, gbps);
+  char blocked[64] = "";
+  if (s.async) std::snprintf(blocked, sizeof(blocked), "; training blocked %.1f ms", s.blocked_seconds * 1e3);
+  std::printf("checkpoint: %s %s%s (%s in %.3f s, %.2f GB/s%s)\n", what, s.path.c_str(),
+              s.async ? " in the background" : "", format_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds, gbps,
+              blocked);
   std::fflush(stdout);
-  log.log_event({{"event", std::string("checkpoint_") + what},
-                 {"path", s.path},
-                 {"bytes", s.bytes},
-                 {"seconds", s.seconds},
-                 {"gb_per_s", gbps}});
+  nlohmann::json event = {{"event", std::string("checkpoint_") + what},
+                          {"path", s.path},
+                          {"bytes", s.bytes},
+                          {"seconds", s.seconds},
+                          {"gb_per_s", gbps}};
+  if (std::string(what) == "saved") {
+    event["async"] = s.async;
+    event["blocked_s"] = s.blocked_seconds;
+    if (s.async) event["snapshot_wait_s"] = s.snapshot_wait_seconds;
+  }
+  log.log_event(event);
 }
 
 at::Tensor loss_of(ShardedModel& model, const MicroBatch& mb, int64_t vocab) {
@@ -173,6 +177,8 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
   const bool rank0 = comm_->rank() == 0;
   log_ = std::make_unique<MetricsLog>(rank0 && !c.output.dir.empty() ? c.output.dir + "/metrics.jsonl" : "",
                                       c.output.progress_bar && rank0, c.train.steps);
+  if (c.checkpoint.async && !c.checkpoint.dir.empty())
+    async_saves_ = std::make_unique<AsyncCheckpointer>(c, *model_, *optimizer_, *comm_);
   if (rank0) {
     std::printf(
         "meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
@@ -228,8 +234,16 @@ StepResult Trainer::step(int64_t step) {
   model_->finish_grad_sync();
   const double norm = optimizer_->global_grad_norm(model_->norm_group());
   optimizer_->clip(norm, c.train.grad_clip);
+  if (async_saves_) async_saves_->before_update();  // the snapshot of a background save is taken
   optimizer_->step(lr);
-  const auto [loss, stop] = loss_and_stop(*comm_, local_loss, preemption_.poll() != 0);
+  // One all-reduce: the loss averaged over ranks; whether any rank got a preemption signal, so every rank
+  // stops after the same step; and the background save's status, so every rank sees it complete (or fail)
+  // at the same step.
+  const std::array<double, 2> save_status = async_saves_ ? async_saves_->status() : std::array<double, 2>{0, 0};
+  const auto sums =
+      comm_->sum_over_ranks({local_loss, preemption_.poll() != 0 ? 1.0 : 0.0, save_status[0], save_status[1]});
+  const double loss = sums[0] / comm_->world_size();
+  const bool stop = sums[1] > 0;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   StepRecord r;
@@ -244,6 +258,10 @@ StepResult Trainer::step(int64_t step) {
   r.comm_share = comm_->take_comm_seconds() / seconds;
   if (comm_->rank() == 0) log_->log_step(r, step % c.train.log_interval == 0 || step == 1 || step == c.train.steps);
   beats_.step_done(step, loss, r.tokens_per_s, seconds * (1.0 - r.comm_share));
+  if (async_saves_) {
+    if (const auto saved = async_saves_->advance(sums[2], sums[3]))
+      log_checkpoint(*log_, comm_->rank() == 0, "saved", *saved);
+  }
   return {loss, stop};
 }
 
@@ -252,12 +270,34 @@ double Trainer::evaluate(int64_t step) {
   return mean_val_loss(*model_, *comm_, *data_, config_);
 }
 
-void Trainer::save(int64_t step) {
+void Trainer::save(int64_t step, SaveMode mode) {
   beats_.phase(step, "checkpoint");
+  const bool rank0 = comm_->rank() == 0;
   TrainState state;
   state.step = step;
   state.optimizer_steps = optimizer_->steps_taken();
-  log_checkpoint(*log_, comm_->rank() == 0, "saved", save_checkpoint(config_, *model_, *optimizer_, *comm_, state));
+  if (async_saves_ && mode == SaveMode::kBackground) {
+    const auto started = async_saves_->start(state);
+    if (started.previous) {
+      log_checkpoint(*log_, rank0, "saved", *started.previous);
+      if (rank0) {
+        std::printf(
+            "checkpoint: waited %.3f s for the background save of %s before starting step %lld's (at most "
+            "one save in flight)\n",
+            started.waited_seconds, started.previous->path.c_str(), static_cast<long long>(step));
+        std::fflush(stdout);
+        log_->log_event({{"event", "checkpoint_wait"}, {"step", step}, {"seconds", started.waited_seconds}});
+      }
+    }
+    return;
+  }
+  finish_background_save();
+  log_checkpoint(*log_, rank0, "saved", save_checkpoint(config_, *model_, *optimizer_, *comm_, state));
+}
+
+void Trainer::finish_background_save() {
+  if (!async_saves_) return;
+  if (const auto saved = async_saves_->finish()) log_checkpoint(*log_, comm_->rank() == 0, "saved", *saved);
 }
 
 TrainSummary Trainer::run() {
@@ -265,6 +305,7 @@ TrainSummary Trainer::run() {
   const bool rank0 = comm_->rank() == 0;
   TrainSummary summary;
   summary.first_step = load();
+  const auto start = Clock::now();
   for (int64_t step = summary.first_step; step <= c.train.steps; ++step) {
     const StepResult result = this->step(step);
     summary.losses.push_back(result.loss);
@@ -283,7 +324,14 @@ TrainSummary Trainer::run() {
     }
     const bool periodic = c.checkpoint.interval > 0 && step % c.checkpoint.interval == 0;
     const bool final = step == c.train.steps && c.checkpoint.save_final;
-    if (!c.checkpoint.dir.empty() && (periodic || final)) save(step);
+    if (!c.checkpoint.dir.empty() && (periodic || final))
+      save(step, final ? SaveMode::kBlocking : SaveMode::kBackground);
+  }
+  finish_background_save();  // a run ends with its checkpoints complete
+  if (rank0) {
+    log_->log_event({{"event", "train_done"},
+                     {"steps", static_cast<int64_t>(summary.losses.size())},
+                     {"seconds", std::chrono::duration<double>(Clock::now() - start).count()}});
   }
   close(summary);
   return summary;
@@ -319,6 +367,7 @@ void Trainer::report_memory(const TrainSummary& summary) {
       {"activation_peak_bytes", activation_peak_},
       {"layout", model_->layout()},
       {"optimizer_bytes", optimizer_->state_bytes()},
+      {"checkpoint_snapshot_bytes", async_saves_ ? async_saves_->snapshot_bytes() : 0},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"start_rss_bytes", start_rss_},
       {"losses", summary.losses},

@@ -20,6 +20,7 @@
 namespace meshrun::trainer {
 
 class AdamW;
+class AsyncCheckpointer;
 class Communicator;
 class ShardedModel;
 class TokenDataset;
@@ -30,6 +31,10 @@ struct TrainSummary {
   int64_t first_step = 1;     // > 1 when resumed from a checkpoint
   int stopped_by_signal = 0;  // SIGUSR1 / SIGTERM: checkpointed and stopped early
 };
+
+/// kBackground: checkpoint.async hands the save to the background writer (periodic saves); kBlocking:
+/// returns once the checkpoint is complete (the final one, a preemption's, and every one without async).
+enum class SaveMode { kBlocking, kBackground };
 
 /// What one optimizer step produced, agreed by every rank.
 struct StepResult {
@@ -51,8 +56,10 @@ class Trainer {
   StepResult step(int64_t step);
   /// The validation loss, mean over ranks (train.eval_batches batches).
   double evaluate(int64_t step);
-  /// Writes a checkpoint of the state after `step`.
-  void save(int64_t step);
+  /// Writes a checkpoint of the state after `step`; a blocking save first completes a background one.
+  void save(int64_t step, SaveMode mode = SaveMode::kBlocking);
+  /// Blocks until the background save in flight, if any, is complete (collective).
+  void finish_background_save();
   /// End of run: memory report (and rank<R>.json), output.dump_params, train.sample_tokens.
   void close(const TrainSummary& summary);
   /// load(), then step/evaluate/save up to train.steps or a preemption signal, then close().
@@ -72,6 +79,7 @@ class Trainer {
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<MetricsLog> log_;
+  std::unique_ptr<AsyncCheckpointer> async_saves_;   // checkpoint.async; after model_ and optimizer_, which it reads
   ProgressBeats beats_{progress_socket_from_env()};  // to the agent under meshrun, else off
   int64_t tokens_per_step_ = 0;
   double flops_per_token_ = 0;

@@ -1,6 +1,7 @@
 // Checkpoints with real worker processes (tiny config, CPU, Gloo, the real meshrun-rendezvous / meshrun):
 // exact resume, resharding on load across world sizes, strategies and formats, refusal of damaged
-// checkpoints naming the file, a rank killed mid-save, keep_last, and preemption through meshrun.
+// checkpoints naming the file, a rank killed mid-save, keep_last, preemption through meshrun, background
+// (checkpoint.async) saves, and a rank's failed write stopping every rank.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -202,16 +203,21 @@ TEST_CASE("safety: kill -9 of a rank mid-save leaves the previous checkpoint loa
 }
 
 TEST_CASE("keep_last keeps the newest complete checkpoints", "[trainer][checkpoint][keep]") {
-  const std::string dir = make_temp_dir();
-  const std::string ck = dir + "/ck";
-  const auto run = run_workers_in(dir, 0,
-                                  {"train.steps=8", "train.seq_len=16", "checkpoint.interval=2",
-                                   "checkpoint.keep_last=2", "checkpoint.dir=" + q(ck)});
-  REQUIRE(run.ok());
-  std::vector<std::string> left;
-  for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
-  std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::string>{"step_00000006", "step_00000008"});
+  // Background saves (steps 2, 4, 6) are pruned the same way: only complete checkpoints count.
+  for (const char* async : {"false", "true"}) {
+    const std::string dir = make_temp_dir();
+    const std::string ck = dir + "/ck";
+    const auto run =
+        run_workers_in(dir, 0,
+                       {"train.steps=8", "train.seq_len=16", "checkpoint.interval=2", "checkpoint.keep_last=2",
+                        "checkpoint.dir=" + q(ck), std::string("checkpoint.async=") + async});
+    INFO("checkpoint.async=" << async << "\n" << run.describe());
+    REQUIRE(run.ok());
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
+    std::sort(left.begin(), left.end());
+    CHECK(left == std::vector<std::string>{"step_00000006", "step_00000008"});
+  }
 }
 
 TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact resume",
@@ -226,8 +232,12 @@ TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact 
   for (const int sig : {SIGUSR1, SIGTERM}) {
     const std::string dir = make_temp_dir();
     const std::string ck = dir + "/ck";
+    // SIGTERM arrives with background saves running (checkpoint.async): the signal's save is a blocking one
+    // that completes the save in flight first.
+    const std::vector<std::string> background = {"checkpoint.interval=2", "checkpoint.async=true"};
     LauncherJob job(dir, 2,
-                    with(sets, {"train.steps=1000000", "checkpoint.dir=" + q(ck), "checkpoint.save_final=false"}));
+                    with(with(sets, {"train.steps=1000000", "checkpoint.dir=" + q(ck), "checkpoint.save_final=false"}),
+                         sig == SIGTERM ? background : std::vector<std::string>{}));
     // Signal once training is under way (a few steps logged).
     for (int i = 0; i < 600 && read_step_losses(dir).size() < 5; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -240,7 +250,11 @@ TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact 
     REQUIRE(stopped.size() >= 5);
     const int64_t last = stopped.rbegin()->first;
     REQUIRE(fs::exists(step_dir(ck, static_cast<int>(last)) + "/metadata.json"));
-    if (sig != SIGUSR1) continue;
+    if (sig != SIGUSR1) {
+      CHECK_THAT(job.output(), Catch::Contains("in the background"));
+      for (const auto& e : fs::directory_iterator(ck)) CHECK(fs::exists(e.path() / "metadata.json"));
+      continue;
+    }
     const std::vector<std::string> until = with(sets, {"train.steps=" + std::to_string(last + kAfter)});
     const std::string ref_dir = make_temp_dir();
     const auto reference = run_workers_in(ref_dir, 2, until);
@@ -256,5 +270,143 @@ TEST_CASE("preemption: SIGUSR1/SIGTERM to meshrun -> checkpoint, exit 75, exact 
     WARN("preempted at step " << last << ", resumed: max relative loss diff " << diff << " over " << n << " steps");
     CHECK(n == kAfter);
     CHECK(diff <= 1e-6);
+  }
+}
+
+namespace {
+
+// The fields of metadata.json that describe the saved bytes (its "config" names checkpoint.dir and
+// checkpoint.async, which differ by design).
+nlohmann::json saved_contents(const std::string& step_folder) {
+  const auto meta = nlohmann::json::parse(read_file(step_folder + "/metadata.json"));
+  return {{"step", meta["step"]},
+          {"optimizer_steps", meta["optimizer_steps"]},
+          {"files", meta["files"]},
+          {"tensors", meta["tensors"]}};
+}
+
+}  // namespace
+
+TEST_CASE("async: the same bytes as a synchronous save, and the same resume", "[trainer][checkpoint][async]") {
+  // World 2, 40 steps: saves at 10, 20 and 30 (in the background when async) and 40 (final: always blocking).
+  const std::vector<std::string> sets = {"train.steps=40", "train.seq_len=32", "train.global_batch_size=8",
+                                         "train.log_interval=100", "checkpoint.interval=10"};
+  struct Run {
+    std::string dir;
+    std::string ck;
+    RunResult result;
+  };
+  auto train = [&](const char* async) {
+    Run r;
+    r.dir = make_temp_dir();
+    r.ck = r.dir + "/ck";
+    r.result =
+        run_workers_in(r.dir, 2, with(sets, {"checkpoint.dir=" + q(r.ck), std::string("checkpoint.async=") + async}));
+    return r;
+  };
+  const Run blocking = train("false");
+  const Run background = train("true");
+  INFO(blocking.result.describe() << background.result.describe());
+  REQUIRE(blocking.result.ok());
+  REQUIRE(background.result.ok());
+  for (const int step : {10, 20, 30})
+    CHECK_THAT(background.result.outputs[0],
+               Catch::Contains("saved " + step_dir(background.ck, step) + " in the background"));
+  CHECK_THAT(background.result.outputs[0], Catch::Contains("saved " + step_dir(background.ck, 40) + " ("));
+  // Writing in the background leaves training alone: the same losses, bit for bit.
+  const auto losses = read_step_losses(blocking.dir);
+  CHECK(read_step_losses(background.dir) == losses);
+
+  // The snapshot is the state after the step: the data files are the same bytes as the blocking save's.
+  for (const int step : {10, 20, 30, 40}) {
+    for (const char* file : {"rank0.bin", "rank1.bin"}) {
+      const std::string a = step_dir(background.ck, step) + "/" + file;
+      const std::string b = step_dir(blocking.ck, step) + "/" + file;
+      INFO(a << " vs " << b);
+      REQUIRE(fs::exists(a));
+      CHECK(read_file(a) == read_file(b));
+    }
+    CHECK(saved_contents(step_dir(background.ck, step)) == saved_contents(step_dir(blocking.ck, step)));
+  }
+
+  // Resuming from either step 20 gives the same run, bit for bit, and the uninterrupted one.
+  const auto from_background = resume(2, step_dir(background.ck, 20), {});
+  const auto from_blocking = resume(2, step_dir(blocking.ck, 20), {});
+  INFO(from_background.describe() << from_blocking.describe());
+  REQUIRE(from_background.ok());
+  REQUIRE(from_blocking.ok());
+  const auto resumed = read_step_losses(from_background.dir);
+  REQUIRE(resumed.size() == 20);
+  CHECK(resumed == read_step_losses(from_blocking.dir));
+  const auto [diff, n] = compare(resumed, losses, 21);
+  WARN("resume from a background save (world 2): steps 21..40 max relative loss diff " << diff);
+  CHECK(n == 20);
+  CHECK(diff <= 1e-6);
+}
+
+TEST_CASE("async: kill -9 of a rank mid-write leaves the previous checkpoint loadable",
+          "[trainer][checkpoint][async_crash]") {
+  const std::string dir = make_temp_dir();
+  const std::string ck = dir + "/ck";
+  const std::vector<std::string> sets = {"train.steps=12",        "train.seq_len=32",      "train.log_interval=100",
+                                         "checkpoint.interval=4", "checkpoint.async=true", "checkpoint.dir=" + q(ck)};
+  // Rank 1's writer thread SIGKILLs the process halfway through rank1.bin of step 8, while training goes on;
+  // meshrun stops rank 0.
+  LauncherJob job(dir, 2, sets, {{"MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", "8:1"}});
+  const int code = job.wait();
+  INFO(job.output());
+  CHECK(code != 0);
+  CHECK_THAT(job.output(), Catch::Contains("SIGKILL"));
+  CHECK(fs::exists(step_dir(ck, 4) + "/metadata.json"));
+  CHECK(fs::exists(step_dir(ck, 8)));
+  CHECK(!fs::exists(step_dir(ck, 8) + "/metadata.json"));
+  const auto crashed = read_step_losses(dir);
+
+  // --resume auto skips the incomplete step_8 and continues from step 4, with the same losses.
+  const std::string again = make_temp_dir();
+  const auto run = run_workers_in(again, 2, with(sets, {"checkpoint.resume=auto"}));
+  INFO(run.describe());
+  REQUIRE(run.ok());
+  CHECK_THAT(run.outputs[0], Catch::Contains("loaded " + step_dir(ck, 4)));
+  const auto resumed = read_step_losses(again);
+  REQUIRE(!resumed.empty());
+  CHECK(resumed.begin()->first == 5);
+  const auto [diff, n] = compare(resumed, crashed, 5);
+  CHECK(n >= 4);  // steps 5..8 were logged before the save of step 8 began
+  CHECK(diff <= 1e-6);
+  CHECK(fs::exists(step_dir(ck, 8) + "/metadata.json"));
+  CHECK(fs::exists(step_dir(ck, 12) + "/metadata.json"));
+}
+
+TEST_CASE("a rank whose write fails stops every rank, naming the rank and the error",
+          "[trainer][checkpoint][write_error]") {
+  // Rank 1's shard of step 6 is a link to /dev/full: its writes fail with ENOSPC, as on a full disk. Every
+  // rank must stop with that rank and error named, right away: not at a barrier after system.timeout_s, and
+  // not with a bare "connection closed" from the collective library.
+  for (const char* async : {"false", "true"}) {
+    const std::string dir = make_temp_dir();
+    const std::string ck = dir + "/ck";
+    RankRun failing;
+    failing.env = {{"MESHRUN_TRAINER_FAULT_DISK_FULL_IN_SAVE", "6:1"}};
+    const auto run =
+        run_workers_in(dir, 2,
+                       {"train.steps=12", "train.seq_len=32", "train.log_interval=100", "checkpoint.interval=3",
+                        "checkpoint.dir=" + q(ck), std::string("checkpoint.async=") + async},
+                       {RankRun{}, failing});
+    INFO("checkpoint.async=" << async << "\n" << run.describe());
+    for (int r = 0; r < 2; ++r) {
+      CHECK(run.exit_codes[static_cast<size_t>(r)] == 1);
+      const std::string& out = run.outputs[static_cast<size_t>(r)];
+      CHECK_THAT(out, Catch::Contains("checkpoint " + step_dir(ck, 6) + " could not be saved: rank 1 failed") &&
+                          Catch::Contains("No space left on device"));
+      CHECK_THAT(out, !Catch::Contains("imed out") && !Catch::Contains("system.timeout_s") &&
+                          !Catch::Contains("onnection closed"));
+    }
+    // The previous checkpoint stays the newest complete one.
+    CHECK(fs::exists(step_dir(ck, 3) + "/metadata.json"));
+    CHECK(!fs::exists(step_dir(ck, 6) + "/metadata.json"));
+    // A blocking save stops the run at its step; a background one within a step or two (when the writer's
+    // failure meets a step's all-reduce, or the final save at the latest).
+    if (std::string(async) == "false") CHECK(read_step_losses(dir).size() == 6);
   }
 }

@@ -52,6 +52,8 @@ TEST_CASE("config: bad values name the key", "[trainer][config]") {
   CHECK_THROWS_WITH(load_config("/nonexistent/x.json", {}), Catch::Contains("/nonexistent/x.json"));
   CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.format=zip"}, "t"), Catch::Contains("checkpoint.format"));
   CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.resume=auto"}, "t"), Catch::Contains("checkpoint.dir"));
+  CHECK_THROWS_WITH(make_config(minimal(), {"checkpoint.async=true", "checkpoint.format=full"}, "t"),
+                    Catch::Contains("checkpoint.async needs checkpoint.format=sharded"));
   CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.limit_all_gathers=0"}, "t"),
                     Catch::Contains("fsdp.limit_all_gathers"));
   CHECK_THROWS_WITH(make_config(minimal(), {"fsdp.activation_checkpointing=-1"}, "t"),

@@ -1,18 +1,14 @@
 #include "trainer/checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <sstream>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -20,6 +16,7 @@
 #include "common/error.hpp"
 #include "common/unique_fd.hpp"
 #include "trainer/checkpoint/atomic_file.hpp"
+#include "trainer/checkpoint/checkpoint_files.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -28,63 +25,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kFormatVersion = 1;
-// The tensor kinds a checkpoint holds per parameter, and the prefix of their global names.
-constexpr const char* kKinds[] = {"model", "optim.exp_avg", "optim.exp_avg_sq"};
-
-std::string step_dir(const std::string& dir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
-  return (fs::path(dir) / name).string();
-}
-
-std::optional<int64_t> step_of(const fs::path& p) {
-  const std::string n = p.filename().string();
-  if (n.rfind("step_", 0) != 0 || n.size() == 5) return std::nullopt;
-  for (size_t i = 5; i < n.size(); ++i) {
-    if (n[i] < '0' || n[i] > '9') return std::nullopt;
-  }
-  return std::stoll(n.substr(5));
-}
-
-std::string global_name(const char* kind, const UnitSpec& unit, const ParamSpec& p) {
-  return std::string(kind) + "." + unit.name + "." + p.name;
-}
-
 at::Tensor& kind_tensor(FlatParamUnit& unit, AdamW& optimizer, size_t index, int kind) {
   if (kind == 0) return unit.shard();
   return kind == 1 ? optimizer.exp_avg(index) : optimizer.exp_avg_sq(index);
-}
-
-// The real (unpadded) part of this rank's chunk of a unit, as unit-flat element indices [lo, hi).
-std::pair<int64_t, int64_t> local_range(const FlatParamUnit& u) {
-  const int64_t lo = std::min(u.shard_offset(), u.numel());
-  return {lo, std::min(u.shard_offset() + u.shard_numel(), u.numel())};
-}
-
-// Test hook: MESHRUN_TRAINER_FAULT_KILL_IN_SAVE=STEP:RANK makes that rank SIGKILL itself halfway through
-// writing its data file at that step (the crash the save protocol must survive).
-bool fault_kill_in_save(int64_t step, int rank) {
-  const char* v = std::getenv("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE");
-  return v != nullptr && std::string(v) == std::to_string(step) + ":" + std::to_string(rank);
-}
-
-// Appends elements [lo, hi) of a unit tensor (data[0] is unit element `base`) and records one chunk per
-// parameter it touches.
-void write_unit_range(AtomicFile& f, const std::string& file, const UnitSpec& spec, const char* kind, const float* data,
-                      int64_t base, int64_t lo, int64_t hi, json& chunks) {
-  int64_t offset = 0;
-  for (const auto& p : spec.params) {
-    const int64_t s = std::max(lo, offset);
-    const int64_t e = std::min(hi, offset + p.numel());
-    if (s < e) {
-      const uint64_t at = f.bytes_written();
-      const uint32_t crc = f.write(data + (s - base), static_cast<size_t>(e - s) * sizeof(float));
-      chunks[global_name(kind, spec, p)].push_back(
-          {{"file", file}, {"offset", at}, {"begin", s - offset}, {"count", e - s}, {"crc32", crc}});
-    }
-    offset += p.numel();
-  }
 }
 
 // The full padded fp32 tensor of a unit, gathered over its shard group (replicated units: a copy).
@@ -106,27 +49,33 @@ json read_json_file(const std::string& path) {
   return j;
 }
 
-void prune(const std::string& dir, int64_t keep_last, int64_t newest) {
-  std::vector<std::pair<int64_t, fs::path>> complete;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const auto step = step_of(e.path());
-    if (!step || !e.is_directory()) continue;
-    if (fs::exists(e.path() / "metadata.json")) {
-      complete.emplace_back(*step, e.path());
-    } else if (*step < newest) {
-      fs::remove_all(e.path());  // debris of an interrupted save, older than a complete checkpoint
-    }
+// Runs one step of a save on this rank and agrees on the outcome with every rank: all of them throw
+// CheckpointWriteError naming the first failing rank, instead of the others hanging in the next
+// collective until system.timeout_s.
+template <typename Fn>
+void agreed(Communicator& world, const std::string& path, Fn&& fn) {
+  std::string error;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    error = e.what();
   }
-  if (keep_last <= 0 || static_cast<int64_t>(complete.size()) <= keep_last) return;
-  std::sort(complete.begin(), complete.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < complete.size(); ++i) {
-    // metadata first: an interrupted removal leaves an incomplete folder, never a half-deleted "complete" one.
-    fs::remove(complete[i].second / "metadata.json");
-    fs::remove_all(complete[i].second);
-  }
+  throw_if_failed(world.first_failure(error), path);
 }
 
 }  // namespace
+
+std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit) {
+  const int64_t lo = std::min(unit.shard_offset(), unit.numel());
+  return {lo, std::min(unit.shard_offset() + unit.shard_numel(), unit.numel())};
+}
+
+void throw_if_failed(const std::optional<RankFailure>& failure, const std::string& path) {
+  if (!failure) return;
+  throw CheckpointWriteError(
+      failure->rank, "checkpoint " + path + " could not be saved: rank " + std::to_string(failure->rank) + " failed: " +
+                         failure->message + " (every rank stops; the previous complete checkpoint stays the newest)");
+}
 
 CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer, Communicator& world,
                                 const TrainState& state) {
@@ -135,129 +84,52 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
   const auto& cc = config.checkpoint;
   const std::string path = step_dir(cc.dir, state.step);
   const bool rank0 = world.rank() == 0;
-  if (rank0) {
-    fs::create_directories(cc.dir);
-    if (fs::exists(path)) {
-      fs::remove(fs::path(path) / "metadata.json");  // no longer complete from here on
-      fsync_dir(path);
-      fs::remove_all(path);
-    }
-    fs::create_directories(path);
-    fsync_dir(cc.dir);
-  }
-  world.barrier();
+  agreed(world, path, [&] {
+    if (rank0) prepare_step_dir(cc.dir, path);
+  });
 
   const auto units = model.units();
+  const SaveSite site{state.step, world.rank(), units.size()};
   const bool sharded_format = cc.format == "sharded";
   json own_index;
-  if (sharded_format && model.writes_checkpoint()) {
-    const std::string file = "rank" + std::to_string(world.rank()) + ".bin";
-    AtomicFile f((fs::path(path) / file).string());
-    json chunks = json::object();
-    for (size_t i = 0; i < units.size(); ++i) {
-      const auto [lo, hi] = local_range(*units[i]);
-      for (int k = 0; k < 3; ++k) {
+  agreed(world, path, [&] {
+    if (sharded_format && model.writes_checkpoint()) {
+      ShardFileWriter f(path, "rank" + std::to_string(world.rank()) + ".bin", site);
+      for (size_t i = 0; i < units.size(); ++i) {
+        const auto [lo, hi] = local_range(*units[i]);
         if (lo >= hi) continue;
-        const at::Tensor t = kind_tensor(*units[i], optimizer, i, k).to(at::kCPU).contiguous();
-        write_unit_range(f, file, units[i]->spec(), kKinds[k], t.data_ptr<float>(), units[i]->shard_offset(), lo, hi,
-                         chunks);
-        if (i == units.size() / 2 && k == 0 && fault_kill_in_save(state.step, world.rank())) ::raise(SIGKILL);
-      }
-    }
-    f.commit();
-    own_index = {{"file", file}, {"bytes", f.bytes_written()}, {"chunks", chunks}};
-    write_file_atomic((fs::path(path) / ("rank" + std::to_string(world.rank()) + ".index.json")).string(),
-                      own_index.dump());
-  } else if (!sharded_format) {
-    // Gathered one unit and one tensor kind at a time: beyond its shard a rank holds one unit's tensor.
-    std::optional<AtomicFile> f;
-    if (rank0) f.emplace((fs::path(path) / "full.bin").string());
-    json chunks = json::object();
-    for (size_t i = 0; i < units.size(); ++i) {
-      for (int k = 0; k < 3; ++k) {
-        const at::Tensor full = gather_full(*units[i], kind_tensor(*units[i], optimizer, i, k));
-        if (rank0) {
-          write_unit_range(*f, "full.bin", units[i]->spec(), kKinds[k], full.data_ptr<float>(), 0, 0, units[i]->numel(),
-                           chunks);
-          if (i == units.size() / 2 && k == 0 && fault_kill_in_save(state.step, 0)) ::raise(SIGKILL);
+        for (int k = 0; k < kCheckpointKindCount; ++k) {
+          const at::Tensor t = kind_tensor(*units[i], optimizer, i, k).to(at::kCPU).contiguous();
+          f.append(units[i]->spec(), i, k, t.data_ptr<float>(), units[i]->shard_offset(), lo, hi);
         }
       }
+      write_rank_index(path, world.rank(), f.commit());
+    } else if (!sharded_format) {
+      // Gathered one unit and one tensor kind at a time: beyond its shard a rank holds one unit's tensor.
+      std::optional<ShardFileWriter> f;
+      if (rank0) f.emplace(path, "full.bin", site);
+      for (size_t i = 0; i < units.size(); ++i) {
+        for (int k = 0; k < kCheckpointKindCount; ++k) {
+          const at::Tensor full = gather_full(*units[i], kind_tensor(*units[i], optimizer, i, k));
+          if (rank0) f->append(units[i]->spec(), i, k, full.data_ptr<float>(), 0, 0, units[i]->numel());
+        }
+      }
+      if (rank0) own_index = f->commit();
     }
-    if (rank0) {
-      f->commit();
-      own_index = {{"file", "full.bin"}, {"bytes", f->bytes_written()}, {"chunks", chunks}};
-    }
-  }
-  world.barrier();  // every data file is committed
+  });
 
+  // Every data file is committed: rank 0 writes metadata.json, and nobody goes on (or exits on a signal)
+  // before the checkpoint is complete.
   int64_t total_bytes = 0;
-  if (rank0) {
-    std::vector<json> indexes;
-    if (sharded_format) {
-      for (int r = 0; r < world.world_size(); ++r) {
-        const fs::path p = fs::path(path) / ("rank" + std::to_string(r) + ".index.json");
-        if (fs::exists(p)) indexes.push_back(read_json_file(p.string()));
-      }
-    } else {
-      indexes.push_back(own_index);
-    }
-    json files = json::object();
-    json tensors = json::object();
-    for (const auto& unit : build_unit_specs(config.model)) {
-      for (const auto* kind : kKinds) {
-        for (const auto& p : unit.params)
-          tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
-      }
-    }
-    for (const auto& idx : indexes) {
-      files[idx["file"].get<std::string>()] = {{"bytes", idx["bytes"]}};
-      total_bytes += idx["bytes"].get<int64_t>();
-      for (auto it = idx["chunks"].begin(); it != idx["chunks"].end(); ++it) {
-        auto& list = tensors.at(it.key())["chunks"];
-        for (const auto& c : it.value()) list.push_back(c);
-      }
-    }
-    // Every tensor must be covered exactly once, or the save itself is broken.
-    for (auto it = tensors.begin(); it != tensors.end(); ++it) {
-      auto& list = it.value()["chunks"];
-      std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
-      int64_t next = 0;
-      for (const auto& c : list) {
-        if (c["begin"].get<int64_t>() != next)
-          throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
-        next += c["count"].get<int64_t>();
-      }
-      int64_t numel = 1;
-      for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
-      if (next != numel)
-        throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
-                    std::to_string(numel));
-    }
-    const json meta = {
-        {"format_version", kFormatVersion},
-        {"step", state.step},
-        {"optimizer_steps", state.optimizer_steps},
-        // Training draws no random numbers after init: the data position is a function of (train.seed, step)
-        // and the learning rate of step, so these two integers are the whole RNG and schedule state.
-        {"seed", config.train.seed},
-        {"saved_with",
-         {{"world_size", world.world_size()},
-          {"strategy", to_string(config.fsdp.strategy)},
-          {"layout", model.layout()},
-          {"format", cc.format}}},
-        {"model", config.merged.at("model")},
-        {"config", config.merged},
-        {"files", files},
-        {"tensors", tensors},
-    };
-    write_file_atomic((fs::path(path) / "metadata.json").string(), meta.dump(1));
-    for (int r = 0; r < world.world_size(); ++r)
-      fs::remove(fs::path(path) / ("rank" + std::to_string(r) + ".index.json"));
-    fsync_dir(cc.dir);
-    prune(cc.dir, cc.keep_last, state.step);
-  }
-  world.barrier();  // nobody goes on (or exits on a signal) before the checkpoint is complete
-  return {path, total_bytes, std::chrono::duration<double>(Clock::now() - start).count()};
+  agreed(world, path, [&] {
+    if (!rank0) return;
+    const SaveRecord record{state.step, state.optimizer_steps, world.world_size(), model.layout()};
+    total_bytes = finish_checkpoint(config, path, record, sharded_format ? nullptr : &own_index);
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  CheckpointStats stats{path, total_bytes, seconds};
+  stats.blocked_seconds = seconds;
+  return stats;
 }
 
 TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
@@ -274,11 +146,11 @@ TrainState load_checkpoint(const std::string& path, const TrainerConfig& config,
     for (size_t i = 0; i < units.size(); ++i) {
       const auto& spec = units[i]->spec();
       const auto [lo, hi] = local_range(*units[i]);
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 0; k < kCheckpointKindCount; ++k) {
         at::Tensor buffer = at::zeros({units[i]->shard_numel()}, at::kFloat);  // padding stays zero
         int64_t offset = 0;
         for (const auto& p : spec.params) {
-          const std::string name = global_name(kKinds[k], spec, p);
+          const std::string name = global_name(kCheckpointKinds[k], spec, p);
           if (!meta["tensors"].contains(name) || reader.shape(name) != p.shape) {
             throw Error("checkpoint " + path + " does not fit this model: " + name +
                         (meta["tensors"].contains(name) ? " has shape " + meta["tensors"][name]["shape"].dump()
@@ -323,7 +195,7 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) return std::nullopt;
   std::optional<std::pair<int64_t, std::string>> best;
   for (const auto& e : fs::directory_iterator(dir)) {
-    const auto step = step_of(e.path());
+    const auto step = step_of_folder(e.path().filename().string());
     if (!step || !fs::exists(e.path() / "metadata.json")) continue;
     if (!best || *step > best->first) best = {{*step, e.path().string()}};
   }
@@ -338,9 +210,9 @@ CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
                 " is missing (the save was interrupted; use an older step_<N> or --resume auto)");
   }
   meta_ = read_json_file(meta_path.string());
-  if (!meta_.contains("format_version") || meta_["format_version"] != kFormatVersion) {
+  if (!meta_.contains("format_version") || meta_["format_version"] != kCheckpointFormatVersion) {
     throw Error(meta_path.string() + ": unsupported checkpoint format_version (expected " +
-                std::to_string(kFormatVersion) + ")");
+                std::to_string(kCheckpointFormatVersion) + ")");
   }
   for (auto it = meta_["files"].begin(); it != meta_["files"].end(); ++it) {
     const fs::path f = fs::path(path_) / it.key();

@@ -10,15 +10,21 @@
 // loading rank computes its own range under its own world size and strategy and reads just the chunks
 // that overlap it (resharding on load, no communication). A step folder without metadata.json is an
 // interrupted save and is never loaded.
+//
+// Every step of a save ends with the ranks agreeing on its outcome (Communicator::first_failure): a rank
+// whose write fails (disk full, permission denied) makes every rank throw CheckpointWriteError naming it.
+// checkpoint.async saves are written by a background thread (async_writer.hpp) through the same files.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
 #include "trainer/config.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/fsdp/adamw.hpp"
@@ -36,10 +42,31 @@ struct CheckpointStats {
   std::string path;
   int64_t bytes = 0;  // data bytes written or read, all ranks together
   double seconds = 0;
+  bool async = false;                // written by the background writer (checkpoint.async)
+  double blocked_seconds = 0;        // of `seconds`, how long training waited (a synchronous save: all of it)
+  double snapshot_wait_seconds = 0;  // of `blocked_seconds`, the optimizer step's wait for the snapshot (async)
 };
+
+/// A save failed on some rank; every rank throws it, with the failing rank and its message.
+class CheckpointWriteError : public Error {
+ public:
+  CheckpointWriteError(int rank, const std::string& message) : Error(message), rank_(rank) {}
+  /// The rank whose write failed.
+  int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+};
+
+/// Throws CheckpointWriteError for the checkpoint at `path` when `failure` is set.
+void throw_if_failed(const std::optional<RankFailure>& failure, const std::string& path);
+
+/// The real (unpadded) part of this rank's chunk of a unit, as unit-flat element indices [lo, hi).
+std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit);
 
 /// Saves the model and optimizer as <config.checkpoint.dir>/step_<N>. Collective over `world`; returns once
 /// the checkpoint is complete (metadata.json committed). Rank 0 then drops all but the newest keep_last.
+/// Throws CheckpointWriteError on every rank when any rank fails.
 CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer, Communicator& world,
                                 const TrainState& state);
 

@@ -200,6 +200,30 @@ int64_t Communicator::broadcast_value(int64_t value, int root) {
   return t.item<int64_t>();
 }
 
+std::optional<RankFailure> Communicator::first_failure(const std::string& own_error) {
+  const std::string key = "failure/" + std::to_string(failure_seq_++) + "/rank";
+  if (!backend_) {
+    if (own_error.empty()) return std::nullopt;
+    return RankFailure{rank_, own_error};
+  }
+  // The message goes into the store before the all-reduce, so it is there once anyone learns of it.
+  if (!own_error.empty()) store_set(*store_, key + std::to_string(rank_), own_error);
+  std::vector<double> failed(static_cast<size_t>(world_size_), 0.0);
+  if (!own_error.empty()) failed[static_cast<size_t>(rank_)] = 1.0;
+  failed = sum_over_ranks(std::move(failed));
+  for (int r = 0; r < world_size_; ++r) {
+    if (failed[static_cast<size_t>(r)] == 0.0) continue;
+    if (r == rank_) return RankFailure{r, own_error};
+    try {
+      return RankFailure{r, store_get(*store_, key + std::to_string(r))};
+    } catch (const c10::Error& e) {
+      return RankFailure{
+          r, std::string("(its message could not be read from the store: ") + e.what_without_backtrace() + ")"};
+    }
+  }
+  return std::nullopt;
+}
+
 Communicator::Communicator(const at::Device& device) : device_(device) {}
 
 Communicator::~Communicator() = default;

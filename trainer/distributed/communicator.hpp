@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,12 @@ struct PendingOp {
   bool valid() const { return output.defined(); }
 };
 
+/// A step that every rank took (writing its part of a checkpoint, say) and that failed somewhere.
+struct RankFailure {
+  int rank = -1;        // the lowest failing rank of the group
+  std::string message;  // that rank's own error message
+};
+
 class Communicator {
  public:
   /// Single process, or store + consistency check + backend. Throws UsageError / TimeoutError /
@@ -85,6 +92,11 @@ class Communicator {
   std::vector<double> sum_over_ranks(std::vector<double> values);
   /// `root`'s value on every rank.
   int64_t broadcast_value(int64_t value, int root);
+  /// Every rank passes its outcome of a step they all took ("" = success) and learns the group's: nullopt
+  /// when every rank succeeded, else the lowest failing rank and its message. Collective: one all-reduce of
+  /// world_size flags; the failing ranks' messages travel through the store, so each rank can name the
+  /// culprit instead of hanging in a later collective until system.timeout_s.
+  std::optional<RankFailure> first_failure(const std::string& own_error);
   /// A process group over `ranks` (global ranks, this rank among them) built over the same store under
   /// the prefix `name`; every member must call it with the same arguments, non-members must not.
   /// Single-process communicators return another single-process communicator.
@@ -114,8 +126,9 @@ class Communicator {
   DistEnv env_;
   std::chrono::milliseconds timeout_{0};
   bool native_reduce_scatter_ = true;
-  bool p2p_ = false;     // all-gather / reduce-scatter as sends and receives (Gloo)
-  int64_t p2p_tag_ = 0;  // the same sequence on every rank: collectives are issued in the same order
+  bool p2p_ = false;         // all-gather / reduce-scatter as sends and receives (Gloo)
+  int64_t p2p_tag_ = 0;      // the same sequence on every rank: collectives are issued in the same order
+  int64_t failure_seq_ = 0;  // first_failure() calls so far (the same on every rank): its store keys
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   double comm_seconds_ = 0.0;

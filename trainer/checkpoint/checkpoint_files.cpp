@@ -1,0 +1,204 @@
+#include "trainer/checkpoint/checkpoint_files.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace meshrun::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Test hooks, both MESHRUN_TRAINER_FAULT_<NAME>_IN_SAVE=STEP:RANK:
+//   KILL       that rank SIGKILLs itself halfway through writing its data file at that step (the crash the
+//              save protocol must survive);
+//   DISK_FULL  that rank's data file is a link to /dev/full, so its writes fail with ENOSPC, the real error
+//              of a full disk (the failure every rank must stop on, naming the rank).
+bool fault_at(const char* variable, const SaveSite& site) {
+  const char* v = std::getenv(variable);
+  return v != nullptr && std::string(v) == std::to_string(site.step) + ":" + std::to_string(site.rank);
+}
+
+// The path the data file is opened at, after the disk-full hook has had its say.
+std::string data_file_path(const std::string& path, const std::string& file, const SaveSite& site) {
+  const std::string target = (fs::path(path) / file).string();
+  if (fault_at("MESHRUN_TRAINER_FAULT_DISK_FULL_IN_SAVE", site)) {
+    if (::symlink("/dev/full", (target + ".tmp").c_str()) != 0)
+      throw Error("test hook: cannot link " + target + ".tmp to /dev/full: " + std::strerror(errno));
+  }
+  return target;
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read " + path);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + " is not valid JSON (corrupted checkpoint metadata)");
+  return j;
+}
+
+// Removes all but the newest keep_last complete checkpoints, and incomplete folders older than `newest`
+// (debris of interrupted saves). Only folders with metadata.json count as checkpoints.
+void prune(const std::string& dir, int64_t keep_last, int64_t newest) {
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const auto step = step_of_folder(e.path().filename().string());
+    if (!step || !e.is_directory()) continue;
+    if (fs::exists(e.path() / "metadata.json")) {
+      complete.emplace_back(*step, e.path());
+    } else if (*step < newest) {
+      fs::remove_all(e.path());
+    }
+  }
+  if (keep_last <= 0 || static_cast<int64_t>(complete.size()) <= keep_last) return;
+  std::sort(complete.begin(), complete.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < complete.size(); ++i) {
+    // metadata first: an interrupted removal leaves an incomplete folder, never a half-deleted "complete" one.
+    fs::remove(complete[i].second / "metadata.json");
+    fs::remove_all(complete[i].second);
+  }
+}
+
+}  // namespace
+
+std::string step_dir(const std::string& dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return (fs::path(dir) / name).string();
+}
+
+std::optional<int64_t> step_of_folder(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() == 5) return std::nullopt;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  }
+  return std::stoll(name.substr(5));
+}
+
+std::string global_name(const char* kind, const UnitSpec& unit, const ParamSpec& param) {
+  return std::string(kind) + "." + unit.name + "." + param.name;
+}
+
+void prepare_step_dir(const std::string& dir, const std::string& path) {
+  fs::create_directories(dir);
+  if (fs::exists(path)) {
+    fs::remove(fs::path(path) / "metadata.json");  // no longer complete from here on
+    fsync_dir(path);
+    fs::remove_all(path);
+  }
+  // The new folder's own entry becomes durable with the fsync of `dir` after metadata.json.
+  fs::create_directories(path);
+}
+
+ShardFileWriter::ShardFileWriter(const std::string& path, std::string file, SaveSite site)
+    : file_name_(std::move(file)), site_(site), file_(data_file_path(path, file_name_, site)) {}
+
+void ShardFileWriter::append(const UnitSpec& unit, size_t unit_index, int kind, const float* data, int64_t base,
+                             int64_t lo, int64_t hi) {
+  int64_t offset = 0;
+  for (const auto& p : unit.params) {
+    const int64_t s = std::max(lo, offset);
+    const int64_t e = std::min(hi, offset + p.numel());
+    if (s < e) {
+      const uint64_t at = file_.bytes_written();
+      const uint32_t crc = file_.write(data + (s - base), static_cast<size_t>(e - s) * sizeof(float));
+      chunks_[global_name(kCheckpointKinds[kind], unit, p)].push_back(
+          {{"file", file_name_}, {"offset", at}, {"begin", s - offset}, {"count", e - s}, {"crc32", crc}});
+    }
+    offset += p.numel();
+  }
+  if (unit_index == site_.units / 2 && kind == 0 && fault_at("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", site_))
+    ::raise(SIGKILL);
+}
+
+json ShardFileWriter::commit() {
+  file_.commit();
+  return {{"file", file_name_}, {"bytes", file_.bytes_written()}, {"chunks", std::move(chunks_)}};
+}
+
+void write_rank_index(const std::string& path, int rank, const json& index) {
+  write_file_atomic((fs::path(path) / ("rank" + std::to_string(rank) + ".index.json")).string(), index.dump());
+}
+
+int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, const SaveRecord& record,
+                          const json* own_index) {
+  std::vector<json> indexes;
+  if (own_index != nullptr) {
+    indexes.push_back(*own_index);
+  } else {
+    for (int r = 0; r < record.world_size; ++r) {
+      const fs::path p = fs::path(path) / ("rank" + std::to_string(r) + ".index.json");
+      if (fs::exists(p)) indexes.push_back(read_json_file(p.string()));
+    }
+  }
+  json files = json::object();
+  json tensors = json::object();
+  for (const auto& unit : build_unit_specs(config.model)) {
+    for (const auto* kind : kCheckpointKinds) {
+      for (const auto& p : unit.params)
+        tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
+    }
+  }
+  int64_t total_bytes = 0;
+  for (const auto& idx : indexes) {
+    files[idx["file"].get<std::string>()] = {{"bytes", idx["bytes"]}};
+    total_bytes += idx["bytes"].get<int64_t>();
+    for (auto it = idx["chunks"].begin(); it != idx["chunks"].end(); ++it) {
+      auto& list = tensors.at(it.key())["chunks"];
+      for (const auto& c : it.value()) list.push_back(c);
+    }
+  }
+  // Every tensor must be covered exactly once, or the save itself is broken.
+  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
+    auto& list = it.value()["chunks"];
+    std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
+    int64_t next = 0;
+    for (const auto& c : list) {
+      if (c["begin"].get<int64_t>() != next)
+        throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
+      next += c["count"].get<int64_t>();
+    }
+    int64_t numel = 1;
+    for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
+    if (next != numel)
+      throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
+                  std::to_string(numel));
+  }
+  const auto& cc = config.checkpoint;
+  const json meta = {
+      {"format_version", kCheckpointFormatVersion},
+      {"step", record.step},
+      {"optimizer_steps", record.optimizer_steps},
+      // Training draws no random numbers after init: the data position is a function of (train.seed, step)
+      // and the learning rate of step, so these two integers are the whole RNG and schedule state.
+      {"seed", config.train.seed},
+      {"saved_with",
+       {{"world_size", record.world_size},
+        {"strategy", to_string(config.fsdp.strategy)},
+        {"layout", record.layout},
+        {"format", cc.format}}},
+      {"model", config.merged.at("model")},
+      {"config", config.merged},
+      {"files", files},
+      {"tensors", tensors},
+  };
+  write_file_atomic((fs::path(path) / "metadata.json").string(), meta.dump(1));
+  for (int r = 0; r < record.world_size; ++r) fs::remove(fs::path(path) / ("rank" + std::to_string(r) + ".index.json"));
+  fsync_dir(cc.dir);
+  prune(cc.dir, cc.keep_last, record.step);
+  return total_bytes;
+}
+
+}  // namespace meshrun::trainer
