@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace meshrun {
 
@@ -35,6 +36,12 @@ inline double to_seconds(Duration d) { return std::chrono::duration<double>(d).c
 
 inline Duration from_seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+}
+
+/// The wall clock in milliseconds since the epoch (for reports and skew checks; never for deadlines).
+inline int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace meshrun

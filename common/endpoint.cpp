@@ -50,4 +50,9 @@ Endpoint parse_endpoint(std::string_view text, uint16_t default_port) {
   return ep;
 }
 
+std::string strip_brackets(std::string host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
+  return host;
+}
+
 }  // namespace meshrun

@@ -145,9 +145,7 @@ bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
 }
 
 bool NodeRendezvous::check_signals() {
-  for (int sig : signals_.drain()) {
-    if (sig != SIGCHLD && is_terminating_signal(sig)) interrupted_by_ = sig;
-  }
+  if (const int sig = signals_.drain_terminating()) interrupted_by_ = sig;
   return interrupted_by_ != 0;
 }
 

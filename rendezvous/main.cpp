@@ -126,9 +126,7 @@ int main(int argc, char** argv) {
   }
   return run_main("meshrun-rendezvous", [&] {
     if (status_cmd->parsed()) return run_status(endpoint, as_json, timeout_s);
-    // "[::1]" as in an endpoint: the brackets only separate an IPv6 address from a port.
-    auto& host = options.host;
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    options.host = strip_brackets(options.host);  // "[::1]" as in an endpoint
     options.limits.max_value_bytes = max_message_bytes;
     options.http_idle_timeout = std::chrono::seconds(http_idle_s);
     options.join_token = token_file.empty() ? env_token() : read_token_file(token_file);

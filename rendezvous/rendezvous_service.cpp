@@ -28,11 +28,6 @@ constexpr double kDefaultAwaitSeconds = 5.0;
 // memory a heartbeat can make the daemon keep).
 constexpr size_t kMaxProgressEntries = 1024;
 
-int64_t unix_time_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 RendezvousService::RendezvousService(boost::asio::io_context& io, RunPorts& ports, std::string join_token)

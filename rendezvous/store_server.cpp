@@ -1,4 +1,5 @@
 #include "rendezvous/store_server.hpp"
+#include "rendezvous/listen_socket.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -40,15 +41,7 @@ void StoreServer::bind(Listener& listener, const std::string& host, uint16_t por
                      " (use an IP address such as 0.0.0.0 or 127.0.0.1)");
   }
   const tcp::endpoint ep = results.begin()->endpoint();
-  listener.acceptor.open(ep.protocol(), ec);
-  if (!ec) listener.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  // "::" serves IPv4 clients too (as v4-mapped addresses), whatever net.ipv6.bindv6only says.
-  if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) {
-    listener.acceptor.set_option(asio::ip::v6_only(false), ec);
-  }
-  if (!ec) listener.acceptor.bind(ep, ec);
-  // With SO_REUSEADDR two processes may both bind the port; the second then fails in listen().
-  if (!ec) listener.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  open_listen_socket(listener.acceptor, ep, ec);
   if (ec) {
     const std::string fix =
         ec == asio::error::address_in_use

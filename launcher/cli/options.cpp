@@ -536,10 +536,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   }
   o.run_id = run_id;
   o.rdzv_conf = parse_rdzv_conf(conf);
-  // "[fd00::1]" as in an endpoint: the brackets only separate an IPv6 address from a port.
-  if (o.master_addr.size() > 2 && o.master_addr.front() == '[' && o.master_addr.back() == ']') {
-    o.master_addr = o.master_addr.substr(1, o.master_addr.size() - 2);
-  }
+  o.master_addr = strip_brackets(o.master_addr);  // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);
   require_positive(o.monitor_interval_s, "--monitor-interval");
   o.redirects = parse_stream_mask(redirects, "--redirects");

@@ -31,15 +31,6 @@ constexpr auto kProgressEvery = 5s;
 // One call to one etcd member: a member that does not answer in this time is skipped for the next.
 constexpr auto kCallTimeout = 2s;
 
-std::chrono::milliseconds to_ms(double seconds) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
-}
-
-int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 int64_t lease_ttl_s(const RdzvConf& conf) {
   // etcd's smallest lease is about 2 s (1.5 election timeouts); shorter asks are raised by the server.
   return std::max<int64_t>(2,
@@ -92,7 +83,7 @@ EtcdRendezvous::EtcdRendezvous(const LaunchOptions& options, SignalSet& signals)
       addr_(!options.local_addr.empty() ? options.local_addr
                                         : own_address(options.etcd_endpoints.front().host).value_or(local_hostname())) {
   const auto start = SteadyClock::now();
-  const auto deadline = start + to_ms(options.rdzv_conf.join_timeout_s);
+  const auto deadline = start + from_seconds(options.rdzv_conf.join_timeout_s);
   auto next_note = start + kProgressEvery;
   for (;;) {
     try {
@@ -122,15 +113,13 @@ EtcdRendezvous::~EtcdRendezvous() {
 }
 
 bool EtcdRendezvous::check_signals() {
-  for (int sig : signals_.drain()) {
-    if (sig != SIGCHLD && is_terminating_signal(sig)) interrupted_by_ = sig;
-  }
+  if (const int sig = signals_.drain_terminating()) interrupted_by_ = sig;
   return interrupted_by_ != 0;
 }
 
 void EtcdRendezvous::renew_lease(bool force) {
   const auto now = SteadyClock::now();
-  if (!force && now - lease_renewed_ < to_ms(options_.rdzv_conf.keep_alive_interval_s)) return;
+  if (!force && now - lease_renewed_ < from_seconds(options_.rdzv_conf.keep_alive_interval_s)) return;
   const int64_t ttl = client_.keep_alive(lease_);
   lease_renewed_ = now;
   if (ttl > 0) return;
@@ -141,8 +130,9 @@ void EtcdRendezvous::renew_lease(bool force) {
   entered_round_ = -1;
 }
 
-EtcdRendezvous::Snapshot EtcdRendezvous::read_state() {
-  const etcd::RangeResult r = client_.range(keys_.state());
+EtcdRendezvous::Snapshot EtcdRendezvous::read_state() { return snapshot_of(client_.range(keys_.state())); }
+
+EtcdRendezvous::Snapshot EtcdRendezvous::snapshot_of(const etcd::RangeResult& r) {
   Snapshot s;
   s.revision = r.revision;
   if (r.kvs.empty()) return s;
@@ -162,7 +152,10 @@ EtcdRendezvous::Snapshot EtcdRendezvous::ensure_state() {
 
 EtcdRendezvous::RoundView EtcdRendezvous::read_round(int64_t round) {
   const std::string prefix = keys_.round(round);
-  const etcd::RangeResult r = client_.range(prefix, etcd::prefix_end(prefix));
+  return view_of(prefix, client_.range(prefix, etcd::prefix_end(prefix)));
+}
+
+EtcdRendezvous::RoundView EtcdRendezvous::view_of(const std::string& prefix, const etcd::RangeResult& r) {
   RoundView view;
   view.revision = r.revision;
   std::vector<std::pair<int64_t, proto::NodeInfo>> joined;
@@ -230,7 +223,7 @@ void EtcdRendezvous::wait_for_change(int64_t revision, std::chrono::milliseconds
 std::optional<proto::Assignment> EtcdRendezvous::join() {
   JoinWait wait;
   wait.start = SteadyClock::now();
-  wait.deadline = wait.start + to_ms(options_.rdzv_conf.join_timeout_s);
+  wait.deadline = wait.start + from_seconds(options_.rdzv_conf.join_timeout_s);
   wait.next_note = wait.start + kProgressEvery;
   while (!check_signals()) {
     renew_lease(false);
@@ -309,10 +302,10 @@ void EtcdRendezvous::on_open_round(const Snapshot& s, JoinWait& wait) {
     wait.min_joined_at = now;
     wait.min_joined_round = run.round;
   }
-  const auto last_call = to_ms(options_.rdzv_conf.last_call_timeout_s);
+  const auto last_call = from_seconds(options_.rdzv_conf.last_call_timeout_s);
   const bool last_call_running = wait.min_joined_round == run.round;
-  RunRecord judged = run;  // waits only for survivors that are still alive
-  if (!run.survivors.empty()) {
+  RunRecord judged = run;  // waits only for survivors that are still alive (they matter from min_nodes on)
+  if (!run.survivors.empty() && last_call_running) {
     judged.survivors = etcd::live_survivors(run, read_round(run.round - 1).joined, view.joined);
   }
   if (auto members = etcd::close_now(judged, view.joined, last_call_running && now - wait.min_joined_at >= last_call)) {
@@ -365,7 +358,7 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
     spdlog::info("round {}: serving the workers' store on {}", run.round, store.to_string());
     return etcd::assignment_for(run, node_id_, store.host, store.port);
   }
-  const auto deadline = SteadyClock::now() + to_ms(options_.rdzv_conf.join_timeout_s);
+  const auto deadline = SteadyClock::now() + from_seconds(options_.rdzv_conf.join_timeout_s);
   while (!check_signals()) {
     renew_lease(false);
     const RoundView view = read_round(run.round);
@@ -396,21 +389,13 @@ proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankPro
       client_.txn({}, {etcd::range_op(keys_.state()), etcd::range_op(prefix, etcd::prefix_end(prefix))});
   proto::HeartbeatReply reply;
   reply.round = assigned_round_;
-  if (read.ranges.size() != 2 || read.ranges[0].kvs.empty()) return reply;  // the run finished and was cleaned up
-  Snapshot s;
-  s.exists = true;
-  s.mod_revision = read.ranges[0].kvs.front().mod_revision;
-  s.run = json::parse(read.ranges[0].kvs.front().value).get<RunRecord>();
+  if (read.ranges.size() != 2) return reply;
+  const Snapshot s = snapshot_of(read.ranges[0]);
+  if (!s.exists) return reply;  // the run finished and was cleaned up
   RunRecord next = s.run;
   if (s.run.round == assigned_round_) {
-    std::set<std::string> alive;
-    std::set<std::string> done;
-    for (const auto& kv : read.ranges[1].kvs) {
-      const std::string name = kv.key.substr(prefix.size());
-      if (name.rfind("n/", 0) == 0) alive.insert(name.substr(2));
-      if (name.rfind("done/", 0) == 0) done.insert(name.substr(5));
-    }
-    const auto lost = etcd::lost_members(s.run, alive, done);
+    const RoundView view = view_of(prefix, read.ranges[1]);
+    const auto lost = etcd::lost_members(s.run, view.alive, view.done);
     if (lost.empty()) return reply;
     next = etcd::next_round(s.run, proto::RestartCause::kNodeLost,
                             "node " + std::to_string(lost.front().group_rank) + " on " + lost.front().host +
@@ -437,7 +422,7 @@ void EtcdRendezvous::record_failure(const proto::FailureReport& failure) {
   report.node_id = node_id_;
   // Dated by this node's clock: etcd keeps no time, so reports from several nodes are ordered as well
   // as their clocks agree (NTP keeps them within milliseconds).
-  report.unix_ms = now_unix_ms() - static_cast<int64_t>(failure.age_s * 1000);
+  report.unix_ms = unix_time_ms() - static_cast<int64_t>(failure.age_s * 1000);
   try {
     client_.put(keys_.failures(report.round) + node_id_ + "/" + std::to_string(report.rank), json(report).dump());
   } catch (const Error& e) {

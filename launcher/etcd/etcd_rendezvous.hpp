@@ -96,6 +96,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   void close_round(const Snapshot& s, const RoundView& view, std::vector<proto::NodeInfo> members);
 
   Snapshot read_state();
+  static Snapshot snapshot_of(const etcd::RangeResult& state_range);
+  static RoundView view_of(const std::string& round_prefix, const etcd::RangeResult& round_range);
   /// The state, created (round 0, open) when this is the run's first node.
   Snapshot ensure_state();
   RoundView read_round(int64_t round);

@@ -39,13 +39,13 @@ std::optional<RawAddress> raw_address(const std::string& text) {
 using AddrInfoList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
 
 // getaddrinfo for `host`; with `numeric_only` it never asks a resolver (AI_NUMERICHOST).
-AddrInfoList lookup(const std::string& host, bool numeric_only, int& rc) {
+AddrInfoList lookup(const std::string& host, bool numeric_only) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
   hints.ai_flags = numeric_only ? AI_NUMERICHOST : 0;
   addrinfo* found = nullptr;
-  rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);  // any port: a UDP connect only picks a route
+  const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);  // any port: a UDP connect only picks a route
   return AddrInfoList(rc == 0 ? found : nullptr, &::freeaddrinfo);
 }
 
@@ -72,9 +72,8 @@ std::optional<LocalInterface> interface_holding(const std::string& address,
 }
 
 std::vector<std::string> host_addresses(const std::string& host) {
-  int rc = 0;
-  if (auto numeric = lookup(host, true, rc)) return {host};
-  auto found = lookup(host, false, rc);
+  if (auto numeric = lookup(host, true)) return {host};
+  auto found = lookup(host, false);
   std::vector<std::string> out;
   for (const addrinfo* ai = found.get(); ai != nullptr; ai = ai->ai_next) {
     std::string text = numeric_address(ai->ai_addr);

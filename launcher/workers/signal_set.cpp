@@ -45,6 +45,14 @@ std::vector<int> SignalSet::drain() {
   return out;
 }
 
+int SignalSet::drain_terminating() {
+  int last = 0;
+  for (int sig : drain()) {
+    if (sig != SIGCHLD && is_terminating_signal(sig)) last = sig;
+  }
+  return last;
+}
+
 bool is_terminating_signal(int sig) { return sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGCHLD && sig != SIGCONT; }
 
 }  // namespace meshrun::launcher

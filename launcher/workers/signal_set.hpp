@@ -23,6 +23,9 @@ class SignalSet {
   int fd() const { return fd_.get(); }
   /// Reads every pending signal (non-blocking); SIGCHLD included.
   std::vector<int> drain();
+  /// Reads every pending signal and returns the last terminating one (0: none). For waits outside the
+  /// supervision loop (the rendezvous): there is no worker to forward the others to yet.
+  int drain_terminating();
   /// The mask before construction: what workers should start with.
   const sigset_t& original_mask() const { return original_mask_; }
 

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "rendezvous/http/health.hpp"
 #include "rendezvous/http/http_session.hpp"
+#include "rendezvous/listen_socket.hpp"
 #include "rendezvous/session.hpp"  // address_text
 
 namespace meshrun::rendezvous::http {
@@ -35,11 +36,7 @@ HttpServer::HttpServer(const HttpOptions& options, asio::io_context& state_io, L
     throw UsageError("cannot resolve the HTTP listen address '" + options.host + "': " + ec.message());
   }
   const tcp::endpoint ep = results.begin()->endpoint();
-  acceptor_.open(ep.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) acceptor_.set_option(asio::ip::v6_only(false), ec);
-  if (!ec) acceptor_.bind(ep, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  open_listen_socket(acceptor_, ep, ec);
   if (ec) {
     throw NetworkError("cannot serve HTTP on " + meshrun::Endpoint{options.host, options.port}.to_string() + ": " +
                        ec.message() + " (pick another --http-port, or 0 for a free one)");

@@ -35,14 +35,13 @@ AsyncCheckpointer::AsyncCheckpointer(const TrainerConfig& config, ShardedModel& 
   // The pieces in the order a synchronous save writes them: unit by unit, each unit's parameters, then
   // exp_avg, then exp_avg_sq. Replicas that do not write (NO_SHARD, HYBRID_*) have none.
   int64_t total = 0;
-  bool on_device = false;
   const auto units = model.units();
   unit_count_ = units.size();
   for (size_t i = 0; i < units.size() && model.writes_checkpoint(); ++i) {
     const auto [lo, hi] = local_range(*units[i]);
     if (lo >= hi) continue;
     for (int k = 0; k < kCheckpointKindCount; ++k) {
-      at::Tensor& source = k == 0 ? units[i]->shard() : (k == 1 ? optimizer.exp_avg(i) : optimizer.exp_avg_sq(i));
+      at::Tensor& source = kind_tensor(*units[i], optimizer, i, k);
       if (!source.is_contiguous() || source.scalar_type() != at::kFloat)
         throw Error("internal: checkpoint.async needs contiguous fp32 shards and moments");
       Piece piece{&units[i]->spec(), i, k, lo, hi, total, source, lo - units[i]->shard_offset(), nullptr};
@@ -50,13 +49,13 @@ AsyncCheckpointer::AsyncCheckpointer(const TrainerConfig& config, ShardedModel& 
       // shards and moments are updated in place and never reallocated.
       if (!source.is_cuda()) piece.host_source = source.const_data_ptr<float>() + piece.source_offset;
       pieces_.push_back(std::move(piece));
-      on_device = on_device || source.is_cuda();
+      on_device_ = on_device_ || source.is_cuda();
       total += hi - lo;
     }
   }
   // Pinned when device-to-host copies land here (they can then be asynchronous). Touched once now, so the
   // first snapshot does not pay the page faults.
-  buffer_ = at::empty({total}, at::TensorOptions().dtype(at::kFloat).pinned_memory(on_device));
+  buffer_ = at::empty({total}, at::TensorOptions().dtype(at::kFloat).pinned_memory(on_device_));
   buffer_.zero_();
   buffer_data_ = buffer_.data_ptr<float>();
   writer_ = std::thread([this] { writer_loop(); });
@@ -82,13 +81,9 @@ AsyncCheckpointer::Started AsyncCheckpointer::start(const TrainState& state) {
   }
   path_ = step_dir(config_.checkpoint.dir, state.step);
   state_ = state;
-  std::string error;
-  try {
+  agreed(world_, path_, [&] {
     if (world_.rank() == 0) prepare_step_dir(config_.checkpoint.dir, path_);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  throw_if_failed(world_.first_failure(error), path_);  // the folder exists for every rank from here on
+  });  // the folder exists for every rank from here on
 
   Job job;
   job.kind = JobKind::kWrite;
@@ -105,9 +100,7 @@ AsyncCheckpointer::Started AsyncCheckpointer::start(const TrainState& state) {
 }
 
 std::optional<c10::Event> AsyncCheckpointer::copy_device_pieces() {
-  bool any = false;
-  for (const auto& p : pieces_) any = any || p.source.is_cuda();
-  if (!any) return std::nullopt;
+  if (!on_device_) return std::nullopt;
   const at::Device device = world_.device();
   const c10::impl::VirtualGuardImpl impl(device.type());
   if (!side_stream_) side_stream_ = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);

@@ -76,7 +76,6 @@ class AsyncCheckpointer {
   std::optional<CheckpointStats> advance(double failed, double done);
   /// Blocks until the save in flight is complete (collective): its stats, if there was one.
   std::optional<CheckpointStats> finish();
-  bool in_flight() const { return phase_ != Phase::kIdle; }
   /// Bytes of the host buffers the snapshots go to.
   int64_t snapshot_bytes() const;
 
@@ -119,7 +118,8 @@ class AsyncCheckpointer {
   Communicator& world_;
   size_t unit_count_ = 0;
   std::vector<Piece> pieces_;
-  at::Tensor buffer_;  // every piece, in file order
+  at::Tensor buffer_;       // every piece, in file order
+  bool on_device_ = false;  // some piece lives on the GPU: snapshots start with device-to-host copies
   float* buffer_data_ = nullptr;
   std::optional<c10::Stream> side_stream_;
 

@@ -25,11 +25,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-at::Tensor& kind_tensor(FlatParamUnit& unit, AdamW& optimizer, size_t index, int kind) {
-  if (kind == 0) return unit.shard();
-  return kind == 1 ? optimizer.exp_avg(index) : optimizer.exp_avg_sq(index);
-}
-
 // The full padded fp32 tensor of a unit, gathered over its shard group (replicated units: a copy).
 at::Tensor gather_full(FlatParamUnit& u, const at::Tensor& local) {
   if (u.shard_numel() == u.padded_numel()) return local.to(at::kCPU).contiguous();
@@ -41,29 +36,22 @@ at::Tensor gather_full(FlatParamUnit& u, const at::Tensor& local) {
   return out.to(at::kCPU).contiguous();
 }
 
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read " + path);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw Error(path + " is not valid JSON (corrupted checkpoint metadata)");
-  return j;
+}  // namespace
+
+at::Tensor& kind_tensor(FlatParamUnit& unit, AdamW& optimizer, size_t index, int kind) {
+  if (kind == 0) return unit.shard();
+  return kind == 1 ? optimizer.exp_avg(index) : optimizer.exp_avg_sq(index);
 }
 
-// Runs one step of a save on this rank and agrees on the outcome with every rank: all of them throw
-// CheckpointWriteError naming the first failing rank, instead of the others hanging in the next
-// collective until system.timeout_s.
-template <typename Fn>
-void agreed(Communicator& world, const std::string& path, Fn&& fn) {
+void agreed(Communicator& world, const std::string& path, const std::function<void()>& step) {
   std::string error;
   try {
-    fn();
+    step();
   } catch (const std::exception& e) {
     error = e.what();
   }
   throw_if_failed(world.first_failure(error), path);
 }
-
-}  // namespace
 
 std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit) {
   const int64_t lo = std::min(unit.shard_offset(), unit.numel());

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -60,6 +61,14 @@ class CheckpointWriteError : public Error {
 
 /// Throws CheckpointWriteError for the checkpoint at `path` when `failure` is set.
 void throw_if_failed(const std::optional<RankFailure>& failure, const std::string& path);
+
+/// Runs one step of a save on this rank and agrees on the outcome with every rank: all of them throw
+/// CheckpointWriteError naming the first failing rank, instead of the others hanging in the next
+/// collective until system.timeout_s.
+void agreed(Communicator& world, const std::string& path, const std::function<void()>& step);
+
+/// The tensor a checkpoint kind names for unit `index`: 0 its shard, 1 exp_avg, 2 exp_avg_sq.
+at::Tensor& kind_tensor(FlatParamUnit& unit, AdamW& optimizer, size_t index, int kind);
 
 /// The real (unpadded) part of this rank's chunk of a unit, as unit-flat element indices [lo, hi).
 std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit);

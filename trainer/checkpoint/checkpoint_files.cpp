@@ -41,14 +41,6 @@ std::string data_file_path(const std::string& path, const std::string& file, con
   return target;
 }
 
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read " + path);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw Error(path + " is not valid JSON (corrupted checkpoint metadata)");
-  return j;
-}
-
 // Removes all but the newest keep_last complete checkpoints, and incomplete folders older than `newest`
 // (debris of interrupted saves). Only folders with metadata.json count as checkpoints.
 void prune(const std::string& dir, int64_t keep_last, int64_t newest) {
@@ -199,6 +191,14 @@ int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, 
   fsync_dir(cc.dir);
   prune(cc.dir, cc.keep_last, record.step);
   return total_bytes;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read " + path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + " is not valid JSON (corrupted checkpoint metadata)");
+  return j;
 }
 
 }  // namespace meshrun::trainer

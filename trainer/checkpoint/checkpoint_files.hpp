@@ -80,4 +80,7 @@ struct SaveRecord {
 int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, const SaveRecord& record,
                           const nlohmann::json* own_index);
 
+/// A checkpoint JSON file (metadata.json, a rank index); throws Error naming it when unreadable or not JSON.
+nlohmann::json read_json_file(const std::string& path);
+
 }  // namespace meshrun::trainer
