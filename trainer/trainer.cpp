@@ -20,6 +20,7 @@
 #include "common/strings.hpp"
 #include "trainer/checkpoint/async_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/checkpoint/hf_import.hpp"
 #include "trainer/data/dataset.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/distributed/nccl_backend.hpp"
@@ -156,8 +157,7 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
     : config_(config),
       preemption_(config.checkpoint.on_signal && !config.checkpoint.dir.empty()),
       device_(prepare_device(config.system, env)),
-      comm_(Communicator::create(env, config, device_)),
-      start_rss_(current_rss_bytes()) {
+      comm_(Communicator::create(env, config, device_)) {
   const TrainerConfig& c = config_;
   const int world = comm_->world_size();
   if (c.train.global_batch_size % world != 0) {
@@ -170,6 +170,7 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
                      " but model.vocab_size is " + std::to_string(c.model.vocab_size));
   }
   if (!c.output.dir.empty()) std::filesystem::create_directories(c.output.dir);
+  start_rss_ = current_rss_bytes();  // memory benchmarks report what the model and training add above this
   model_ = std::make_unique<ShardedModel>(c, *comm_, device_, env.local_world_size);
   optimizer_ = std::make_unique<AdamW>(c.train, model_->units());
   flops_per_token_ = train_flops_per_token(c.model, c.train.seq_len);
@@ -202,11 +203,33 @@ int64_t Trainer::load() {
     if (rank0 && !latest)
       std::printf("checkpoint: nothing to resume in %s, starting fresh\n", config_.checkpoint.dir.c_str());
   }
-  if (resume_from.empty()) return 1;
+  if (resume_from.empty()) {
+    if (!config_.model.init_from.empty()) init_from_hf_weights();
+    return 1;
+  }
+  if (rank0 && !config_.model.init_from.empty())
+    std::printf("checkpoint: resuming %s, so model.init_from is not read\n", resume_from.c_str());
   CheckpointStats loaded;
   const TrainState state = load_checkpoint(resume_from, config_, *model_, *optimizer_, *comm_, &loaded);
   log_checkpoint(*log_, rank0, "loaded", loaded);
   return state.step + 1;
+}
+
+void Trainer::init_from_hf_weights() {
+  const HfInitStats s = init_from_hf(config_, *model_, *comm_);
+  init_bytes_read_ = s.bytes_read;
+  if (comm_->rank() != 0) return;
+  std::printf("init: %lld tensors (%s) from %s in %.3f s; this rank read %s of %s read by all ranks\n",
+              static_cast<long long>(s.tensors), s.dtypes.c_str(), s.folder.c_str(), s.seconds,
+              format_bytes(static_cast<double>(s.bytes_read)).c_str(),
+              format_bytes(static_cast<double>(s.bytes_total)).c_str());
+  std::fflush(stdout);
+  log_->log_event({{"event", "init_from"},
+                   {"folder", s.folder},
+                   {"tensors", s.tensors},
+                   {"dtypes", s.dtypes},
+                   {"bytes_all_ranks", s.bytes_total},
+                   {"seconds", s.seconds}});
 }
 
 StepResult Trainer::step(int64_t step) {
@@ -327,6 +350,8 @@ TrainSummary Trainer::run() {
     if (!c.checkpoint.dir.empty() && (periodic || final))
       save(step, final ? SaveMode::kBlocking : SaveMode::kBackground);
   }
+  // train.steps=0: the initial state (model.init_from's weights, say) becomes checkpoint step 0.
+  if (c.train.steps == 0 && summary.first_step == 1 && !c.checkpoint.dir.empty() && c.checkpoint.save_final) save(0);
   finish_background_save();  // a run ends with its checkpoints complete
   if (rank0) {
     log_->log_event({{"event", "train_done"},
@@ -368,6 +393,7 @@ void Trainer::report_memory(const TrainSummary& summary) {
       {"layout", model_->layout()},
       {"optimizer_bytes", optimizer_->state_bytes()},
       {"checkpoint_snapshot_bytes", async_saves_ ? async_saves_->snapshot_bytes() : 0},
+      {"init_from_bytes_read", init_bytes_read_},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"start_rss_bytes", start_rss_},
       {"losses", summary.losses},

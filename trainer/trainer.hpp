@@ -49,8 +49,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Restores checkpoint.resume (a step folder, or the newest complete one for "auto"). Returns the
-  /// first step still to run: 1 when there was nothing to resume.
+  /// Restores checkpoint.resume (a step folder, or the newest complete one for "auto"); with nothing to
+  /// resume, model.init_from's weights (if set). Returns the first step still to run: 1 for a fresh start.
   int64_t load();
   /// Runs optimizer step `step` (1-based) and logs it.
   StepResult step(int64_t step);
@@ -66,6 +66,7 @@ class Trainer {
   TrainSummary run();
 
  private:
+  void init_from_hf_weights();
   void report_memory(const TrainSummary& summary);
   void dump_params();
   void print_sample();
@@ -74,7 +75,7 @@ class Trainer {
   PreemptionWatch preemption_;  // first: its signal mask must precede every thread
   at::Device device_;
   std::unique_ptr<Communicator> comm_;
-  int64_t start_rss_ = 0;  // LibTorch + process group, before any model memory
+  int64_t start_rss_ = 0;  // LibTorch, process group and the opened data: just before the model is built
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<AdamW> optimizer_;
@@ -85,6 +86,7 @@ class Trainer {
   double flops_per_token_ = 0;
   int64_t grad_accum_peak_ = 0;
   int64_t activation_peak_ = 0;
+  int64_t init_bytes_read_ = 0;  // model.init_from: bytes of weights this rank read
 };
 
 TrainSummary train(const TrainerConfig& config, const DistEnv& env);

@@ -78,10 +78,31 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   return 6.0 * matmul_params + 12.0 * static_cast<double>(c.n_layers) * d * static_cast<double>(seq_len);
 }
 
+namespace {
+
+// Llama 3.1's rope scaling (Hugging Face rope_type "llama3"): wavelengths longer than the original context
+// / low_freq_factor are stretched by the factor, those shorter than original / high_freq_factor are kept,
+// and the band between blends the two linearly in original / wavelength.
+at::Tensor llama3_scaled(const at::Tensor& inv_freq, const ModelConfig& c) {
+  const double original = static_cast<double>(c.rope_original_max_seq_len);
+  constexpr double kPi = 3.14159265358979323846;
+  const at::Tensor wavelen = 2.0 * kPi / inv_freq;
+  const at::Tensor stretched = inv_freq / c.rope_scaling_factor;
+  const at::Tensor smooth =
+      (original / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+  const at::Tensor blended = (1.0 - smooth) * stretched + smooth * inv_freq;
+  const at::Tensor is_long = wavelen > original / c.rope_low_freq_factor;
+  const at::Tensor is_short = wavelen < original / c.rope_high_freq_factor;
+  return at::where(is_long, stretched, at::where(is_short, inv_freq, blended));
+}
+
+}  // namespace
+
 Rope make_rope(const ModelConfig& c, int64_t seq_len, at::ScalarType dtype, const at::Device& device) {
   const int64_t half = c.head_dim() / 2;
   auto f64 = at::TensorOptions().dtype(at::kDouble);
   at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, half, f64) / static_cast<double>(half));
+  if (c.rope_scaling == RopeScaling::Llama3) inv_freq = llama3_scaled(inv_freq, c);
   at::Tensor angles = at::outer(at::arange(0, seq_len, f64), inv_freq);  // [T, half]
   at::Tensor sin = angles.sin();
   angles = at::cat({angles, angles}, -1);  // [T, head_dim] (rotate-half layout)
