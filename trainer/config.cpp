@@ -60,7 +60,8 @@ const std::vector<KeyDoc>& key_table() {
        "file-name glob patterns skipped when data.path (or data.val_path) is a directory or a glob"},
       {"data.val_fraction", 0.05, "share of tokens at the end held out for validation"},
       {"train.steps", 100,
-       "optimizer steps; 0: initialise (model.init_from) or resume, save checkpoint step 0 if checkpoint.dir is set, stop"},
+       "optimizer steps; 0: initialise (model.init_from) or resume, save checkpoint step 0 if checkpoint.dir is set, "
+       "stop"},
       {"train.global_batch_size", 8, "sequences per micro-batch summed over all ranks (divisible by world size)"},
       {"train.seq_len", 128, "tokens per sequence (<= model.max_seq_len)"},
       {"train.grad_accum_steps", 1, "micro-batches per optimizer step; gradients are reduced only on the last"},
