@@ -66,7 +66,7 @@ const std::vector<KeyDoc>& key_table() {
       {"train.seq_len", 128, "tokens per sequence (<= model.max_seq_len)"},
       {"train.grad_accum_steps", 1, "micro-batches per optimizer step; gradients are reduced only on the last"},
       {"train.lr", 3e-3, "peak learning rate"},
-      {"train.min_lr", 3e-4, "learning rate at the end of the cosine decay"},
+      {"train.min_lr", 3e-4, "learning rate at the end of the cosine decay (<= train.lr)"},
       {"train.warmup_steps", 10, "linear warm-up steps"},
       {"train.weight_decay", 0.1, "AdamW decoupled weight decay (matrices only, not norms)"},
       {"train.beta1", 0.9, "AdamW beta1"},
@@ -179,47 +179,82 @@ RopeScaling parse_rope_scaling(const std::string& s) {
   throw UsageError("config key 'model.rope_scaling': unknown value '" + s + "' (use none or llama3)");
 }
 
-// Whether the user set model.<key> (in the file or with --set), as opposed to leaving its default.
-bool user_set_model_key(const json& user, const std::vector<std::string>& overrides, const std::string& key) {
-  if (user.is_object() && user.contains("model") && user["model"].is_object() && user["model"].contains(key))
-    return true;
+// Where the user set model.<key>: nullptr when they did not (it holds its default).
+const char* where_set(const json& user, const std::vector<std::string>& overrides, const std::string& key,
+                      const std::string& origin) {
   const std::string prefix = "model." + key + "=";
-  return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.rfind(prefix, 0) == 0; });
+  if (std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) { return o.rfind(prefix, 0) == 0; }))
+    return "--set";
+  if (user.is_object() && user.contains("model") && user["model"].is_object() && user["model"].contains(key))
+    return origin.c_str();
+  return nullptr;
 }
 
-// model.init_from: the model keys come from the folder's config.json. A key the user set too must agree
-// (a silently ignored rope_theta would train a different model); max_seq_len is the user's to choose (it
-// sizes the rotary tables, not a weight) and name defaults to the folder's.
-void apply_init_from(json& merged, const json& user, const std::vector<std::string>& overrides) {
+// What a user's value stands for once the model has config.json's shape: 0 means "automatic" for
+// n_kv_heads (= n_heads) and ffn_hidden (the 8/3 rule).
+json resolved(const std::string& key, const json& value, const json& model) {
+  if (key == "n_kv_heads" && value == 0) return model["n_heads"];
+  if (key == "ffn_hidden" && value == 0 && model["dim"].is_number_integer() &&
+      model["ffn_multiple_of"].is_number_integer()) {
+    ModelConfig m;
+    m.dim = model["dim"].get<int64_t>();
+    m.ffn_multiple_of = std::max<int64_t>(1, model["ffn_multiple_of"].get<int64_t>());
+    return m.ffn_dim();
+  }
+  return value;
+}
+
+// model.name from the folder: Hugging Face's cache keeps models as models--<org>--<name>/snapshots/<sha>.
+std::string name_of_folder(const std::string& folder) {
+  std::filesystem::path path = std::filesystem::path(folder).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "dir/"
+  const std::filesystem::path repo = path.parent_path().parent_path().filename();
+  const std::string cached = repo.string();
+  if (path.parent_path().filename() == "snapshots" && cached.rfind("models--", 0) == 0) {
+    const std::string name = cached.substr(8);  // "<org>--<name>"
+    const auto sep = name.find("--");
+    return sep == std::string::npos ? name : name.substr(0, sep) + "/" + name.substr(sep + 2);
+  }
+  return path.filename().string();
+}
+
+// model.init_from: the model keys come from the folder's config.json, which is returned. Keys the user set
+// too must agree (a silently ignored rope_theta would train a different model); all disagreements are
+// named at once. max_seq_len is the user's to choose (it sizes the rotary tables, not a weight), init_std
+// means nothing when every weight is loaded, and name defaults to the folder's.
+json apply_init_from(json& merged, const json& user, const std::vector<std::string>& overrides,
+                     const std::string& origin) {
   json& model = merged["model"];
-  if (!model["init_from"].is_string() || model["init_from"].get<std::string>().empty()) return;
+  if (!model["init_from"].is_string() || model["init_from"].get<std::string>().empty()) return nullptr;
   const std::string folder = model["init_from"].get<std::string>();
-  const std::string origin = (std::filesystem::path(folder) / "config.json").string();
-  const json keys = model_keys_from_hf_config(read_hf_config(folder), origin);
+  const std::string hf_path = (std::filesystem::path(folder) / "config.json").string();
+  json hf = read_hf_config(folder);
+  const json keys = model_keys_from_hf_config(hf, hf_path);
+  const json user_model = model;
+  for (auto it = keys.begin(); it != keys.end(); ++it) model[it.key()] = it.value();
+  if (where_set(user, overrides, "max_seq_len", origin) != nullptr) model["max_seq_len"] = user_model["max_seq_len"];
+  std::string conflicts;
+  std::string fixes;
   for (auto it = keys.begin(); it != keys.end(); ++it) {
-    const bool set = user_set_model_key(user, overrides, it.key());
-    if (set && it.key() == "max_seq_len") continue;
-    if (set && model[it.key()] != it.value()) {
-      throw UsageError("model." + it.key() + "=" + model[it.key()].dump() + " disagrees with " + origin + " (" +
-                       it.value().dump() +
-                       "): with model.init_from the model's shape comes from config.json; drop "
-                       "model." +
-                       it.key() + " from the config");
+    const char* where = where_set(user, overrides, it.key(), origin);
+    if (where == nullptr || it.key() == "max_seq_len" || it.key() == "init_std") continue;
+    const json& mine = user_model[it.key()];
+    if (resolved(it.key(), mine, model) == it.value()) continue;
+    if (!conflicts.empty()) {
+      conflicts += ", ";
+      fixes += " ";
     }
-    model[it.key()] = it.value();
+    conflicts += "model." + it.key() + "=" + mine.dump() + " (" + where + "; config.json: " + it.value().dump() + ")";
+    fixes += "--set model." + it.key() + "=" + it.value().dump();
   }
-  if (!user_set_model_key(user, overrides, "name")) {
-    std::filesystem::path path = std::filesystem::path(folder).lexically_normal();
-    if (path.filename().empty()) path = path.parent_path();  // "dir/"
-    model["name"] = path.filename().string();
+  if (!conflicts.empty()) {
+    throw UsageError("model.init_from: " + hf_path + " disagrees with " + conflicts +
+                     ". With model.init_from the model's shape comes from config.json: drop these keys (from the "
+                     "config file or --set), or set them to config.json's values: " +
+                     fixes);
   }
-}
-
-DType parse_dtype(const std::string& key, const std::string& s) {
-  if (s == "fp32" || s == "float32") return DType::Float32;
-  if (s == "bf16" || s == "bfloat16") return DType::BFloat16;
-  if (s == "fp16" || s == "float16") return DType::Float16;
-  throw UsageError("config key '" + key + "': unknown dtype '" + s + "' (use fp32, bf16 or fp16)");
+  if (where_set(user, overrides, "name", origin) == nullptr) model["name"] = name_of_folder(folder);
+  return hf;
 }
 
 void require(bool ok, const std::string& message) {
@@ -250,6 +285,8 @@ void validate(const TrainerConfig& c) {
   require(t.log_interval > 0, "train.log_interval must be positive");
   require(t.eval_interval >= 0 && t.eval_batches > 0, "train.eval_interval >= 0 and train.eval_batches > 0");
   require(t.warmup_steps >= 0 && t.lr > 0 && t.min_lr >= 0, "train.lr > 0, train.min_lr >= 0, train.warmup_steps >= 0");
+  require(t.min_lr <= t.lr, "train.min_lr (" + json(t.min_lr).dump() + ") must not exceed train.lr (" +
+                                json(t.lr).dump() + "): the cosine decay would raise the rate; set train.min_lr too");
   require(t.grad_clip >= 0, "train.grad_clip must be >= 0");
   require(c.data.format == "text" || c.data.format == "bin" || c.data.format == "llmc" || c.data.format == "bin_u16" ||
               c.data.format == "bin_u32",
@@ -309,6 +346,13 @@ int64_t ModelConfig::ffn_dim() const {
   return ((raw + ffn_multiple_of - 1) / ffn_multiple_of) * ffn_multiple_of;
 }
 
+DType parse_dtype(const std::string& key, const std::string& s) {
+  if (s == "fp32" || s == "float32") return DType::Float32;
+  if (s == "bf16" || s == "bfloat16") return DType::BFloat16;
+  if (s == "fp16" || s == "float16") return DType::Float16;
+  throw UsageError("config key '" + key + "': unknown dtype '" + s + "' (use fp32, bf16 or fp16)");
+}
+
 json config_defaults() {
   json root = json::object();
   for (const auto& k : key_table()) {
@@ -330,7 +374,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   json merged = config_defaults();
   merge_checked(merged, user, "", origin);
   for (const auto& o : overrides) set_dotted(merged, o);
-  apply_init_from(merged, user, overrides);
+  json hf_config = apply_init_from(merged, user, overrides, origin);
 
   TrainerConfig c;
   auto& m = c.model;
@@ -425,6 +469,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   c.output.progress_bar = get_as<bool>(merged, "output.progress_bar");
 
   c.merged = std::move(merged);
+  c.hf_config = std::move(hf_config);
   validate(c);
   return c;
 }

@@ -127,6 +127,9 @@ struct TrainerConfig {
   CheckpointConfig checkpoint;
   /// The fully merged JSON (defaults + file + overrides); its dump is what ranks compare.
   nlohmann::json merged;
+  /// model.init_from's config.json as read (null without init_from): checkpoints keep it, so an export
+  /// keeps the keys we do not model (token ids, the original context length).
+  nlohmann::json hf_config;
 };
 
 /// Every key with its default value, as nested JSON.
@@ -145,6 +148,9 @@ TrainerConfig load_config(const std::string& path, const std::vector<std::string
 uint64_t config_hash(const TrainerConfig& config);
 /// "a.b (x vs y), ..." for every leaf that differs between two merged configs; empty when equal.
 std::string config_diff(const nlohmann::json& a, const nlohmann::json& b);
+
+/// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; throws UsageError naming `key` otherwise.
+DType parse_dtype(const std::string& key, const std::string& s);
 
 std::string to_string(ShardingStrategy s);
 std::string to_string(DType d);

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     try {
       if (*export_cmd) {
         meshrun::trainer::export_safetensors(export_checkpoint, export_out,
-                                             meshrun::trainer::parse_export_dtype(export_dtype));
+                                             meshrun::trainer::parse_dtype("export --dtype", export_dtype));
         return 0;
       }
       if (help_config) {

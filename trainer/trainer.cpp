@@ -223,6 +223,8 @@ void Trainer::init_from_hf_weights() {
               static_cast<long long>(s.tensors), s.dtypes.c_str(), s.folder.c_str(), s.seconds,
               format_bytes(static_cast<double>(s.bytes_read)).c_str(),
               format_bytes(static_cast<double>(s.bytes_total)).c_str());
+  for (const auto& name : s.unread)
+    std::printf("init: %s not used: tie_word_embeddings is true (the head is the embedding)\n", name.c_str());
   std::fflush(stdout);
   log_->log_event({{"event", "init_from"},
                    {"folder", s.folder},

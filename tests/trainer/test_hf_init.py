@@ -3,7 +3,7 @@
 
 A small random LlamaForCausalLM (grouped-query attention, untied embeddings, rope theta 50000, rms eps 1e-6,
 an intermediate size off the 8/3 rule) is written by transformers' save_pretrained, loaded by
-meshrun-trainer on 1 and 2 ranks, and the loss of step 1 (computed before any update) is compared with
+meshrun-trainer on 1, 2 and 3 ranks, and the loss of step 1 (computed before any update) is compared with
 transformers' loss on the same tokens. The training split holds exactly seq_len + 1 tokens, so every
 sequence of the batch is that one window whatever the sampler draws.
 
@@ -14,7 +14,7 @@ loss all-reduce, and each case also checks that the nearest wrong models (rope t
 of 50000: 3e-2; llama3 scaling dropped: 4e-2; the weights rounded to bf16: 9e-5) miss transformers' loss by more than 10x the
 bound, so the bound would catch those mistakes.
 
-Cases (ctest runs each): loss, bf16, llama3, roundtrip, errors.
+Cases (ctest runs each): loss, tied, bf16, llama3, roundtrip, errors.
 """
 import argparse
 import json
@@ -35,15 +35,16 @@ SEQ_LEN = 48
 VOCAB = 384
 
 
-def make_model(folder, rope="default", dtype=torch.float32, shard=None, theta=50000.0):
+def make_model(folder, rope="default", dtype=torch.float32, shard=None, theta=50000.0, tied=False):
     """Random weights from a fixed seed: the same for every call with the same shapes."""
     rope_parameters = {"rope_type": "default", "rope_theta": theta}
-    if rope == "llama3":  # a short original context so every band of the scaling is used at SEQ_LEN
+    if rope == "llama3":  # original 64 with head_dim 16: wavelength 6.3 kept, 24 blended, >= 94 stretched
         rope_parameters = {"rope_type": "llama3", "rope_theta": theta, "factor": 8.0, "low_freq_factor": 1.0,
-                           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+                           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=176, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                         max_position_embeddings=128, initializer_range=0.25, rope_parameters=rope_parameters)
+                         num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, tie_word_embeddings=tied,
+                         max_position_embeddings=128, initializer_range=0.25, rope_parameters=rope_parameters,
+                         bos_token_id=5, eos_token_id=[7, 9])  # not LlamaConfig's defaults: an export must keep them
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # norm gains off 1.0, so a gain read into the wrong place shows
@@ -90,8 +91,8 @@ class Run:
         out = os.path.join(self.work, f"out{self.count}")
         config = {"data": {"format": "bin_u16", "path": self.train_file, "val_path": self.val},
                   "model": dict({"init_from": folder}, **(model or {})),
-                  "train": {"steps": steps, "global_batch_size": 2, "seq_len": SEQ_LEN, "sample_tokens": 0,
-                            "log_interval": 1, "lr": 1e-4},
+                  "train": {"steps": steps, "global_batch_size": 6, "seq_len": SEQ_LEN, "sample_tokens": 0,
+                            "log_interval": 1, "lr": 1e-4, "min_lr": 1e-5},
                   "output": {"dir": out}, "system": {"timeout_s": 60}}
         config_path = os.path.join(self.work, f"config{self.count}.json")
         json.dump(config, open(config_path, "w"))
@@ -138,14 +139,35 @@ def case_loss(r):
     wrong = make_model(os.path.join(r.work, "theta10k"), theta=10000.0)
     assert_far(hf_loss(wrong, r.tokens), ref, "rope theta 10000")
     total = 4 * numel(model)
-    for ranks in (1, 2):
+    # 3 ranks: no unit's size divides by 3, so every chunk boundary falls inside a tensor and the last
+    # rank's chunk ends in padding.
+    for ranks in (1, 2, 3):
         run, out = r.train(folder, ranks)
         assert_close(first_loss(out), ref, f"{ranks} rank(s), fp32 file")
         assert "from " + folder in run.stdout, run.stdout
         read = bytes_read(out, ranks)
         assert sum(read) == total, (read, total)  # every byte once over the ranks...
         assert ranks == 1 or max(read) < total, read  # ...and each rank only its shard's
-    print(f"ok: FULL_SHARD on 2 ranks read {read} bytes of {total}")
+        print(f"ok: FULL_SHARD on {ranks} rank(s) read {read} bytes of {total}")
+
+
+def case_tied(r):
+    folder = os.path.join(r.work, "tied")
+    model = make_model(folder, tied=True)
+    assert "lm_head.weight" not in read_raw(os.path.join(folder, "model.safetensors"))  # transformers omits it
+    ref = hf_loss(model, r.tokens)
+    _, out = r.train(folder, 2)
+    assert_close(first_loss(out), ref, "tied embeddings, 2 ranks")
+    # An export that also carries the head (some tools write it): the embedding is what a tied model uses.
+    state = load_file(os.path.join(folder, "model.safetensors"))
+    save_file(dict(state, **{"lm_head.weight": state["model.embed_tokens.weight"].clone()}),
+              os.path.join(folder, "model.safetensors"))
+    run, out = r.train(folder, 1)
+    assert_close(first_loss(out), ref, "tied embeddings with lm_head.weight present")
+    assert "lm_head.weight not used: tie_word_embeddings is true" in run.stdout, run.stdout
+    state["lm_head.weight"] = torch.zeros(VOCAB, 32)
+    save_file(state, os.path.join(folder, "model.safetensors"))
+    expect_error(r, folder, 1, "lm_head.weight", "[384,32]", "[384,64]")
 
 
 def case_bf16(r):
@@ -186,7 +208,8 @@ def case_roundtrip(r):
         folder = os.path.join(r.work, name)
         model = make_model(folder, dtype=dtype)
         ck = os.path.join(r.work, f"ck_{name}")
-        run, _ = r.train(folder, 2, steps=0, sets=[f'checkpoint.dir="{ck}"'])
+        # Trained on a shorter context than the model's: the export must still say 128.
+        run, _ = r.train(folder, 2, steps=0, sets=[f'checkpoint.dir="{ck}"', "model.max_seq_len=64"])
         assert os.path.exists(os.path.join(ck, "step_00000000", "metadata.json")), run.stdout
         out = os.path.join(r.work, f"export_{name}", "model.safetensors")
         exp = subprocess.run([r.trainer, "export", "--checkpoint", ck, "--out", out, "--dtype", flag],
@@ -196,9 +219,14 @@ def case_roundtrip(r):
         assert sorted(original) == sorted(exported), sorted(set(original) ^ set(exported))
         for k in original:
             assert original[k] == exported[k], f"{name}: {k} differs after export -> import"
-        # transformers reads the export (config.json included) into the same model.
+        # transformers reads the export (config.json included) into the same model; the keys we do not model
+        # (token ids, the original context length) and the generation config come along.
         back = LlamaForCausalLM.from_pretrained(os.path.dirname(out), dtype=torch.float32)
         assert back.config.num_key_value_heads == 2 and back.config.tie_word_embeddings is False
+        exported_config = json.load(open(os.path.join(os.path.dirname(out), "config.json")))
+        assert exported_config["bos_token_id"] == 5 and exported_config["eos_token_id"] == [7, 9], exported_config
+        assert exported_config["max_position_embeddings"] == 128, exported_config
+        assert os.path.exists(os.path.join(os.path.dirname(out), "generation_config.json")), exp.stdout
         assert hf_loss(back, r.tokens) == hf_loss(model, r.tokens), name
         print(f"ok: {name}: {len(original)} tensors bit-identical after import -> checkpoint -> export")
     # A checkpoint to resume wins over model.init_from (which is then not read at all).
@@ -249,7 +277,8 @@ def case_errors(r):
     expect_error(r, yarn, 1, "rope type 'yarn' is not supported")
     qwen = variant("qwen", config_edit=lambda c: c.update(attention_bias=True))
     expect_error(r, qwen, 1, "attention_bias is true")
-    expect_error(r, good, 1, "model.n_kv_heads=4 disagrees", "drop model.n_kv_heads", model={"n_kv_heads": 4})
+    expect_error(r, good, 1, "model.n_kv_heads=4 (", "config.json: 2)", "--set model.n_kv_heads=2",
+                 model={"n_kv_heads": 4})
     nothing = variant("bin_only", weights=False)
     open(os.path.join(nothing, "pytorch_model.bin"), "wb").close()
     expect_error(r, nothing, 1, "has neither model.safetensors", "PyTorch .bin weights")
@@ -263,7 +292,7 @@ def case_errors(r):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainer", required=True)
-    ap.add_argument("--case", required=True, choices=["loss", "bf16", "llama3", "roundtrip", "errors"])
+    ap.add_argument("--case", required=True, choices=["loss", "tied", "bf16", "llama3", "roundtrip", "errors"])
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix=f"meshrun-hf-{args.case}-")
     try:

@@ -1,11 +1,13 @@
 // Hugging Face interop without torch: config.json -> model keys (both transformers spellings), the config
 // loader's model.init_from rules, and the safetensors reader on files written byte by byte here.
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 
+#include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
@@ -14,6 +16,7 @@
 #include "trainer/checkpoint/safetensors_file.hpp"
 #include "trainer/config.hpp"
 #include "trainer/model/hf_llama.hpp"
+#include "trainer/model/model.hpp"
 
 using meshrun::Error;
 using meshrun::UsageError;
@@ -171,12 +174,30 @@ TEST_CASE("config: model.init_from takes the model's shape from config.json", "[
   CHECK(c.model.name == std::filesystem::path(dir.path()).filename().string());
   CHECK(c.merged["model"]["dim"] == 64);  // what ranks compare and checkpoints record
 
-  // A key the user set must agree; max_seq_len and name are the user's.
-  CHECK_THROWS_WITH(make_config(with_init_from(dir.path()), {"model.rope_theta=10000"}, "t.json"),
-                    Catch::Contains("model.rope_theta=10000 disagrees") && Catch::Contains("config.json"));
+  // Keys the user set must agree, all named at once with where they were set and the fix; max_seq_len,
+  // init_std and name are the user's.
+  json conflicting = with_init_from(dir.path());
+  conflicting["model"]["n_layers"] = 8;
+  conflicting["model"]["ffn_hidden"] = 0;  // the 8/3 rule gives 192, not 176
+  CHECK_THROWS_WITH(
+      make_config(conflicting, {"model.rope_theta=10000"}, "t.json"),
+      Catch::Contains("model.n_layers=8 (t.json; config.json: 3)") &&
+          Catch::Contains("model.ffn_hidden=0 (t.json; config.json: 176)") &&
+          Catch::Contains("model.rope_theta=10000 (--set; config.json: 50000.0)") &&
+          Catch::Contains("--set model.ffn_hidden=176 --set model.n_layers=3 --set model.rope_theta=50000.0"));
   json agreeing = with_init_from(dir.path());
   agreeing["model"]["n_heads"] = 4;
+  agreeing["model"]["init_std"] = 0.5;
   CHECK_NOTHROW(make_config(agreeing, {}, "t.json"));
+  json automatic = with_init_from(dir.path());  // 0 = n_heads, which config.json's kv heads equal here
+  automatic["model"]["n_kv_heads"] = 0;
+  json mha = hf5_config();
+  mha["num_key_value_heads"] = 4;
+  write_text(std::filesystem::path(dir.path()) / "config.json", mha.dump());
+  CHECK(make_config(automatic, {}, "t.json").model.kv_heads() == 4);
+  write_text(std::filesystem::path(dir.path()) / "config.json", hf5_config().dump());
+  // A file that disagrees can be brought in line from the command line (--set wins over the file).
+  CHECK(make_config(conflicting, {"model.n_layers=3", "model.ffn_hidden=176"}, "t.json").model.n_layers == 3);
   const TrainerConfig shorter =
       make_config(with_init_from(dir.path()), {"model.max_seq_len=64", "model.name=ft", "train.seq_len=32"}, "t");
   CHECK(shorter.model.max_seq_len == 64);
@@ -187,10 +208,46 @@ TEST_CASE("config: model.init_from takes the model's shape from config.json", "[
                     Catch::Contains("nowhere/config.json") && Catch::Contains("Hugging Face model folder"));
 }
 
+TEST_CASE("config: a Hugging Face cache snapshot is named after its repository", "[trainer][hf][config]") {
+  TempDir dir;
+  const auto snapshot =
+      std::filesystem::path(dir.path()) / "models--meta-llama--Llama-3.2-1B" / "snapshots" / "4e20de3";
+  std::filesystem::create_directories(snapshot);
+  write_text(snapshot / "config.json", hf5_config().dump());
+  CHECK(make_config(with_init_from(snapshot.string()), {"train.seq_len=64"}, "t").model.name ==
+        "meta-llama/Llama-3.2-1B");
+}
+
 TEST_CASE("config: train.steps=0 is accepted, a negative count is not", "[trainer][config]") {
   const json user = {{"data", {{"path", "/tmp"}}}};
   CHECK(make_config(user, {"train.steps=0"}, "t").train.steps == 0);
   CHECK_THROWS_WITH(make_config(user, {"train.steps=-1"}, "t"), Catch::Contains("train.steps must be >= 0"));
+}
+
+TEST_CASE("config: a min_lr above lr is refused (the decay would raise the rate)", "[trainer][config]") {
+  const json user = {{"data", {{"path", "/tmp"}}}};
+  CHECK_THROWS_WITH(make_config(user, {"train.lr=2e-5", "train.min_lr=3e-5"}, "t"),
+                    Catch::Contains("train.min_lr (3e-05) must not exceed train.lr (2e-05)"));
+  CHECK(make_config(user, {"train.lr=2e-5", "train.min_lr=2e-5"}, "t").train.min_lr == 2e-5);
+}
+
+TEST_CASE("rope: llama3 scaling gives transformers' frequencies in all three bands", "[trainer][hf]") {
+  ModelConfig m;
+  m.dim = 64;
+  m.n_heads = 4;  // head_dim 16: 8 frequencies
+  m.rope_theta = 50000.0;
+  m.rope_scaling = RopeScaling::Llama3;
+  m.rope_scaling_factor = 8.0;
+  m.rope_original_max_seq_len = 64;  // wavelengths: 6.3 (kept), 24.3 (blended), >= 94 (stretched)
+  // transformers 5.23, ROPE_INIT_FUNCTIONS["llama3"] for this config (it computes in fp32).
+  const double expected[] = {1.000000000e+00, 1.555754989e-01, 8.359254338e-03, 2.161704237e-03,
+                             5.590170040e-04, 1.445618691e-04, 3.738372106e-05, 9.667434824e-06};
+  const Rope rope = make_rope(m, 2, at::kDouble, at::Device(at::kCPU));
+  for (int i = 0; i < 8; ++i) {
+    // Position 1's angle is the frequency itself; the sin table's second half carries +sin.
+    const double angle = std::atan2(rope.sin[1][8 + i].item<double>(), rope.cos[1][i].item<double>());
+    CHECK(angle == Approx(expected[i]).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("safetensors: element ranges of F32, BF16 and F16 tensors read as fp32", "[trainer][hf]") {
@@ -256,11 +313,28 @@ TEST_CASE("safetensors: damaged files are refused naming the file and the proble
   refused(std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + "{}", "header length field");
   nlohmann::ordered_json header;
   header["w"] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}};
-  refused(safetensors_preamble(header) + std::string(8, '\0'), "points at bytes");  // data cut short
+  refused(safetensors_preamble(header) + std::string(8, '\0'),
+          "points at data bytes 0..16, but the file has 8");  // data cut short
   header["w"]["shape"] = {5};
   refused(safetensors_preamble(header) + std::string(16, '\0'), "needs 20");
   header["w"] = {{"dtype", "F32"}, {"shape", {4}}};
   refused(safetensors_preamble(header) + std::string(16, '\0'), "lacks dtype, shape or data_offsets");
+  // Offsets that wrap around 2^64 when added to the data start, and shapes whose product does.
+  header["w"] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {UINT64_MAX - 3, 12}}};
+  refused(safetensors_preamble(header) + std::string(16, '\0'), "points at data bytes");
+  header["w"] = {{"dtype", "F32"}, {"shape", {1ULL << 32, 1ULL << 32}}, {"data_offsets", {0, 0}}};
+  refused(safetensors_preamble(header) + std::string(16, '\0'), "representable size");
+  // The tensors must tile the data: no overlap, no gap, nothing after the last.
+  nlohmann::ordered_json two;
+  two["a"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
+  two["b"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {4, 12}}};
+  refused(safetensors_preamble(two) + std::string(12, '\0'), "'b' starts at data byte 4, but 'a' ends at 8");
+  two["b"]["data_offsets"] = {12, 20};
+  refused(safetensors_preamble(two) + std::string(20, '\0'), "'b' starts at data byte 12, but 'a' ends at 8");
+  two["b"]["data_offsets"] = {8, 16};
+  refused(safetensors_preamble(two) + std::string(24, '\0'), "8 bytes follow the last tensor");
+  write_text(path, safetensors_preamble(two) + std::string(16, '\0'));
+  CHECK(SafetensorsFile(path.string()).tensors().size() == 2);
   refused(std::string("\x04\0\0\0\0\0\0\0", 8) + "[1] ", "not a JSON object");
 }
 

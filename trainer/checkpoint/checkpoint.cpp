@@ -58,6 +58,36 @@ std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit) {
   return {lo, std::min(unit.shard_offset() + unit.shard_numel(), unit.numel())};
 }
 
+int64_t fill_shard(const FlatParamUnit& unit, at::Tensor& dst, const ReadPiece& read) {
+  const auto [lo, hi] = local_range(unit);
+  at::Tensor buffer = at::zeros({unit.shard_numel()}, at::kFloat);  // padding stays zero
+  int64_t offset = 0;
+  int64_t elements = 0;
+  for (const auto& p : unit.spec().params) {
+    const int64_t s = std::max(lo, offset);
+    const int64_t e = std::min(hi, offset + p.numel());
+    if (s < e) {
+      read(p, s - offset, e - s, buffer.data_ptr<float>() + (s - unit.shard_offset()));
+      elements += e - s;
+    }
+    offset += p.numel();
+  }
+  dst.copy_(buffer);
+  return elements;
+}
+
+void run_agreed(Communicator& world, const std::function<void()>& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto failure = world.first_failure(error);
+  if (!error.empty()) throw Error(error);
+  if (failure) throw Error("rank " + std::to_string(failure->rank) + " refused: " + failure->message);
+}
+
 void throw_if_failed(const std::optional<RankFailure>& failure, const std::string& path) {
   if (!failure) return;
   throw CheckpointWriteError(
@@ -120,61 +150,54 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
   return stats;
 }
 
+namespace {
+
+// Every tensor of the model must be in the checkpoint with its shape, whatever this rank will read.
+void check_fits(const CheckpointReader& reader, const UnitSpec& spec, const TrainerConfig& config) {
+  const json& meta = reader.metadata();
+  for (const auto* kind : kCheckpointKinds) {
+    for (const auto& p : spec.params) {
+      const std::string name = global_name(kind, spec, p);
+      const bool present = meta["tensors"].contains(name);
+      if (present && reader.shape(name) == p.shape) continue;
+      throw Error(
+          "checkpoint " + reader.path() + " does not fit this model: " + name +
+          (present ? " has shape " + meta["tensors"][name]["shape"].dump() : " is missing") +
+          " (model config differences, checkpoint vs now: " + config_diff(meta["model"], config.merged["model"]) + ")");
+    }
+  }
+}
+
+}  // namespace
+
 TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
                            Communicator& world, CheckpointStats* stats) {
   c10::NoGradGuard no_grad;
   const auto start = Clock::now();
-  std::string error;
   TrainState state;
-  int64_t bytes = 0;
-  try {
+  int64_t elements = 0;
+  run_agreed(world, [&] {
     CheckpointReader reader(path);
-    const json& meta = reader.metadata();
     const auto units = model.units();
     for (size_t i = 0; i < units.size(); ++i) {
-      const auto& spec = units[i]->spec();
-      const auto [lo, hi] = local_range(*units[i]);
+      const UnitSpec& spec = units[i]->spec();
+      check_fits(reader, spec, config);
       for (int k = 0; k < kCheckpointKindCount; ++k) {
-        at::Tensor buffer = at::zeros({units[i]->shard_numel()}, at::kFloat);  // padding stays zero
-        int64_t offset = 0;
-        for (const auto& p : spec.params) {
-          const std::string name = global_name(kCheckpointKinds[k], spec, p);
-          if (!meta["tensors"].contains(name) || reader.shape(name) != p.shape) {
-            throw Error("checkpoint " + path + " does not fit this model: " + name +
-                        (meta["tensors"].contains(name) ? " has shape " + meta["tensors"][name]["shape"].dump()
-                                                        : " is missing") +
-                        " (model config differences, checkpoint vs now: " +
-                        config_diff(meta["model"], config.merged["model"]) + ")");
-          }
-          const int64_t s = std::max(lo, offset);
-          const int64_t e = std::min(hi, offset + p.numel());
-          if (s < e) {
-            reader.read(name, s - offset, e - s, buffer.data_ptr<float>() + (s - units[i]->shard_offset()));
-            bytes += (e - s) * static_cast<int64_t>(sizeof(float));
-          }
-          offset += p.numel();
-        }
-        at::Tensor& dst = kind_tensor(*units[i], optimizer, i, k);
-        dst.copy_(buffer);
+        const auto read = [&](const ParamSpec& p, int64_t first, int64_t count, float* out) {
+          reader.read(global_name(kCheckpointKinds[k], spec, p), first, count, out);
+        };
+        elements += fill_shard(*units[i], kind_tensor(*units[i], optimizer, i, k), read);
       }
     }
-    state.step = meta.at("step").get<int64_t>();
-    state.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  // Agree before anyone trains on it: one rank's refusal stops every rank instead of hanging the others.
-  const auto verdict = world.sum_over_ranks({error.empty() ? 0.0 : 1.0, static_cast<double>(bytes)});
-  if (verdict[0] > 0) {
-    if (!error.empty()) throw Error(error);
-    throw Error("checkpoint " + path + " was refused by another rank (its error names the file)");
-  }
+    state.step = reader.metadata().at("step").get<int64_t>();
+    state.optimizer_steps = reader.metadata().at("optimizer_steps").get<int64_t>();
+  });
   // Re-gathered parameters must come from the new shards.
   model.reshard_all();
   optimizer.set_steps_taken(state.optimizer_steps);
-  if (stats != nullptr) {
-    *stats = {path, static_cast<int64_t>(verdict[1]), std::chrono::duration<double>(Clock::now() - start).count()};
-  }
+  const double bytes = world.sum_over_ranks({static_cast<double>(elements) * sizeof(float)})[0];  // every rank
+  if (stats != nullptr)
+    *stats = {path, static_cast<int64_t>(bytes), std::chrono::duration<double>(Clock::now() - start).count()};
   return state;
 }
 

@@ -73,6 +73,18 @@ at::Tensor& kind_tensor(FlatParamUnit& unit, AdamW& optimizer, size_t index, int
 /// The real (unpadded) part of this rank's chunk of a unit, as unit-flat element indices [lo, hi).
 std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit);
 
+/// Reads elements [first, first + count) of parameter `param`'s flattened tensor into `out`.
+using ReadPiece = std::function<void(const ParamSpec& param, int64_t first, int64_t count, float* out)>;
+
+/// Fills `dst` (this rank's chunk of `unit`: its shard or an AdamW moment, on any device) piece by piece:
+/// `read` gets every parameter's part inside the chunk; padding stays zero. Returns the elements read.
+int64_t fill_shard(const FlatParamUnit& unit, at::Tensor& dst, const ReadPiece& read);
+
+/// Runs `step` on every rank and agrees on the outcome before anyone goes on (loads: nobody trains on a
+/// half-loaded model): when any rank's step throws, every rank throws meshrun::Error, a failing rank its own
+/// message, the others the first failing rank's.
+void run_agreed(Communicator& world, const std::function<void()>& step);
+
 /// Saves the model and optimizer as <config.checkpoint.dir>/step_<N>. Collective over `world`; returns once
 /// the checkpoint is complete (metadata.json committed). Rank 0 then drops all but the newest keep_last.
 /// Throws CheckpointWriteError on every rank when any rank fails.
@@ -94,6 +106,8 @@ class CheckpointReader {
   /// Throws meshrun::Error naming the file when metadata.json or a data file is missing or truncated.
   explicit CheckpointReader(std::string path);
   const nlohmann::json& metadata() const { return meta_; }
+  /// The step_<N> folder.
+  const std::string& path() const { return path_; }
   /// Global names in metadata order.
   std::vector<std::string> names() const;
   std::vector<int64_t> shape(const std::string& name) const;

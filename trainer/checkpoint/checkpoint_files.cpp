@@ -169,7 +169,7 @@ int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, 
                   std::to_string(numel));
   }
   const auto& cc = config.checkpoint;
-  const json meta = {
+  json meta = {
       {"format_version", kCheckpointFormatVersion},
       {"step", record.step},
       {"optimizer_steps", record.optimizer_steps},
@@ -186,6 +186,7 @@ int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, 
       {"files", files},
       {"tensors", tensors},
   };
+  if (!config.hf_config.is_null()) meta["hf_config"] = config.hf_config;  // model.init_from's, for export
   write_file_atomic((fs::path(path) / "metadata.json").string(), meta.dump(1));
   for (int r = 0; r < record.world_size; ++r) fs::remove(fs::path(path) / ("rank" + std::to_string(r) + ".index.json"));
   fsync_dir(cc.dir);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "trainer/config.hpp"
 #include "trainer/distributed/communicator.hpp"
@@ -12,12 +13,14 @@
 
 namespace meshrun::trainer {
 
+/// What init_from_hf did, for the log and rank<R>.json.
 struct HfInitStats {
   std::string folder;
-  std::string dtypes;       // "BF16", "F32", ...
-  int64_t tensors = 0;      // tensors of the model filled
-  int64_t bytes_read = 0;   // by this rank
-  int64_t bytes_total = 0;  // by all ranks together
+  std::string dtypes;               // "BF16", "F32", ...
+  int64_t tensors = 0;              // tensors of the model filled
+  std::vector<std::string> unread;  // present but not used (a tied model's lm_head.weight)
+  int64_t bytes_read = 0;           // by this rank
+  int64_t bytes_total = 0;          // by all ranks together
   double seconds = 0;
 };
 

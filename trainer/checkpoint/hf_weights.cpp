@@ -26,7 +26,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
     const std::string file = it.value().is_string() ? it.value().get<std::string>() : "";
     // A shard is a file next to the index: nothing else may be named (no "../", no absolute path).
-    if (file.empty() || fs::path(file).filename().string() != file)
+    if (file.empty() || file == "." || file == ".." || fs::path(file).filename().string() != file)
       throw Error(index_path.string() + ": weight_map names '" + it.value().dump() + "' for " + it.key() +
                   "; expected a file name in the same folder");
     map.emplace(it.key(), file);
@@ -38,7 +38,8 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
 
 HfWeights::HfWeights(std::string folder) : folder_(std::move(folder)) {
   const fs::path dir(folder_);
-  if (fs::exists(dir / kIndexFile)) {
+  // transformers' own order: the single file when there is one, else the index.
+  if (!fs::exists(dir / kSingleFile) && fs::exists(dir / kIndexFile)) {
     file_of_ = read_weight_map(dir / kIndexFile);
     return;
   }

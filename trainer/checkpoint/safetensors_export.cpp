@@ -32,8 +32,8 @@ TrainerConfig saved_config(const CheckpointReader& reader, const std::string& pa
   return make_config(saved, {}, path + "/metadata.json");
 }
 
-void write_tensor(AtomicFile& f, const std::vector<float>& values, ExportDType dtype) {
-  if (dtype == ExportDType::Float32) {
+void write_tensor(AtomicFile& f, const std::vector<float>& values, DType dtype) {
+  if (dtype == DType::Float32) {
     f.write(values.data(), values.size() * sizeof(float));  // x86 floats are little-endian already
     return;
   }
@@ -42,15 +42,38 @@ void write_tensor(AtomicFile& f, const std::vector<float>& values, ExportDType d
   f.write(half.data(), half.size() * sizeof(uint16_t));
 }
 
-}  // namespace
-
-ExportDType parse_export_dtype(const std::string& text) {
-  if (text == "fp32" || text == "float32") return ExportDType::Float32;
-  if (text == "bf16" || text == "bfloat16") return ExportDType::BFloat16;
-  throw UsageError("export --dtype: unknown dtype '" + text + "' (use fp32 or bf16)");
+// Our config.json keys over model.init_from's config.json (kept in the checkpoint), so what we do not model
+// survives: token ids, the original context length (we may have trained on a shorter one), the rest.
+nlohmann::json merged_hf_config(const CheckpointReader& reader, const nlohmann::json& ours) {
+  const nlohmann::json& meta = reader.metadata();
+  if (!meta.contains("hf_config") || !meta["hf_config"].is_object()) return ours;
+  nlohmann::json config = meta["hf_config"];
+  for (auto it = ours.begin(); it != ours.end(); ++it) {
+    if (it.key() == "max_position_embeddings" && config.contains(it.key())) continue;
+    config[it.key()] = it.value();
+  }
+  return config;
 }
 
-void export_safetensors(const std::string& checkpoint, const std::string& out, ExportDType dtype) {
+// A fine-tuned model is only usable with its tokenizer: the files next to the original weights come along.
+void copy_tokenizer_files(const std::string& source, const fs::path& folder) {
+  if (source.empty() || !fs::is_directory(source)) return;
+  static const char* const kFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                       "tokenizer.model", "generation_config.json"};
+  for (const char* name : kFiles) {
+    const fs::path from = fs::path(source) / name;
+    if (!fs::exists(from)) continue;
+    std::error_code ec;
+    fs::copy_file(from, folder / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw Error("cannot copy " + from.string() + " to " + folder.string() + ": " + ec.message());
+    std::printf("copied %s from model.init_from %s\n", name, source.c_str());
+  }
+}
+
+}  // namespace
+
+void export_safetensors(const std::string& checkpoint, const std::string& out, DType dtype) {
+  if (dtype == DType::Float16) throw UsageError("export --dtype: fp16 is not written; use fp32 or bf16");
   std::string path = checkpoint;
   if (!fs::exists(fs::path(path) / "metadata.json")) {
     const auto latest = latest_checkpoint(path);
@@ -61,7 +84,7 @@ void export_safetensors(const std::string& checkpoint, const std::string& out, E
   }
   CheckpointReader reader(path);
   const TrainerConfig saved = saved_config(reader, path);
-  const bool bf16 = dtype == ExportDType::BFloat16;
+  const bool bf16 = dtype == DType::BFloat16;
   const int64_t element = bf16 ? 2 : 4;
 
   std::vector<Entry> entries;
@@ -95,10 +118,13 @@ void export_safetensors(const std::string& checkpoint, const std::string& out, E
     write_tensor(f, buffer, dtype);
   }
   f.commit();
-  const fs::path config_path = fs::path(out).parent_path() / "config.json";
-  write_file_atomic(config_path.string(), hf_llama_config(saved.model, bf16 ? "bfloat16" : "float32").dump(2) + "\n");
+  const fs::path folder = fs::path(out).parent_path();
+  const nlohmann::json ours = hf_llama_config(saved.model, bf16 ? "bfloat16" : "float32");
+  write_file_atomic((folder / "config.json").string(), merged_hf_config(reader, ours).dump(2) + "\n");
+  copy_tokenizer_files(reader.metadata()["config"]["model"].value("init_from", std::string()), folder);
   std::printf("exported %s (step %lld, %zu tensors, %s, %.1f MB) and %s\n", out.c_str(), static_cast<long long>(step),
-              entries.size(), bf16 ? "bf16" : "fp32", static_cast<double>(offset) / 1e6, config_path.string().c_str());
+              entries.size(), bf16 ? "bf16" : "fp32", static_cast<double>(offset) / 1e6,
+              (folder / "config.json").string().c_str());
 }
 
 }  // namespace meshrun::trainer

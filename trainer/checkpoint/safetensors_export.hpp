@@ -5,16 +5,16 @@
 
 #include <string>
 
+#include "trainer/config.hpp"
+
 namespace meshrun::trainer {
 
-enum class ExportDType { Float32, BFloat16 };
-
-/// "fp32"/"float32" or "bf16"/"bfloat16"; throws UsageError otherwise.
-ExportDType parse_export_dtype(const std::string& text);
-
 /// `checkpoint`: a step_<N> folder, or a checkpoint.dir (its newest complete checkpoint). Writes `out` and
-/// config.json in out's folder (the folder is created). bf16 rounds to nearest even, as torch does.
-/// Throws meshrun::Error naming the file when the checkpoint is unusable.
-void export_safetensors(const std::string& checkpoint, const std::string& out, ExportDType dtype);
+/// config.json in out's folder (the folder is created): for a run started from model.init_from, that
+/// folder's config.json with our keys written over it (token ids, the original context length kept), and
+/// its tokenizer and generation files copied when the folder still exists. `dtype`: Float32 or BFloat16
+/// (rounded to nearest even, as torch rounds). Throws meshrun::Error naming the file when the checkpoint
+/// is unusable, UsageError for Float16.
+void export_safetensors(const std::string& checkpoint, const std::string& out, DType dtype);
 
 }  // namespace meshrun::trainer

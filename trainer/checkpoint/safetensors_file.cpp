@@ -4,9 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #include "common/error.hpp"
 
@@ -44,25 +48,58 @@ SafetensorsTensor parse_entry(const std::string& name, const json& entry, uint64
   SafetensorsTensor t;
   t.dtype_name = entry["dtype"].get<std::string>();
   t.dtype = parse_tensor_dtype(t.dtype_name);
+  uint64_t numel = 1;
   for (const auto& d : entry["shape"]) {
-    if (!d.is_number_unsigned()) throw bad("has a shape that is not a list of non-negative integers");
+    if (!d.is_number_unsigned() || __builtin_mul_overflow(numel, d.get<uint64_t>(), &numel) ||
+        numel > static_cast<uint64_t>(INT64_MAX)) {
+      throw bad("has a shape that is not a list of non-negative integers of a representable size");
+    }
     t.shape.push_back(d.get<int64_t>());
   }
   for (const auto& o : entry["data_offsets"]) {
     if (!o.is_number_unsigned()) throw bad("has data_offsets that are not non-negative integers");
   }
-  t.begin = data_start + entry["data_offsets"][0].get<uint64_t>();
-  t.end = data_start + entry["data_offsets"][1].get<uint64_t>();
-  if (t.begin > t.end || t.end > file_size) {
-    throw bad("points at bytes " + std::to_string(t.begin) + ".." + std::to_string(t.end) + " of a " +
-              std::to_string(file_size) + "-byte file");
+  const auto first = entry["data_offsets"][0].get<uint64_t>();
+  const auto last = entry["data_offsets"][1].get<uint64_t>();
+  if (first > last || last > file_size - data_start) {
+    throw bad("points at data bytes " + std::to_string(first) + ".." + std::to_string(last) + ", but the file has " +
+              std::to_string(file_size - data_start));
   }
-  const int size = element_size(t.dtype);
-  if (size > 0 && t.end - t.begin != static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(size)) {
+  t.begin = data_start + first;
+  t.end = data_start + last;
+  const uint64_t size = static_cast<uint64_t>(element_size(t.dtype));
+  if (size > 0 && t.end - t.begin != numel * size) {
     throw bad("holds " + std::to_string(t.end - t.begin) + " bytes, but shape " + entry["shape"].dump() + " of " +
-              t.dtype_name + " needs " + std::to_string(t.numel() * size));
+              t.dtype_name + " needs " + std::to_string(numel * size));
   }
   return t;
+}
+
+// The tensors must tile the data section exactly, as the reference implementation requires: no overlap
+// (two tensors sharing bytes), no gap, nothing after the last.
+void check_tiling(const std::map<std::string, SafetensorsTensor>& tensors, uint64_t data_start, uint64_t file_size,
+                  const std::string& path) {
+  std::vector<std::pair<const std::string*, const SafetensorsTensor*>> order;
+  for (const auto& [name, t] : tensors) order.emplace_back(&name, &t);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second->begin, a.second->end) < std::tie(b.second->begin, b.second->end);
+  });
+  uint64_t next = data_start;
+  const std::string* previous = nullptr;
+  for (const auto& [name, t] : order) {
+    if (t->begin != next) {
+      throw Error(path + ": tensor '" + *name + "' starts at data byte " + std::to_string(t->begin - data_start) +
+                  (previous != nullptr ? ", but '" + *previous + "' ends at " + std::to_string(next - data_start)
+                                       : std::string(", not at 0")) +
+                  " (overlapping or misplaced tensors: a damaged file?)");
+    }
+    next = t->end;
+    previous = name;
+  }
+  if (next != file_size) {
+    throw Error(path + ": " + std::to_string(file_size - next) +
+                " bytes follow the last tensor's data (a damaged file, or two files joined?)");
+  }
 }
 
 }  // namespace
@@ -125,6 +162,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     if (it.key() == "__metadata__") continue;
     tensors_.emplace(it.key(), parse_entry(it.key(), it.value(), data_start, file_size, path_));
   }
+  check_tiling(tensors_, data_start, file_size, path_);
 }
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
@@ -159,7 +197,8 @@ void SafetensorsFile::read_f32(const std::string& name, int64_t first, int64_t c
 uint16_t bf16_from_f32(float value) {
   uint32_t bits = 0;
   std::memcpy(&bits, &value, sizeof(bits));
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // stays a (quiet) NaN
+  // NaN stays a quiet NaN with its sign and upper payload (torch writes the canonical 0x7FC0 instead).
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
   const uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }

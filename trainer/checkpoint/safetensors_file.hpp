@@ -15,10 +15,12 @@
 
 namespace meshrun::trainer {
 
+/// The element types read as weights; Other covers the rest of the format's types (I64, U8, F64, ...).
 enum class TensorDType { F32, BF16, F16, Other };
 
-/// "F32" -> F32 ...; anything else (I64, U8, F64, ...) -> Other.
+/// "F32" -> F32 ...; anything else -> Other.
 TensorDType parse_tensor_dtype(const std::string& name);
+/// "F32", "BF16", "F16" or "other".
 std::string to_string(TensorDType dtype);
 /// Bytes per element; 0 for Other.
 int element_size(TensorDType dtype);
@@ -36,7 +38,8 @@ struct SafetensorsTensor {
 class SafetensorsFile {
  public:
   /// Opens and validates `path`: header length and JSON, every entry's dtype/shape/offsets against the
-  /// file size. Throws meshrun::Error naming the file and what is wrong.
+  /// file size, and the tensors tiling the data section exactly (no overlap, gap or trailing bytes).
+  /// Throws meshrun::Error naming the file and what is wrong.
   explicit SafetensorsFile(std::string path);
 
   const std::string& path() const { return path_; }
@@ -56,9 +59,11 @@ class SafetensorsFile {
   mutable uint64_t bytes_read_ = 0;
 };
 
-/// fp32 -> bf16 with round-to-nearest-even (what torch's .to(bfloat16) does); NaN stays NaN.
+/// fp32 -> bf16 with round-to-nearest-even (what torch's .to(bfloat16) does for numbers); NaN stays NaN.
 uint16_t bf16_from_f32(float value);
+/// bf16 bits -> fp32, exact.
 float f32_from_bf16(uint16_t bits);
+/// IEEE half bits -> fp32, exact (subnormals, infinities and NaN included).
 float f32_from_f16(uint16_t bits);
 
 /// The bytes that precede the data: length, header JSON (tensors in insertion order, __metadata__ first),

@@ -61,12 +61,16 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   shard_numel_ = layout_.sharded ? padded_numel_ / world : padded_numel_;
   shard_offset_ = layout_.sharded ? static_cast<int64_t>(comm_.rank()) * shard_numel_ : 0;
 
-  at::Tensor padded = at::zeros({padded_numel_}, at::kFloat);
-  padded.narrow(0, 0, numel_).copy_(full_init);
   // CPU offload keeps the master weights (and with them gradients and AdamW state) in pinned host memory;
   // on a CPU device there is nowhere to offload to, so it is a no-op.
   const bool offload = options_.cpu_offload && device_.is_cuda();
-  shard_ = padded.narrow(0, shard_offset_, shard_numel_).clone();
+  if (full_init.defined()) {
+    at::Tensor padded = at::zeros({padded_numel_}, at::kFloat);
+    padded.narrow(0, 0, numel_).copy_(full_init);
+    shard_ = padded.narrow(0, shard_offset_, shard_numel_).clone();
+  } else {
+    shard_ = at::zeros({shard_numel_}, at::kFloat);  // filled by a loader: no full-size buffer at all
+  }
   shard_ = offload ? shard_.pin_memory() : shard_.to(device_);
   // Pinned as well when offloaded: the device-to-host copy of each step's gradient is then one DMA.
   shard_grad_ = offload ? at::zeros_like(shard_).pin_memory() : at::zeros_like(shard_);

@@ -53,6 +53,7 @@ struct UnitOptions {
 class FlatParamUnit {
  public:
   /// `full_init` is the unit's full fp32 parameters (identical on every rank); only the local chunk is kept.
+  /// Undefined: the chunk starts as zeros, for a loader to fill (model.init_from).
   FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communicator& comm, UnitOptions options,
                 GatheredBytes& gathered, const at::Device& device);
   FlatParamUnit(const FlatParamUnit&) = delete;

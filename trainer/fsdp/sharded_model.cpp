@@ -67,8 +67,12 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
     // The root's backward follows its forward immediately, and so does the last block's (only the head runs
     // in between): freeing them would only re-gather the same bytes at once.
     unit_options.reshard_after_forward = i != 0 && i + 1 != specs.size();
-    // Every rank builds the same full values one unit at a time, then keeps only its chunk.
-    at::Tensor full = init_unit(specs[i], config_, config.train.seed, static_cast<int64_t>(i));
+    // Every rank builds the same full values one unit at a time, then keeps only its chunk. With
+    // model.init_from every chunk is read from the files instead: no full-size unit exists anywhere (an 8B
+    // model's root unit alone is 4 GB).
+    const at::Tensor full = config.model.init_from.empty()
+                                ? init_unit(specs[i], config_, config.train.seed, static_cast<int64_t>(i))
+                                : at::Tensor();
     units_.push_back(std::make_unique<FlatParamUnit>(specs[i], full, *shard_comm, unit_options, gathered_, device_));
   }
   // The pool keeps released buffers up to what the strategy holds gathered at its peak, so a step reuses
