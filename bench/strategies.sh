@@ -1,37 +1,26 @@
 #!/usr/bin/env bash
-# The FSDP-guide style table for meshrun-trainer: small config (25.4M params), CPU, Gloo, fp32,
-# OMP_NUM_THREADS=1, through meshrun: memory per rank (peak RSS of the process, max over ranks), the bytes
-# of model state a rank holds (parameter shard + gathered peak + gradients + AdamW state, from rank<R>.json),
-# the activation bytes a forward leaves alive for backward, and iterations per second (median step time,
-# first 3 steps skipped). Not part of ctest.
-#   bench/strategies.sh [STEPS]     (default 15)
+# The FSDP-guide style table, meshrun-trainer beside PyTorch with the matching settings in the same run:
+# small config (25.4M params), CPU, Gloo, fp32, OMP_NUM_THREADS=1. Each strategy against its FSDP2
+# equivalent (bench/train_fsdp2_reference.py):
+#   NO_SHARD -> DistributedDataParallel        SHARD_GRAD_OP -> fully_shard(reshard_after_forward=False)
+#   FULL_SHARD -> fully_shard(reshard_after_forward=True)
+#   HYBRID_SHARD / _ZERO2 -> fully_shard over a (replicate, shard) DeviceMesh, resharding / not
+# Activation checkpointing wraps the same blocks on both sides. Per row: iterations per second (median step
+# time, first 3 steps skipped; both sides time batch building through the loss all-reduce), peak RSS per
+# rank (max over ranks), and the peak above the rank's own baseline (RSS just before the model is built),
+# each with the ratio meshrun / FSDP2. Not part of ctest.
+#   bench/strategies.sh [STEPS]     (default 12)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
-STEPS="${1:-15}"
+STEPS="${1:-12}"
 
-printf '# small config, CPU, Gloo, fp32, global batch 8 x 256 tokens, OMP_NUM_THREADS=1, %s steps\n' "$STEPS"
-printf '| %-34s | %5s | %16s | %16s | %18s | %6s |\n' strategy ranks "peak RSS MB/rank" "state MB/rank" "activations MB/rank" "it/s"
-printf '| %-34s | %5s | %16s | %16s | %18s | %6s |\n' "---" "---" "---" "---" "---" "---"
+printf '# small config, CPU, Gloo, fp32, global batch 8 x 256 tokens, OMP_NUM_THREADS=1, %s steps (3 untimed)\n' "$STEPS"
+"$PY" "$ROOT/bench/trainer_compare.py" header strategies
 run() {  # label ranks sets...
   local label="$1" ranks="$2"; shift 2
   local out="$WORK/$RANDOM"
-  local args=()
-  for s in "$@"; do args+=(--set "$s"); done
-  "$LAUNCHER" --standalone --nproc-per-node "$ranks" "$TRAINER" --config "$ROOT/configs/small.json" \
-    --set train.steps="$STEPS" --set train.sample_tokens=0 --set train.log_interval=1000 \
-    --set output.dir="\"$out\"" "${args[@]}" > "$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
-  "$PY" - "$out" "$ranks" "$label" <<'PY'
-import json, statistics, sys
-out, ranks, label = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-steps = [json.loads(l) for l in open(out + "/metrics.jsonl") if '"step_time_s"' in l]
-its = 1 / statistics.median(s["step_time_s"] for s in steps[3:] or steps)
-reps = [json.load(open(f"{out}/rank{r}.json")) for r in range(ranks)]
-rss = max(r["peak_rss_bytes"] for r in reps) / 2**20
-act = max(r["activation_peak_bytes"] for r in reps) / 2**20
-state = max(r["param_shard_bytes"] + r["gathered_param_peak_bytes"] + r["grad_shard_bytes"] + r["optimizer_bytes"]
-            for r in reps) / 2**20
-print(f"| {label:<34} | {ranks:5d} | {rss:16.0f} | {state:16.0f} | {act:18.0f} | {its:6.3f} |")
-PY
+  run_pair "$out" "$ranks" "$ROOT/configs/small.json" "$STEPS" "$@"
+  "$PY" "$ROOT/bench/trainer_compare.py" strategies "$out" "$ranks" 3 "$label"
 }
 run "NO_SHARD (DDP)" 2 fsdp.strategy=NO_SHARD
 run "SHARD_GRAD_OP (ZeRO-2)" 2 fsdp.strategy=SHARD_GRAD_OP
@@ -39,3 +28,4 @@ run "FULL_SHARD (ZeRO-3)" 2 fsdp.strategy=FULL_SHARD
 run "FULL_SHARD + activation ckpt" 2 fsdp.strategy=FULL_SHARD fsdp.activation_checkpointing=1
 run "HYBRID_SHARD 2 replicas x 1 shard" 2 fsdp.strategy=HYBRID_SHARD fsdp.shard_group_size=1
 run "HYBRID_SHARD 2 replicas x 2 shards" 4 fsdp.strategy=HYBRID_SHARD fsdp.shard_group_size=2
+run "HYBRID_SHARD_ZERO2 2 x 2 shards" 4 fsdp.strategy=HYBRID_SHARD_ZERO2 fsdp.shard_group_size=2
