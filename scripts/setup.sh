@@ -45,7 +45,7 @@ LAUNCHER_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
 PACKAGES=("${LAUNCHER_PACKAGES[@]}" git
           clang clang-format clang-tidy libclang-rt-14-dev python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
-          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev
+          openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev libisal-dev
           elfutils gdb chromium etcd-server curl man-db zsh)
 ((LAUNCHER_ONLY)) && PACKAGES=("${LAUNCHER_PACKAGES[@]}")
 missing=()
