@@ -14,6 +14,7 @@
 #include <c10/core/GradMode.h>
 
 #include "common/error.hpp"
+#include "common/pread_full.hpp"
 #include "common/unique_fd.hpp"
 #include "trainer/checkpoint/atomic_file.hpp"
 #include "trainer/checkpoint/checkpoint_files.hpp"
@@ -43,14 +44,22 @@ at::Tensor& kind_tensor(FlatParamUnit& unit, AdamW& optimizer, size_t index, int
   return kind == 1 ? optimizer.exp_avg(index) : optimizer.exp_avg_sq(index);
 }
 
-void agreed(Communicator& world, const std::string& path, const std::function<void()>& step) {
-  std::string error;
+namespace {
+
+// What `step` threw on this rank ("" when it did not).
+std::string error_of(const std::function<void()>& step) {
   try {
     step();
   } catch (const std::exception& e) {
-    error = e.what();
+    return e.what();
   }
-  throw_if_failed(world.first_failure(error), path);
+  return {};
+}
+
+}  // namespace
+
+void agreed(Communicator& world, const std::string& path, const std::function<void()>& step) {
+  throw_if_failed(world.first_failure(error_of(step)), path);
 }
 
 std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit) {
@@ -77,12 +86,7 @@ int64_t fill_shard(const FlatParamUnit& unit, at::Tensor& dst, const ReadPiece& 
 }
 
 void run_agreed(Communicator& world, const std::function<void()>& step) {
-  std::string error;
-  try {
-    step();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+  const std::string error = error_of(step);
   const auto failure = world.first_failure(error);
   if (!error.empty()) throw Error(error);
   if (failure) throw Error("rank " + std::to_string(failure->rank) + " refused: " + failure->message);
@@ -269,15 +273,8 @@ void CheckpointReader::read(const std::string& name, int64_t begin, int64_t coun
     UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.get() < 0) throw Error("cannot open checkpoint data file " + file + ": " + std::strerror(errno));
     const size_t nbytes = static_cast<size_t>(cn) * sizeof(float);
-    size_t done = 0;
-    const auto offset = c["offset"].get<int64_t>();
-    while (done < nbytes) {
-      const ssize_t r =
-          ::pread(fd.get(), reinterpret_cast<char*>(into) + done, nbytes - done, offset + static_cast<int64_t>(done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw Error("checkpoint data file " + file + " is truncated (reading " + name + ")");
-      done += static_cast<size_t>(r);
-    }
+    if (pread_full(fd.get(), into, nbytes, c["offset"].get<uint64_t>()) != static_cast<ssize_t>(nbytes))
+      throw Error("checkpoint data file " + file + " is truncated (reading " + name + ")");
     const uint32_t crc = crc32_of(into, nbytes);
     if (crc != c["crc32"].get<uint32_t>()) {
       throw Error("checkpoint data file " + file + " is corrupted: CRC-32 of " + name + " elements [" +

@@ -19,11 +19,11 @@ using Clock = std::chrono::steady_clock;
 
 std::string shape_text(const std::vector<int64_t>& shape) { return nlohmann::json(shape).dump(); }
 
-void check_shape(HfWeights& weights, const std::string& name, const std::vector<int64_t>& expected) {
-  const SafetensorsTensor* t = weights.find(name);
-  if (t->shape == expected) return;
-  throw Error("model.init_from: tensor " + name + " in " + weights.file_of(name) + " has shape " +
-              shape_text(t->shape) + ", but config.json's model needs " + shape_text(expected));
+void check_shape(const HfWeights& weights, const std::string& name, const SafetensorsTensor& t,
+                 const std::vector<int64_t>& expected) {
+  if (t.shape == expected) return;
+  throw Error("model.init_from: tensor " + name + " in " + weights.file_of(name) + " has shape " + shape_text(t.shape) +
+              ", but config.json's model needs " + shape_text(expected));
 }
 
 // Every tensor the model needs, with its shape; every tensor in the folder accounted for. Returns the
@@ -35,11 +35,12 @@ std::vector<std::string> check_tensors(HfWeights& weights, const std::vector<Fla
     for (const auto& p : unit->spec().params) {
       const std::string name = hf_llama_name(unit->spec().name, p.name);
       wanted.insert(name);
-      if (weights.find(name) == nullptr) {
+      const SafetensorsTensor* t = weights.find(name);
+      if (t == nullptr) {
         throw Error("model.init_from: " + weights.folder() + " has no tensor " + name + " (the model built from its " +
                     "config.json needs it" + (p.name == "output" ? "; tie_word_embeddings is false" : "") + ")");
       }
-      check_shape(weights, name, p.shape);
+      check_shape(weights, name, *t, p.shape);
     }
   }
   std::vector<std::string> unread;
@@ -47,7 +48,7 @@ std::vector<std::string> check_tensors(HfWeights& weights, const std::vector<Fla
     if (wanted.count(name) != 0 || hf_llama_ignorable(name)) continue;
     if (model.tie_embeddings && name == "lm_head.weight") {
       // Some exports of tied models carry the head too: the embedding is what a tied model uses.
-      check_shape(weights, name, {model.vocab_size, model.dim});
+      check_shape(weights, name, *weights.find(name), {model.vocab_size, model.dim});
       unread.push_back(name);
       continue;
     }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/pread_full.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -23,15 +24,11 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100ULL << 20;
 
 void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Error("cannot read " + path + ": " + std::strerror(errno));
-    if (r == 0)
-      throw Error(path + " is truncated (reading bytes " + std::to_string(offset) + ".." + std::to_string(offset + n) +
-                  ")");
-    done += static_cast<size_t>(r);
+  const ssize_t r = pread_full(fd, dst, n, offset);
+  if (r < 0) throw Error("cannot read " + path + ": " + std::strerror(errno));
+  if (static_cast<size_t>(r) < n) {
+    throw Error(path + " is truncated (reading bytes " + std::to_string(offset) + ".." + std::to_string(offset + n) +
+                ")");
   }
 }
 
