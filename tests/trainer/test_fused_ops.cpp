@@ -4,7 +4,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include <catch2/catch.hpp>
+
+#include <torch/csrc/autograd/autograd.h>
 
 #include "trainer/model/fused_ops.hpp"
 #include "trainer/model/model.hpp"
@@ -105,7 +112,10 @@ TEST_CASE("fused rms_norm gives the same result on two threads as on one", "[tra
   const at::Tensor w = at::rand({64}) + 0.5;
   const at::Tensor upstream = at::randn({4, 300, 64});
   auto f = [](auto& in) { return mt::rms_norm(in[0], in[1], 1e-6); };
-  const Grads one = run(f, {x, w}, upstream);
+  const Grads one = [&] {
+    const ThreadCount single(1);
+    return run(f, {x, w}, upstream);
+  }();
   const ThreadCount two(2);
   const Grads both = run(f, {x, w}, upstream);
   CHECK(at::equal(one.out, both.out));
@@ -139,7 +149,10 @@ TEST_CASE("fused rotary embedding splits rows across batch entries correctly on 
   const at::Tensor x = at::randn({3, 300, 2, 8});
   const at::Tensor upstream = at::randn({3, 300, 2, 8});
   auto f = [&](auto& in) { return mt::rotary(in[0], rope.cos, rope.sin); };
-  const Grads one = run(f, {x}, upstream);
+  const Grads one = [&] {
+    const ThreadCount single(1);
+    return run(f, {x}, upstream);
+  }();
   const ThreadCount two(2);
   const Grads both = run(f, {x}, upstream);
   CHECK(at::equal(one.out, both.out));
@@ -183,6 +196,44 @@ TEST_CASE("fused swiglu is accurate element by element over the range gates take
   };
   CHECK(elementwise(got.out, want.out) < 2e-6);
   CHECK(elementwise(got.inputs[1], want.inputs[1]) < 2e-6);  // d/d(up) = silu(gate)
+  // d/d(gate) = s * (1 + gate * (1 - s)) crosses zero near gate = -1.28: measured against its own scale there.
+  CHECK(relative_error(got.inputs[0], want.inputs[0]) < 2e-6);
+  // NaN passes the clamps of exp(): a diverging run shows NaN, not a finite value.
+  const at::Tensor nan = at::full({20}, std::numeric_limits<float>::quiet_NaN());
+  CHECK(mt::swiglu(nan, at::ones({20})).isnan().all().item<bool>());
+}
+
+TEST_CASE("fused operators take strided inputs and give their gradients", "[trainer][fused]") {
+  at::manual_seed(7);
+  // rms_norm of a transposed tensor; rotary of every other head of a wider projection.
+  const at::Tensor wide = at::randn({48, 3, 40});
+  const at::Tensor w = at::rand({48}) + 0.5;
+  const at::Tensor upstream = at::randn({40, 3, 48});
+  const Grads got = run([](auto& in) { return mt::rms_norm(in[0].transpose(0, 2), in[1], 1e-5); }, {wide, w}, upstream);
+  const Grads want = run([](auto& in) { return rms_norm_reference(in[0].transpose(0, 2), in[1], 1e-5); },
+                         {wide.to(at::kDouble), w.to(at::kDouble)}, upstream);
+  check_close(got, want);
+
+  const mt::Rope rope = mt::make_rope(rope_config(16), 20, at::kFloat, at::kCPU);
+  const at::Tensor qkv = at::randn({2, 20, 6, 16});
+  const at::Tensor up2 = at::randn({2, 20, 3, 16});
+  auto every_other = [](const at::Tensor& t) { return t.slice(2, 0, 6, 2); };
+  const Grads rotated = run([&](auto& in) { return mt::rotary(every_other(in[0]), rope.cos, rope.sin); }, {qkv}, up2);
+  const Grads reference = run(
+      [&](auto& in) {
+        return rotary_reference(every_other(in[0]), rope.cos.to(at::kDouble), rope.sin.to(at::kDouble));
+      },
+      {qkv.to(at::kDouble)}, up2);
+  check_close(rotated, reference);
+}
+
+TEST_CASE("fused operators refuse a second derivative and pass empty tensors to ATen", "[trainer][fused]") {
+  const at::Tensor gate = at::randn({8}).set_requires_grad(true);
+  const at::Tensor out = mt::swiglu(gate, at::ones({8})).sum();
+  CHECK_THROWS_WITH(torch::autograd::grad({out}, {gate}, {}, /*retain_graph=*/true, /*create_graph=*/true),
+                    Catch::Contains("not twice differentiable"));
+  CHECK(mt::rms_norm(at::zeros({0, 16}), at::ones({16}), 1e-5).sizes() == at::IntArrayRef({0, 16}));
+  CHECK(mt::swiglu(at::zeros({0}), at::zeros({0})).numel() == 0);
 }
 
 TEST_CASE("fused operators leave other dtypes to ATen", "[trainer][fused]") {
@@ -191,4 +242,9 @@ TEST_CASE("fused operators leave other dtypes to ATen", "[trainer][fused]") {
   const at::Tensor w = (at::rand({32}) + 0.5).to(at::kBFloat16);
   CHECK(at::equal(mt::rms_norm(x, w, 1e-5), at::rms_norm(x, {32}, w, 1e-5)));
   CHECK(at::equal(mt::swiglu(x, x), at::silu(x) * x));
+  // The fp32 kernels would refuse bf16 pointers: equality with ATen's formula shows the fallback ran.
+  const mt::Rope rope = mt::make_rope(rope_config(8), 4, at::kBFloat16, at::kCPU);
+  const at::Tensor q = at::randn({1, 4, 2, 8}).to(at::kBFloat16);
+  const at::Tensor swapped = q.view({1, 4, 2, 2, 4}).flip(-2).view(q.sizes());
+  CHECK(at::equal(mt::rotary(q, rope.cos, rope.sin), q * rope.cos.unsqueeze(1) + swapped * rope.sin.unsqueeze(1)));
 }

@@ -46,6 +46,8 @@ constexpr int64_t kLanes = 16;
 // polynomial, then 2^n through the exponent bits; within 2 ulp. Plain arithmetic, so it vectorises (a call to
 // expf would not without -ffast-math).
 [[gnu::always_inline]] inline float exp_clamped(float x) {
+  // Comparisons with NaN are false, so NaN passes the clamps and the polynomial carries it to the result: a
+  // diverging run shows NaN here as it would in ATen (a min/max rewrite could turn it into a finite value).
   x = x < -87.0f ? -87.0f : x;
   x = x > 88.0f ? 88.0f : x;
   constexpr float kRoundToInt = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer

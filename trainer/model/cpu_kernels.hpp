@@ -1,8 +1,6 @@
-// Fused fp32 CPU kernels for the decoder's elementwise work: RMSNorm, rotary embeddings and SwiGLU, each
-// forward and each backward one pass over memory. ATen runs them as 3-10 separate operators with a full-size
-// temporary between each (13 % of a `small` step on 2 cores, more than attention). Torch-free loops over
-// row ranges: the caller splits the rows over threads and owns the memory. Each kernel is compiled for
-// AVX-512, AVX2 and the baseline ISA; the loader picks the best the CPU has (GCC target_clones).
+// Fused fp32 CPU kernels for the decoder's elementwise work (RMSNorm, rotary embedding, SwiGLU): each forward
+// and each backward is one pass over memory, where ATen runs 3-10 operators with a full-size temporary between
+// them. Torch-free loops over row ranges; the caller splits rows over threads. Compiled per ISA (target_clones).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "trainer/model/cpu_kernels.hpp"
@@ -16,9 +17,15 @@ using torch::autograd::variable_list;
 
 bool fp32_cpu(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
-// Rows per task: enough work per thread to outweigh the hand-off (a few hundred KB of traffic).
+// Work per task: at parallel_for's hand-off cost (microseconds), tasks of tens of KB and more pay off.
 constexpr int64_t kRowGrain = 64;
 constexpr int64_t kElementGrain = 1 << 16;
+
+// The backward passes are kernels, not differentiable graphs: a second derivative through them would be
+// silently wrong, so create_graph=true is refused.
+void refuse_double_backward(const char* op) {
+  TORCH_CHECK(!at::GradMode::is_enabled(), op, "'s fused CPU backward is not twice differentiable");
+}
 
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight_in, double eps) {
@@ -29,21 +36,21 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     at::Tensor y = at::empty_like(x);
     at::Tensor rstd = at::empty({rows}, x.options());
     const float* xp = x.const_data_ptr<float>();
+    const float* wp = weight.const_data_ptr<float>();
     float* yp = y.mutable_data_ptr<float>();
     float* rp = rstd.mutable_data_ptr<float>();
     at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
-      cpu_kernels::rms_norm_forward(xp + begin * dim, weight.const_data_ptr<float>(), static_cast<float>(eps),
-                                    end - begin, dim, yp + begin * dim, rp + begin);
+      cpu_kernels::rms_norm_forward(xp + begin * dim, wp, static_cast<float>(eps), end - begin, dim, yp + begin * dim,
+                                    rp + begin);
     });
     ctx->save_for_backward({x, weight, rstd});
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    refuse_double_backward("rms_norm");
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
-    const at::Tensor& weight = saved[1];
-    const at::Tensor& rstd = saved[2];
     const at::Tensor grad = grads[0].contiguous();
     const int64_t dim = x.size(-1);
     const int64_t rows = x.numel() / dim;
@@ -52,14 +59,18 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     // given thread count.
     const int64_t chunks = std::clamp<int64_t>(rows / kRowGrain, 1, at::get_num_threads());
     at::Tensor partial = at::zeros({chunks, dim}, x.options());
+    const float* gp = grad.const_data_ptr<float>();
+    const float* xp = x.const_data_ptr<float>();
+    const float* wp = saved[1].const_data_ptr<float>();
+    const float* rp = saved[2].const_data_ptr<float>();
+    float* gxp = grad_x.mutable_data_ptr<float>();
+    float* pp = partial.mutable_data_ptr<float>();
     at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t first = rows * c / chunks;
         const int64_t last = rows * (c + 1) / chunks;
-        cpu_kernels::rms_norm_backward(
-            grad.const_data_ptr<float>() + first * dim, x.const_data_ptr<float>() + first * dim,
-            weight.const_data_ptr<float>(), rstd.const_data_ptr<float>() + first, last - first, dim,
-            grad_x.mutable_data_ptr<float>() + first * dim, partial.mutable_data_ptr<float>() + c * dim);
+        cpu_kernels::rms_norm_backward(gp + first * dim, xp + first * dim, wp, rp + first, last - first, dim,
+                                       gxp + first * dim, pp + c * dim);
       }
     });
     at::Tensor grad_weight = chunks == 1 ? partial[0] : partial.sum(0);
@@ -67,7 +78,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
-// x [B, T, H, hd] -> contiguous rotated copy; `inverse` for the backward.
+// x [B, T, H, hd] (hd contiguous) -> contiguous rotated copy; `inverse` for the backward.
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse) {
   const at::Tensor in = x.stride(-1) == 1 ? x : x.contiguous();
   const int64_t batch = in.size(0);
@@ -80,22 +91,26 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   rows.head_dim = in.size(3);
   rows.inverse = inverse;
   const int64_t row_numel = rows.heads * rows.head_dim;
+  const float* ip = in.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  const float* cp = cos.const_data_ptr<float>();
+  const float* sp = sin.const_data_ptr<float>();
   // Parallel over (batch, token) rows; a task's rows are cut where a batch entry ends (the tables restart).
-  at::parallel_for(0, batch * tokens, std::max<int64_t>(1, kRowGrain * 64 / row_numel),
-                   [&](int64_t begin, int64_t end) {
-                     cpu_kernels::RopeRows part = rows;
-                     for (int64_t r = begin; r < end;) {
-                       const int64_t b = r / tokens;
-                       const int64_t t = r % tokens;
-                       part.tokens = std::min(end - r, tokens - t);
-                       part.in = in.const_data_ptr<float>() + b * in.stride(0) + t * in.stride(1);
-                       part.out = out.mutable_data_ptr<float>() + r * row_numel;
-                       part.cos = cos.const_data_ptr<float>() + t * rows.head_dim;
-                       part.sin = sin.const_data_ptr<float>() + t * rows.head_dim;
-                       cpu_kernels::rope(part);
-                       r += part.tokens;
-                     }
-                   });
+  const int64_t grain = std::max<int64_t>(1, kRowGrain * 64 / row_numel);
+  at::parallel_for(0, batch * tokens, grain, [&](int64_t begin, int64_t end) {
+    cpu_kernels::RopeRows part = rows;
+    for (int64_t r = begin; r < end;) {
+      const int64_t b = r / tokens;
+      const int64_t t = r % tokens;
+      part.tokens = std::min(end - r, tokens - t);
+      part.in = ip + b * in.stride(0) + t * in.stride(1);
+      part.out = op + r * row_numel;
+      part.cos = cp + t * rows.head_dim;
+      part.sin = sp + t * rows.head_dim;
+      cpu_kernels::rope(part);
+      r += part.tokens;
+    }
+  });
   return out;
 }
 
@@ -106,6 +121,7 @@ struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
     return rotate(x, cos, sin, /*inverse=*/false);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    refuse_double_backward("rotary");
     return {rotate(grads[0], ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), /*inverse=*/true),
             at::Tensor(), at::Tensor()};
   }
@@ -116,25 +132,28 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const at::Tensor gate = gate_in.contiguous();
     const at::Tensor up = up_in.contiguous();
     at::Tensor out = at::empty_like(gate);
+    const float* ap = gate.const_data_ptr<float>();
+    const float* bp = up.const_data_ptr<float>();
+    float* op = out.mutable_data_ptr<float>();
     at::parallel_for(0, gate.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      cpu_kernels::swiglu_forward(gate.const_data_ptr<float>() + begin, up.const_data_ptr<float>() + begin, end - begin,
-                                  out.mutable_data_ptr<float>() + begin);
+      cpu_kernels::swiglu_forward(ap + begin, bp + begin, end - begin, op + begin);
     });
     ctx->save_for_backward({gate, up});
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    refuse_double_backward("swiglu");
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& gate = saved[0];
-    const at::Tensor& up = saved[1];
     const at::Tensor grad = grads[0].contiguous();
-    at::Tensor grad_gate = at::empty_like(gate);
-    at::Tensor grad_up = at::empty_like(up);
-    at::parallel_for(0, gate.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      cpu_kernels::swiglu_backward(grad.const_data_ptr<float>() + begin, gate.const_data_ptr<float>() + begin,
-                                   up.const_data_ptr<float>() + begin, end - begin,
-                                   grad_gate.mutable_data_ptr<float>() + begin,
-                                   grad_up.mutable_data_ptr<float>() + begin);
+    at::Tensor grad_gate = at::empty_like(saved[0]);
+    at::Tensor grad_up = at::empty_like(saved[1]);
+    const float* gp = grad.const_data_ptr<float>();
+    const float* ap = saved[0].const_data_ptr<float>();
+    const float* bp = saved[1].const_data_ptr<float>();
+    float* gap = grad_gate.mutable_data_ptr<float>();
+    float* gbp = grad_up.mutable_data_ptr<float>();
+    at::parallel_for(0, grad.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      cpu_kernels::swiglu_backward(gp + begin, ap + begin, bp + begin, end - begin, gap + begin, gbp + begin);
     });
     return {grad_gate, grad_up};
   }
@@ -143,7 +162,10 @@ struct SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (fp32_cpu(x) && fp32_cpu(weight)) return RmsNormFunction::apply(x, weight, eps);
+  // The kernels take the shapes the model gives; anything else (and empty tensors) is ATen's to check.
+  if (fp32_cpu(x) && fp32_cpu(weight) && x.numel() > 0 && weight.dim() == 1 && weight.size(0) == x.size(-1)) {
+    return RmsNormFunction::apply(x, weight, eps);
+  }
   // ATen accumulates in fp32 whatever the compute dtype (the mean of squares loses too much in bf16's 8 bits
   // of mantissa), and on CUDA it is one fused kernel that saves only the input and 1/rms for backward:
   // written out as pow/mean/rsqrt/mul it kept two fp32 copies of every normalised activation (measured on an
@@ -155,9 +177,10 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos_table, const at::Te
   const int64_t t = x.size(1);
   const at::Tensor cos = cos_table.narrow(0, 0, t);
   const at::Tensor sin = sin_table.narrow(0, 0, t);
-  if (fp32_cpu(x) && fp32_cpu(cos) && cos.is_contiguous() && sin.is_contiguous()) {
-    return RotaryFunction::apply(x, cos, sin);
-  }
+  const bool kernel_shapes = x.dim() == 4 && x.numel() > 0 && x.size(3) % 2 == 0 && cos.dim() == 2 &&
+                             cos.size(1) == x.size(3) && sin.sizes() == cos.sizes() && cos.is_contiguous() &&
+                             sin.is_contiguous();
+  if (kernel_shapes && fp32_cpu(x) && fp32_cpu(cos) && fp32_cpu(sin)) return RotaryFunction::apply(x, cos, sin);
   // x is contiguous here (straight out of the projection, before heads move forward), so the swap of the
   // two halves is a view plus one copy. Rotate-half as that swap (the sign is in the sin table), not a
   // negation and a concatenation of slices, whose backward zero-fills two full-size buffers.
@@ -168,7 +191,9 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos_table, const at::Te
 }
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
-  if (fp32_cpu(gate) && fp32_cpu(up) && gate.sizes() == up.sizes()) return SwigluFunction::apply(gate, up);
+  if (fp32_cpu(gate) && fp32_cpu(up) && gate.sizes() == up.sizes() && gate.numel() > 0) {
+    return SwigluFunction::apply(gate, up);
+  }
   return at::silu(gate) * up;
 }
 
