@@ -109,6 +109,10 @@ const std::vector<KeyDoc>& key_table() {
       {"system.backend", "auto",
        "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host memory and lets ranks "
        "share a GPU)"},
+      {"system.intra_node", "auto",
+       "auto | cma | gloo: how the Gloo backend's all-gathers and reduce-scatters move bytes between ranks under one "
+       "launcher. cma: each rank copies straight out of its peers' memory (process_vm_readv, one copy, no sockets); "
+       "gloo: loopback TCP; auto: cma where it works, else gloo"},
       {"system.threads", 0, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"},
       {"system.peak_flops", 1e11, "peak FLOP/s of one rank's device, for MFU"},
       {"system.timeout_s", 120.0, "store and collective timeout (start-up check included)"},
@@ -177,6 +181,13 @@ RopeScaling parse_rope_scaling(const std::string& s) {
   if (s == "none") return RopeScaling::None;
   if (s == "llama3") return RopeScaling::Llama3;
   throw UsageError("config key 'model.rope_scaling': unknown value '" + s + "' (use none or llama3)");
+}
+
+IntraNodeTransport parse_intra_node(const std::string& s) {
+  if (s == "auto") return IntraNodeTransport::Auto;
+  if (s == "cma") return IntraNodeTransport::CrossMemoryAttach;
+  if (s == "gloo") return IntraNodeTransport::Gloo;
+  throw UsageError("config key 'system.intra_node': unknown value '" + s + "' (use auto, cma or gloo)");
 }
 
 // Where the user set model.<key>: nullptr when they did not (it holds its default).
@@ -460,6 +471,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
 
   c.system.device = get_as<std::string>(merged, "system.device");
   c.system.backend = get_as<std::string>(merged, "system.backend");
+  c.system.intra_node = parse_intra_node(get_as<std::string>(merged, "system.intra_node"));
   c.system.threads = get_as<int64_t>(merged, "system.threads");
   c.system.peak_flops = get_as<double>(merged, "system.peak_flops");
   c.system.timeout_s = get_as<double>(merged, "system.timeout_s");

@@ -15,6 +15,8 @@ enum class ShardingStrategy { FullShard, ShardGradOp, NoShard, HybridShard, Hybr
 enum class DType { Float32, BFloat16, Float16 };
 // Llama3: Llama 3.1's frequency-dependent stretch of the rotary wavelengths (Hugging Face rope_type "llama3").
 enum class RopeScaling { None, Llama3 };
+/// How ranks of one node move all-gather / reduce-scatter bytes on CPU (communicator.hpp).
+enum class IntraNodeTransport { Auto, CrossMemoryAttach, Gloo };
 
 struct ModelConfig {
   std::string name;
@@ -106,8 +108,9 @@ struct CheckpointConfig {
 struct SystemConfig {
   std::string device = "auto";   // auto | cpu | cuda
   std::string backend = "auto";  // auto | gloo | nccl
-  int64_t threads = 0;           // 0: OMP_NUM_THREADS, else cores / LOCAL_WORLD_SIZE
-  double peak_flops = 1e11;      // per rank, for MFU
+  IntraNodeTransport intra_node = IntraNodeTransport::Auto;
+  int64_t threads = 0;       // 0: OMP_NUM_THREADS, else cores / LOCAL_WORLD_SIZE
+  double peak_flops = 1e11;  // per rank, for MFU
   double timeout_s = 120.0;
 };
 

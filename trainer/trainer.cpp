@@ -188,6 +188,8 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
         model_->layout().c_str(), to_string(c.fsdp.param_dtype).c_str(), to_string(c.fsdp.reduce_dtype).c_str(),
         static_cast<long long>(tokens_per_step_), c.data.path.c_str(), static_cast<long long>(data_->size()),
         data_->files().size());
+    if (!model_->intra_node_transport().empty())
+      std::printf("intra-node all-gather/reduce-scatter: %s\n", model_->intra_node_transport().c_str());
     std::fflush(stdout);
   }
 }
@@ -393,6 +395,7 @@ void Trainer::report_memory(const TrainSummary& summary) {
       {"grad_accum_peak_bytes", grad_accum_peak_},
       {"activation_peak_bytes", activation_peak_},
       {"layout", model_->layout()},
+      {"intra_node_transport", model_->intra_node_transport()},
       {"optimizer_bytes", optimizer_->state_bytes()},
       {"checkpoint_snapshot_bytes", async_saves_ ? async_saves_->snapshot_bytes() : 0},
       {"init_from_bytes_read", init_bytes_read_},

@@ -27,8 +27,8 @@ constexpr auto kRunLimit = std::chrono::seconds(600);
 
 // Workers must not inherit a rank layout from the environment running the tests; one thread each.
 std::vector<std::string> worker_env(const std::map<std::string, std::string>& extra) {
-  std::vector<std::string> env = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",       "LOCAL_WORLD_SIZE",
-                                  "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS=1"};
+  std::vector<std::string> env = {"RANK",       "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_WORLD_SIZE",
+                                  "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS=1"};
   for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
   return env;
 }
@@ -178,9 +178,13 @@ RunResult run_workers_in(const std::string& dir, int world, const std::vector<st
     append_sets(argv, rank.sets);
     std::map<std::string, std::string> env;
     if (world > 0) {
-      env = {{"RANK", std::to_string(r)},           {"LOCAL_RANK", std::to_string(r)},
-             {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
-             {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(daemon->port())}};
+      env = {{"RANK", std::to_string(r)},
+             {"LOCAL_RANK", std::to_string(r)},
+             {"WORLD_SIZE", std::to_string(world)},
+             {"LOCAL_WORLD_SIZE", std::to_string(world)},
+             {"MASTER_ADDR", "127.0.0.1"},
+             {"MASTER_PORT", std::to_string(daemon->port())},
+             {"GROUP_RANK", "0"}};  // one node, as under one launcher
     }
     for (const auto& [k, v] : rank.env) env[k] = v;
     workers.push_back(

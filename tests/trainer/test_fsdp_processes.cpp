@@ -185,9 +185,13 @@ TEST_CASE("hybrid: 4 ranks as 2 nodes x 2 match one process and hold half the st
   const auto& ref = fp32_reference();
   const int64_t total = static_cast<int64_t>(ref.params.size()) * 4;
   for (const std::string strategy : {"HYBRID_SHARD", "HYBRID_SHARD_ZERO2"}) {
-    // The node boundary comes from LOCAL_WORLD_SIZE, as meshrun --nnodes 2 --nproc-per-node 2 would set it.
+    // The node boundary comes from LOCAL_WORLD_SIZE and GROUP_RANK, as meshrun --nnodes 2 --nproc-per-node 2
+    // would set them: the shard groups are node-local (cross-memory attach), the replica groups are not.
     std::vector<RankRun> ranks(4);
-    for (int r = 0; r < 4; ++r) ranks[r].env = {{"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r % 2)}};
+    for (int r = 0; r < 4; ++r) {
+      ranks[r].env = {
+          {"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r % 2)}, {"GROUP_RANK", std::to_string(r / 2)}};
+    }
     const auto run = run_workers(4, with(kParityRun, {"fsdp.strategy=" + strategy}), ranks);
     INFO(strategy << "\n" << run.describe());
     REQUIRE(run.ok());
@@ -201,6 +205,7 @@ TEST_CASE("hybrid: 4 ranks as 2 nodes x 2 match one process and hold half the st
     for (int r = 0; r < 4; ++r) {
       const auto rep = rank_report(run, r);
       CHECK_THAT(rep["layout"].get<std::string>(), Catch::Contains("2 replicas x 2 shards"));
+      CHECK(rep["intra_node_transport"] == "cross-memory attach");  // the shard group: one node
       // 1/2 of the parameters, gradients and AdamW state (plus at most one element of padding per unit).
       const int64_t params = rep["param_shard_bytes"].get<int64_t>();
       CHECK(params >= total / 2);
@@ -298,4 +303,42 @@ TEST_CASE("llm.c shards: two ranks train on a glob of shards and evaluate on a s
   const auto losses = read_losses(result.dir);
   REQUIRE(losses.size() >= 6);
   for (double l : losses) CHECK(std::isfinite(l));
+}
+
+TEST_CASE("intra-node: cross-memory attach and Gloo's sockets give the same bits", "[trainer][fsdp][cma]") {
+  // Same-node ranks read each other's memory (system.intra_node=cma); the sum order of the reduce-scatter is
+  // Gloo's point-to-point order, so losses and parameters must be identical, not merely close. World 3 takes
+  // the path with more than one peer's chunk to add, and padded units.
+  const std::vector<std::string> base = with(kParityRun, {"train.steps=6", "train.global_batch_size=6"});
+  for (const int world : {2, 3}) {
+    const auto cma = run_workers(world, with(base, {"system.intra_node=\"cma\""}));
+    const auto gloo = run_workers(world, with(base, {"system.intra_node=\"gloo\""}));
+    INFO("world " << world << "\n" << cma.describe() << "\n" << gloo.describe());
+    REQUIRE(cma.ok());
+    REQUIRE(gloo.ok());
+    CHECK(rank_report(cma, 0)["intra_node_transport"] == "cross-memory attach");
+    CHECK(rank_report(gloo, 0)["intra_node_transport"] == "sockets (system.intra_node=gloo)");
+    CHECK_THAT(cma.outputs[0], Catch::Contains("intra-node all-gather/reduce-scatter: cross-memory attach"));
+    CHECK(read_losses(cma.dir) == read_losses(gloo.dir));
+    CHECK(read_params(cma.dir) == read_params(gloo.dir));
+    CHECK(read_losses(cma.dir).size() == 6);
+  }
+}
+
+TEST_CASE("intra-node: ranks of different launchers use sockets, and cma refuses them by name",
+          "[trainer][fsdp][cma]") {
+  // Two ranks that say they run under different launchers (GROUP_RANK 0 and 1), as two nodes would.
+  std::vector<RankRun> ranks(2);
+  ranks[1].env = {{"GROUP_RANK", "1"}};
+  const auto automatic = run_workers(2, {"train.steps=2"}, ranks);
+  INFO(automatic.describe());
+  REQUIRE(automatic.ok());
+  CHECK(rank_report(automatic, 0)["intra_node_transport"] == "sockets (group ranks 0 and 1 run on different nodes)");
+  const auto forced = run_workers(2, {"train.steps=2", "system.intra_node=\"cma\""}, ranks);
+  INFO(forced.describe());
+  for (int r = 0; r < 2; ++r) {
+    CHECK(forced.exit_codes[static_cast<size_t>(r)] == 2);
+    CHECK_THAT(forced.outputs[static_cast<size_t>(r)],
+               Catch::Contains("system.intra_node=cma needs every rank of a process group under one launcher"));
+  }
 }

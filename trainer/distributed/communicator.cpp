@@ -11,9 +11,28 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/error.hpp"
+#include "trainer/distributed/cma_transport.hpp"
+#include "trainer/distributed/intra_node.hpp"
 #include "trainer/distributed/nccl_backend.hpp"
 
 namespace meshrun::trainer {
+
+struct CmaTicket {
+  CmaTicket(std::shared_ptr<CmaTransport> t, uint64_t s) : transport(std::move(t)), seq(s) {}
+  ~CmaTicket() {
+    if (!done) transport->cancel(seq);  // dropped unfinished: its destinations may be going away
+  }
+  CmaTicket(const CmaTicket&) = delete;
+  CmaTicket& operator=(const CmaTicket&) = delete;
+  void complete() {
+    transport->complete(seq);
+    done = true;
+  }
+  std::shared_ptr<CmaTransport> transport;
+  uint64_t seq;
+  bool done = false;
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -144,6 +163,9 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
   comm->backend_name_ = backend;
   comm->timeout_ = timeout;
   comm->p2p_ = backend == "gloo" && config.fsdp.p2p_collectives;
+  comm->intra_node_mode_ = config.system.intra_node;
+  comm->node_ = node_identity(env);
+  comm->choose_intra_node(env.local_world_size);
   return comm;
 }
 
@@ -172,7 +194,57 @@ std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
     group->backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
         c10::make_intrusive<c10d::PrefixStore>("gloo", group->store_), group->rank_, group->world_size_, gloo_options);
   }
+  group->intra_node_mode_ = intra_node_mode_;
+  group->node_ = node_;
+  group->choose_intra_node(env_.local_world_size);
   return group;
+}
+
+void Communicator::choose_intra_node(int local_world_size) {
+  if (backend_name_ != "gloo") return;
+  if (world_size_ > local_world_size && intra_node_mode_ != IntraNodeTransport::CrossMemoryAttach) {
+    intra_node_ = "sockets (the group spans nodes)";  // no store round trips to learn what the sizes say
+    return;
+  }
+  IntraNodeChoice choice = choose_intra_node_transport(*store_, rank_, world_size_, node_, intra_node_mode_, timeout_);
+  cma_ = std::move(choice.transport);
+  intra_node_ = std::move(choice.description);
+}
+
+bool Communicator::on_cma(const at::Tensor& out, const at::Tensor& in) const {
+  return cma_ && out.is_cpu() && in.is_cpu() && out.is_contiguous() && in.is_contiguous() && out.dtype() == in.dtype();
+}
+
+PendingOp Communicator::all_gather_cma(const at::Tensor& out, const at::Tensor& in) {
+  // Every peer copies this rank's `in` into its own slice of `out`; this rank's slice is a local copy.
+  PendingOp op{nullptr, out, in, {}};
+  const auto bytes = static_cast<size_t>(in.nbytes());
+  const uint64_t seq = cma_->post(in.data_ptr(), bytes);
+  op.cma = std::make_shared<CmaTicket>(cma_, seq);
+  const int64_t n = in.numel();
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer != rank_) cma_->expect(seq, peer, 0, out.narrow(0, peer * n, n).data_ptr(), bytes);
+  }
+  out.narrow(0, rank_ * n, n).copy_(in);
+  return op;
+}
+
+PendingOp Communicator::reduce_scatter_cma(const at::Tensor& out, const at::Tensor& in) {
+  // This rank copies its chunk of every peer's `in`: the first into `out`, the others into buffers of their
+  // own; wait() adds the own chunk and those, in the order Gloo's point-to-point path adds (same bits).
+  PendingOp op{nullptr, out, in, {}};
+  const uint64_t seq = cma_->post(in.data_ptr(), static_cast<size_t>(in.nbytes()));
+  op.cma = std::make_shared<CmaTicket>(cma_, seq);
+  op.cma_reduce = true;
+  const int64_t n = out.numel();
+  const auto chunk = static_cast<size_t>(out.nbytes());
+  const int first_peer = rank_ == 0 ? 1 : 0;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    const at::Tensor dst = peer == first_peer ? out : op.received.emplace_back(at::empty({n}, out.options()));
+    cma_->expect(seq, peer, static_cast<size_t>(rank_) * chunk, dst.data_ptr(), chunk);
+  }
+  return op;
 }
 
 void Communicator::barrier() {
@@ -245,6 +317,7 @@ PendingOp Communicator::on_host_copies(CollectiveFn collective, const at::Tensor
 }
 
 PendingOp Communicator::all_gather_on_backend(const at::Tensor& out, const at::Tensor& in) {
+  if (on_cma(out, in)) return all_gather_cma(out, in);
   PendingOp op{nullptr, out, in, {}};
   if (p2p_ && in.is_contiguous() && out.is_contiguous()) {
     // Receives land in the other ranks' slices of `out`; this rank's slice is a local copy.
@@ -277,6 +350,7 @@ PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& 
 }
 
 PendingOp Communicator::reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in) {
+  if (native_reduce_scatter_ && on_cma(out, in)) return reduce_scatter_cma(out, in);
   PendingOp op{nullptr, out, in, {}};
   if (native_reduce_scatter_ && p2p_ && in.is_contiguous() && out.is_contiguous()) {
     // Chunk j of `in` goes to rank j; the other ranks' contributions to this rank's chunk are received
@@ -317,6 +391,12 @@ PendingOp Communicator::all_reduce(const at::Tensor& t) {
 }
 
 void Communicator::wait(PendingOp& op) {
+  if (op.cma) {
+    const auto start = Clock::now();
+    op.cma->complete();
+    op.cma.reset();
+    comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
   if (op.work || !op.p2p.empty()) {
     const auto start = Clock::now();
     if (op.work) {
@@ -334,7 +414,14 @@ void Communicator::wait(PendingOp& op) {
   // Host-staged (Gloo on CUDA tensors): the arithmetic below runs on the host copies.
   at::Tensor out = op.host_output.defined() ? op.host_output : op.output;
   const at::Tensor in = op.host_input.defined() ? op.host_input : op.input;
-  if (!op.received.empty()) {
+  if (op.cma_reduce) {
+    // Cross-memory attach: `out` holds the first peer's chunk; first + own == own + first, bit for bit.
+    const int64_t n = out.numel();
+    out.add_(in.narrow(0, static_cast<int64_t>(rank_) * n, n));
+    for (const at::Tensor& r : op.received) out.add_(r);
+    op.received.clear();
+    op.cma_reduce = false;
+  } else if (!op.received.empty()) {
     // Point-to-point reduce-scatter: own chunk plus every other rank's contribution.
     const int64_t n = out.numel();
     at::add_out(out, in.narrow(0, static_cast<int64_t>(rank_) * n, n), op.received[0]);

@@ -1,7 +1,9 @@
 // Communicator: the process group the FSDP layer talks to. It bootstraps from DistEnv through a c10d
 // TCPStore client pointed at the rendezvous daemon (MASTER_ADDR:MASTER_PORT), checks that every rank
 // runs the same config and world size, then builds ProcessGroupGloo (CPU) or ProcessGroupNCCL (CUDA).
-// A single process gets a communicator whose collectives are local copies.
+// A single process gets a communicator whose collectives are local copies. With Gloo, the all-gathers and
+// reduce-scatters of a group whose ranks all run under this node's launcher go through cross-memory attach
+// (intra_node.hpp, cma_transport.hpp) instead of loopback sockets: system.intra_node.
 //
 // Every collective takes tensors on the training device. NCCL works on them directly; Gloo on CUDA tensors
 // (two ranks sharing a GPU, where NCCL refuses) copies them through host memory. Scalars the trainer
@@ -31,6 +33,9 @@ class Store;
 
 namespace meshrun::trainer {
 
+class CmaTransport;
+struct CmaTicket;  // a collective in flight on the cross-memory-attach transport (communicator.cpp)
+
 /// An issued collective. Tensors are kept alive until the work completes.
 struct PendingOp {
   PendingOp() = default;
@@ -49,6 +54,10 @@ struct PendingOp {
   // into `output`.
   at::Tensor host_output;
   at::Tensor host_input;
+  // Cross-memory attach: the copies out of the peers' inputs. For a reduce-scatter `output` receives the
+  // first peer's chunk and `received` the others'; wait() adds this rank's own chunk and those.
+  std::shared_ptr<CmaTicket> cma;
+  bool cma_reduce = false;
   bool valid() const { return output.defined(); }
 };
 
@@ -71,6 +80,9 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const std::string& backend_name() const { return backend_name_; }
+  /// How all-gathers and reduce-scatters move between this node's ranks: "cross-memory attach", or "sockets
+  /// (why)"; empty for NCCL and single processes.
+  const std::string& intra_node_transport() const { return intra_node_; }
   /// The training device: where collectives expect their tensors.
   const at::Device& device() const { return device_; }
 
@@ -114,6 +126,11 @@ class Communicator {
   using CollectiveFn = PendingOp (Communicator::*)(const at::Tensor& out, const at::Tensor& in);
   PendingOp all_gather_on_backend(const at::Tensor& out, const at::Tensor& in);
   PendingOp reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in);
+  /// Gloo groups: picks cross-memory attach when every member runs under this node's launcher.
+  void choose_intra_node(int local_world_size);
+  bool on_cma(const at::Tensor& out, const at::Tensor& in) const;
+  PendingOp all_gather_cma(const at::Tensor& out, const at::Tensor& in);
+  PendingOp reduce_scatter_cma(const at::Tensor& out, const at::Tensor& in);
   /// Runs `collective` on host copies of `out` and `in`; wait() copies the result back into `out`.
   PendingOp on_host_copies(CollectiveFn collective, const at::Tensor& out, const at::Tensor& in);
   /// NCCL: records the compute stream's wait for `work` between two timing events.
@@ -131,6 +148,10 @@ class Communicator {
   int64_t failure_seq_ = 0;  // first_failure() calls so far (the same on every rank): its store keys
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
+  IntraNodeTransport intra_node_mode_ = IntraNodeTransport::Auto;
+  std::string node_;  // node_identity(): equal for ranks under the same launcher
+  std::string intra_node_;
+  std::shared_ptr<CmaTransport> cma_;
   double comm_seconds_ = 0.0;
   std::vector<std::pair<c10::Event, c10::Event>> device_waits_;  // NCCL: (before, after) each wait
 };

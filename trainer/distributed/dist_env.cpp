@@ -32,6 +32,7 @@ DistEnv read_dist_env() {
   env.world_size = read_int("WORLD_SIZE", true, 1);
   env.local_rank = read_int("LOCAL_RANK", false, env.rank);
   env.local_world_size = read_int("LOCAL_WORLD_SIZE", false, env.world_size);
+  env.group_rank = read_int("GROUP_RANK", false, -1);
   env.master_port = read_int("MASTER_PORT", true, 0);
   const char* addr = std::getenv("MASTER_ADDR");
   if (addr == nullptr || *addr == '\0') throw UsageError("RANK is set but MASTER_ADDR is not");

@@ -12,12 +12,13 @@ struct DistEnv {
   int local_rank = 0;
   int world_size = 1;
   int local_world_size = 1;
+  int group_rank = -1;  // GROUP_RANK: the launcher's node rank; -1 when the launcher did not set it
   std::string master_addr;
   int master_port = 0;
   std::string restart_count = "0";  // TORCHELASTIC_RESTART_COUNT: keys of a restarted round never collide
 };
 
-/// Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+/// Reads RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
 /// TORCHELASTIC_RESTART_COUNT. Throws UsageError naming the variable that is missing or malformed.
 DistEnv read_dist_env();
 

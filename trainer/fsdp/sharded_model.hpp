@@ -41,6 +41,11 @@ class ShardedModel {
   bool writes_checkpoint() const { return replica_index_ == 0; }
   /// "HYBRID_SHARD 2 x 2" style description of the layout.
   std::string layout() const;
+  /// How the unit all-gathers and reduce-scatters move between this node's ranks (the shard group's, for
+  /// hybrid): Communicator::intra_node_transport().
+  const std::string& intra_node_transport() const {
+    return shard_group_ ? shard_group_->intra_node_transport() : world_.intra_node_transport();
+  }
   const GatheredBytes& gathered() const { return gathered_; }
   int64_t numel() const;
   /// Sum over units of the padded buffer sizes.

@@ -1,0 +1,335 @@
+#include "trainer/distributed/cma_transport.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+namespace meshrun::trainer {
+
+// Posts per rank that may be outstanding (posted, not yet read by every peer). The FSDP layer keeps a few in
+// flight (limit_all_gathers gathers and two reductions); a post that finds its slot still unread waits.
+constexpr uint64_t kPostSlots = 64;
+constexpr size_t kErrorChars = 240;
+
+struct alignas(64) CmaPost {
+  std::atomic<uint64_t> seq;  // written last: the other fields are valid once it shows this collective
+  std::atomic<uint64_t> address;
+  std::atomic<uint64_t> bytes;
+  std::atomic<uint32_t> reads_done;  // peers that finished copying out of it
+};
+
+struct alignas(64) CmaRankBlock {
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> canary_address;
+  std::atomic<uint64_t> canary_value;
+  std::atomic<uint32_t> probe_failed;
+  char probe_error[kErrorChars];
+  CmaPost posts[kPostSlots];
+};
+
+struct alignas(64) CmaSegment {
+  std::atomic<uint32_t> changes;  // the futex word: bumped by every post and every finished read
+  std::atomic<uint32_t> arrived;  // ranks that mapped the segment and filled their block
+  std::atomic<uint32_t> probed;   // ranks that tried to read every peer
+  uint32_t size;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+CmaRankBlock& block_of(CmaSegment* segment, int rank) { return reinterpret_cast<CmaRankBlock*>(segment + 1)[rank]; }
+
+// Not FUTEX_PRIVATE: the word lives in memory that other processes map. False when `limit` passed.
+bool futex_wait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::milliseconds limit) {
+  timespec ts{static_cast<time_t>(limit.count() / 1000), static_cast<long>((limit.count() % 1000) * 1000000)};
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0) == 0 ||
+         errno != ETIMEDOUT;
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void announce_change(CmaSegment* segment) {
+  segment->changes.fetch_add(1, std::memory_order_acq_rel);
+  futex_wake_all(segment->changes);
+}
+
+// Gone, or a zombie its parent has not reaped yet: either way it will never post or read again.
+bool process_gone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t name_end = line.rfind(')');  // the command name may hold spaces and parentheses
+  return name_end != std::string::npos && name_end + 2 < line.size() &&
+         (line[name_end + 2] == 'Z' || line[name_end + 2] == 'X');
+}
+
+std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+
+// Under Yama's ptrace_scope=1 a process may read only its descendants' memory, unless it is named the
+// ptracer. Naming our parent (the launcher) lets every sibling worker read us, and nobody else.
+void allow_siblings_to_read() { prctl(PR_SET_PTRACER, static_cast<unsigned long>(getppid()), 0, 0, 0); }
+
+}  // namespace
+
+CmaTransport::CmaTransport(const std::string& name, int rank, int size, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), timeout_(timeout), canary_(std::random_device{}() | 1) {
+  if (size < 2 || rank < 0 || rank >= size) {
+    throw Error("internal: cross-memory attach group of size " + std::to_string(size) + " has no rank " +
+                std::to_string(rank));
+  }
+  allow_siblings_to_read();
+  try {
+    map_segment(name);
+    join(name);
+  } catch (...) {
+    if (rank_ == 0) shm_unlink(name.c_str());  // no rank may still need the name: the job is failing
+    if (segment_ != nullptr) munmap(segment_, segment_bytes_);
+    throw;
+  }
+}
+
+void CmaTransport::join(const std::string& name) {
+  CmaRankBlock& mine = block_of(segment_, rank_);
+  mine.pid.store(getpid(), std::memory_order_relaxed);
+  mine.canary_address.store(reinterpret_cast<uint64_t>(&canary_), std::memory_order_relaxed);
+  mine.canary_value.store(canary_, std::memory_order_relaxed);
+  segment_->arrived.fetch_add(1, std::memory_order_acq_rel);
+  announce_change(segment_);
+  await_all(segment_->arrived, "map the intra-node control block");
+  if (rank_ == 0) shm_unlink(name.c_str());
+
+  probe_peers();
+}
+
+void CmaTransport::probe_peers() {
+  // Every rank reads every peer's canary, publishes how that went, and learns everybody's result.
+  CmaRankBlock& mine = block_of(segment_, rank_);
+  std::string failure;
+  for (int peer = 0; peer < size_ && failure.empty(); ++peer) {
+    if (peer == rank_) continue;
+    const CmaRankBlock& theirs = block_of(segment_, peer);
+    uint64_t value = 0;
+    iovec local{&value, sizeof value};
+    iovec remote{reinterpret_cast<void*>(theirs.canary_address.load()), sizeof value};
+    const ssize_t got = process_vm_readv(theirs.pid.load(), &local, 1, &remote, 1, 0);
+    if (got != static_cast<ssize_t>(sizeof value)) {
+      failure = "rank " + std::to_string(rank_) + " cannot read rank " + std::to_string(peer) +
+                "'s memory with process_vm_readv: " + errno_text(got < 0 ? errno : EIO);
+    } else if (value != theirs.canary_value.load()) {
+      failure = "rank " + std::to_string(rank_) + " read the wrong bytes from rank " + std::to_string(peer) +
+                " (another pid namespace?)";
+    }
+  }
+  if (!failure.empty()) {
+    std::strncpy(mine.probe_error, failure.c_str(), kErrorChars - 1);
+    mine.probe_failed.store(1, std::memory_order_relaxed);
+  }
+  segment_->probed.fetch_add(1, std::memory_order_acq_rel);
+  announce_change(segment_);
+  await_all(segment_->probed, "check cross-memory attach");
+  for (int r = 0; r < size_; ++r) {
+    const CmaRankBlock& b = block_of(segment_, r);
+    if (b.probe_failed.load(std::memory_order_acquire) != 0) {
+      const std::string why(b.probe_error, strnlen(b.probe_error, kErrorChars));
+      throw CmaUnavailable(why +
+                           " (ptrace policy: kernel.yama.ptrace_scope above 1, or a seccomp filter; "
+                           "system.intra_node=gloo uses sockets instead)");
+    }
+  }
+}
+
+CmaTransport::~CmaTransport() {
+  if (segment_ != nullptr) munmap(segment_, segment_bytes_);
+}
+
+size_t CmaTransport::segment_bytes(int size) {
+  return sizeof(CmaSegment) + static_cast<size_t>(size) * sizeof(CmaRankBlock);
+}
+
+void CmaTransport::create_segment(const std::string& name, int size) {
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0)
+    throw CmaUnavailable("cannot create the intra-node control block /dev/shm" + name + ": " + errno_text(errno));
+  const int sized = ftruncate(fd, static_cast<off_t>(segment_bytes(size)));  // zero-filled: every counter starts at 0
+  const int err = errno;
+  close(fd);
+  if (sized != 0) {
+    shm_unlink(name.c_str());
+    throw CmaUnavailable("cannot size the intra-node control block /dev/shm" + name + ": " + errno_text(err));
+  }
+}
+
+void CmaTransport::map_segment(const std::string& name) {
+  segment_bytes_ = segment_bytes(size_);
+  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    throw CmaUnavailable("cannot open the intra-node control block /dev/shm" + name + ": " + errno_text(errno));
+  }
+  void* mapped = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (mapped == MAP_FAILED) {
+    throw CmaUnavailable("cannot map the intra-node control block /dev/shm" + name + ": " + errno_text(err));
+  }
+  segment_ = static_cast<CmaSegment*>(mapped);
+}
+
+void CmaTransport::await_all(const std::atomic<uint32_t>& count, const char* stage) {
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    const uint32_t seen = segment_->changes.load(std::memory_order_acquire);
+    const uint32_t n = count.load(std::memory_order_acquire);
+    if (n >= static_cast<uint32_t>(size_)) return;
+    wait_for_change(seen, deadline,
+                    std::string(stage) + " (" + std::to_string(n) + " of " + std::to_string(size_) + " ranks did)");
+  }
+}
+
+uint64_t CmaTransport::post(const void* base, size_t bytes) {
+  const uint64_t seq = ++next_seq_;
+  CmaPost& slot = block_of(segment_, rank_).posts[seq % kPostSlots];
+  const uint64_t previous = slot.seq.load(std::memory_order_acquire);
+  if (previous != 0) {
+    // The slot's previous collective must be read by every peer before its fields change.
+    const auto deadline = Clock::now() + timeout_;
+    while (!read_by_all(previous)) {
+      const uint32_t seen = segment_->changes.load(std::memory_order_acquire);
+      if (progress() || read_by_all(previous)) continue;
+      wait_for_change(seen, deadline,
+                      "the peers to read collective " + std::to_string(previous) + missing_for(previous));
+    }
+  }
+  slot.address.store(reinterpret_cast<uint64_t>(base), std::memory_order_relaxed);
+  slot.bytes.store(bytes, std::memory_order_relaxed);
+  slot.reads_done.store(0, std::memory_order_relaxed);
+  slot.seq.store(seq, std::memory_order_release);
+  announce_change(segment_);
+  return seq;
+}
+
+void CmaTransport::expect(uint64_t seq, int peer, size_t offset, void* dst, size_t bytes) {
+  expected_.push_back({seq, peer, offset, dst, bytes});
+}
+
+bool CmaTransport::read_by_all(uint64_t seq) const {
+  const CmaPost& slot = block_of(segment_, rank_).posts[seq % kPostSlots];
+  return slot.seq.load(std::memory_order_acquire) != seq ||
+         slot.reads_done.load(std::memory_order_acquire) >= static_cast<uint32_t>(size_ - 1);
+}
+
+std::string CmaTransport::missing_for(uint64_t seq) const {
+  std::string unposted;
+  for (const ExpectedCopy& c : expected_) {
+    if (c.seq == seq) unposted += (unposted.empty() ? "" : ", ") + std::to_string(c.peer);
+  }
+  std::string out;
+  if (!unposted.empty()) out += "; waiting for rank(s) " + unposted + " to post their input";
+  if (!read_by_all(seq)) {
+    const uint32_t done = block_of(segment_, rank_).posts[seq % kPostSlots].reads_done.load();
+    out += "; " + std::to_string(size_ - 1 - static_cast<int>(done)) + " peer(s) have not read this rank's input";
+  }
+  return out;
+}
+
+void CmaTransport::complete(uint64_t seq) {
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    const uint32_t seen = segment_->changes.load(std::memory_order_acquire);
+    progress();
+    const bool copied =
+        std::none_of(expected_.begin(), expected_.end(), [seq](const ExpectedCopy& c) { return c.seq == seq; });
+    if (copied && read_by_all(seq)) return;
+    wait_for_change(seen, deadline, "collective " + std::to_string(seq) + missing_for(seq));
+  }
+}
+
+void CmaTransport::cancel(uint64_t seq) noexcept {
+  std::erase_if(expected_, [seq](const ExpectedCopy& c) { return c.seq == seq; });
+}
+
+bool CmaTransport::progress() {
+  bool any = false;
+  for (size_t i = 0; i < expected_.size();) {
+    const ExpectedCopy& copy = expected_[i];
+    const CmaPost& slot = block_of(segment_, copy.peer).posts[copy.seq % kPostSlots];
+    if (slot.seq.load(std::memory_order_acquire) != copy.seq) {
+      ++i;
+      continue;
+    }
+    read_from_peer(copy);
+    expected_.erase(expected_.begin() + static_cast<std::ptrdiff_t>(i));
+    any = true;
+  }
+  return any;
+}
+
+void CmaTransport::read_from_peer(const ExpectedCopy& copy) {
+  CmaPost& slot = block_of(segment_, copy.peer).posts[copy.seq % kPostSlots];
+  const uint64_t posted = slot.bytes.load(std::memory_order_relaxed);
+  if (copy.offset + copy.bytes > posted) {
+    throw Error("ranks disagree on a collective's size: rank " + std::to_string(rank_) + " expects " +
+                std::to_string(copy.offset + copy.bytes) + " bytes of rank " + std::to_string(copy.peer) +
+                "'s input of collective " + std::to_string(copy.seq) + ", which has " + std::to_string(posted) +
+                " (the ranks run different models or configs)");
+  }
+  const pid_t pid = block_of(segment_, copy.peer).pid.load(std::memory_order_relaxed);
+  const uint64_t source = slot.address.load(std::memory_order_relaxed) + copy.offset;
+  size_t done = 0;
+  while (done < copy.bytes) {
+    iovec local{static_cast<char*>(copy.dst) + done, copy.bytes - done};
+    iovec remote{reinterpret_cast<void*>(source + done), copy.bytes - done};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      throw NetworkError("rank " + std::to_string(rank_) + " cannot read rank " + std::to_string(copy.peer) +
+                         "'s input of collective " + std::to_string(copy.seq) + " (pid " + std::to_string(pid) + "): " +
+                         errno_text(got < 0 ? errno : EIO) + (process_gone(pid) ? "; that rank has exited" : ""));
+    }
+    done += static_cast<size_t>(got);
+  }
+  slot.reads_done.fetch_add(1, std::memory_order_acq_rel);
+  announce_change(segment_);
+}
+
+void CmaTransport::wait_for_change(uint32_t seen, Clock::time_point deadline, const std::string& what) {
+  const auto now = Clock::now();
+  if (now >= deadline) {
+    throw TimeoutError("rank " + std::to_string(rank_) +
+                       " waited system.timeout_s=" + std::to_string(timeout_.count() / 1000) + "s for " + what);
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+  // Quiet for 100 ms: perhaps a peer is gone (it would never post or read again).
+  if (!futex_wait(segment_->changes, seen,
+                  std::min(left + std::chrono::milliseconds(1), std::chrono::milliseconds(100))))
+    check_peers();
+}
+
+void CmaTransport::check_peers() {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const pid_t pid = block_of(segment_, peer).pid.load(std::memory_order_relaxed);
+    if (process_gone(pid)) {
+      throw NetworkError("rank " + std::to_string(peer) + " of this node (pid " + std::to_string(pid) +
+                         ") exited while rank " + std::to_string(rank_) + " was in a collective with it");
+    }
+  }
+}
+
+}  // namespace meshrun::trainer
