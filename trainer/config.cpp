@@ -111,8 +111,9 @@ const std::vector<KeyDoc>& key_table() {
        "share a GPU)"},
       {"system.intra_node", "auto",
        "auto | cma | gloo: how the Gloo backend's all-gathers and reduce-scatters move bytes between ranks under one "
-       "launcher. cma: each rank copies straight out of its peers' memory (process_vm_readv, one copy, no sockets); "
-       "gloo: loopback TCP; auto: cma where it works, else gloo"},
+       "launcher. cma: each rank copies straight out of its peers' memory (process_vm_readv, one copy, no sockets), "
+       "and a group on one node that cannot stops with the reason; gloo: loopback TCP; auto: cma where it works, "
+       "else gloo. Groups that span nodes always use Gloo"},
       {"system.threads", 0, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"},
       {"system.peak_flops", 1e11, "peak FLOP/s of one rank's device, for MFU"},
       {"system.timeout_s", 120.0, "store and collective timeout (start-up check included)"},

@@ -3,13 +3,13 @@
 // collectives in flight than the control block has slots, and the failures: a peer that exits, a peer that
 // never posts, ranks that disagree on a size, a rank that may not read its peers' memory.
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,17 +17,18 @@
 
 #include "trainer/distributed/cma_transport.hpp"
 
+using meshrun::trainer::CmaSegmentFile;
 using meshrun::trainer::CmaTransport;
 using meshrun::trainer::CmaUnavailable;
 using namespace std::chrono_literals;
 
 namespace {
 
-std::string fresh_segment(int size) {
-  static std::atomic<int> counter{0};
-  const std::string name = "/meshrun-cma-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-  CmaTransport::create_segment(name, size);
-  return name;
+// Rank r of `size` on the control block at `path`, connected.
+std::unique_ptr<CmaTransport> join(const std::string& path, int rank, int size, std::chrono::milliseconds timeout) {
+  auto t = std::make_unique<CmaTransport>(path, rank, size, timeout);
+  t->connect();
+  return t;
 }
 
 // Forks ranks 1..size-1, each running `body` (a failure exits non-zero and prints why); returns their pids.
@@ -95,47 +96,45 @@ size_t exchange(CmaTransport& t, int collectives, size_t n, const std::vector<in
 }  // namespace
 
 TEST_CASE("cma: three ranks read every peer's input, completing in different orders", "[trainer][cma]") {
-  const std::string name = fresh_segment(3);
+  const CmaSegmentFile segment(3);
   // 3 MB per input: many pages, and more than one process_vm_readv may move at once on some kernels.
   const size_t n = 3 * 1024 * 1024 / sizeof(float) + 5;
   // Rank 0 completes in issue order, rank 1 backwards, rank 2 from the middle out: none may wait forever.
   const std::vector<std::vector<int>> orders = {{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}};
   auto pids = fork_peers(3, [&](int rank) {
-    CmaTransport t(name, rank, 3, 60s);
-    const size_t wrong = exchange(t, 4, n, orders[static_cast<size_t>(rank)]);
+    auto t = join(segment.path(), rank, 3, 60s);
+    const size_t wrong = exchange(*t, 4, n, orders[static_cast<size_t>(rank)]);
     if (wrong != 0) throw std::runtime_error(std::to_string(wrong) + " floats wrong");
   });
-  CmaTransport t(name, 0, 3, 60s);
-  CHECK(exchange(t, 4, n, orders[0]) == 0);
+  auto t = join(segment.path(), 0, 3, 60s);
+  CHECK(exchange(*t, 4, n, orders[0]) == 0);
   for (pid_t pid : pids) CHECK(exit_code_of(pid) == 0);
-  struct stat st {};
-  CHECK(stat(("/dev/shm" + name).c_str(), &st) != 0);  // the name is gone once every rank mapped it
 }
 
 TEST_CASE("cma: more collectives in flight than the control block has slots", "[trainer][cma]") {
-  const std::string name = fresh_segment(2);
+  const CmaSegmentFile segment(2);
   std::vector<int> order(200);
   for (int c = 0; c < 200; ++c) order[static_cast<size_t>(c)] = c;
   auto pids = fork_peers(2, [&](int rank) {
-    CmaTransport t(name, rank, 2, 60s);
-    if (exchange(t, 200, 33, order) != 0) throw std::runtime_error("wrong floats");
+    auto t = join(segment.path(), rank, 2, 60s);
+    if (exchange(*t, 200, 33, order) != 0) throw std::runtime_error("wrong floats");
   });
-  CmaTransport t(name, 0, 2, 60s);
-  CHECK(exchange(t, 200, 33, order) == 0);
+  auto t = join(segment.path(), 0, 2, 60s);
+  CHECK(exchange(*t, 200, 33, order) == 0);
   CHECK(exit_code_of(pids[0]) == 0);
 }
 
 TEST_CASE("cma: a reduce-scatter's chunks come from the right offsets", "[trainer][cma]") {
   // Each rank reads its own chunk (offset rank * chunk) of every peer's input.
-  const std::string name = fresh_segment(2);
+  const CmaSegmentFile segment(2);
   const size_t chunk = 1000;
   auto run = [&](int rank) {
-    CmaTransport t(name, rank, 2, 60s);
+    auto t = join(segment.path(), rank, 2, 60s);
     const auto in = input_of(rank, 0, 2 * chunk);
     std::vector<float> got(chunk, -1.0f);
-    const uint64_t seq = t.post(in.data(), in.size() * sizeof(float));
-    t.expect(seq, 1 - rank, rank * chunk * sizeof(float), got.data(), chunk * sizeof(float));
-    t.complete(seq);
+    const uint64_t seq = t->post(in.data(), in.size() * sizeof(float));
+    t->expect(seq, 1 - rank, rank * chunk * sizeof(float), got.data(), chunk * sizeof(float));
+    t->complete(seq);
     const auto theirs = input_of(1 - rank, 0, 2 * chunk);
     return std::equal(got.begin(), got.end(), theirs.begin() + static_cast<std::ptrdiff_t>(rank * chunk));
   };
@@ -147,51 +146,69 @@ TEST_CASE("cma: a reduce-scatter's chunks come from the right offsets", "[traine
 }
 
 TEST_CASE("cma: a peer that exits is named instead of waited for", "[trainer][cma]") {
-  const std::string name = fresh_segment(2);
-  auto pids = fork_peers(2, [&](int rank) { CmaTransport t(name, rank, 2, 60s); });  // joins, then exits
-  CmaTransport t(name, 0, 2, 60s);
+  const CmaSegmentFile segment(2);
+  auto pids = fork_peers(2, [&](int rank) { auto t = join(segment.path(), rank, 2, 60s); });  // joins, then exits
+  auto t = join(segment.path(), 0, 2, 60s);
   float mine = 1.0f;
   float theirs = 0.0f;
-  const uint64_t seq = t.post(&mine, sizeof mine);
-  t.expect(seq, 1, 0, &theirs, sizeof theirs);
+  const uint64_t seq = t->post(&mine, sizeof mine);
+  t->expect(seq, 1, 0, &theirs, sizeof theirs);
   // The child stays a zombie until waitpid below: the transport must see that it is gone all the same.
-  CHECK_THROWS_AS(t.complete(seq), meshrun::NetworkError);
-  CHECK_THROWS_WITH(t.complete(seq), Catch::Contains("rank 1 of this node") && Catch::Contains("exited"));
+  CHECK_THROWS_AS(t->complete(seq), meshrun::NetworkError);
+  CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank 1 of this node") && Catch::Contains("exited"));
   CHECK(exit_code_of(pids[0]) == 0);
 }
 
 TEST_CASE("cma: a peer that never posts ends in a timeout that names it", "[trainer][cma]") {
-  const std::string name = fresh_segment(2);
+  const CmaSegmentFile segment(2);
   auto pids = fork_peers(2, [&](int rank) {
-    CmaTransport t(name, rank, 2, 60s);
+    auto t = join(segment.path(), rank, 2, 60s);
     pause();  // alive, silent: until the test kills it
   });
-  CmaTransport t(name, 0, 2, 300ms);
+  auto t = join(segment.path(), 0, 2, 300ms);
   float mine = 1.0f;
   float theirs = 0.0f;
-  const uint64_t seq = t.post(&mine, sizeof mine);
-  t.expect(seq, 1, 0, &theirs, sizeof theirs);
-  CHECK_THROWS_AS(t.complete(seq), meshrun::TimeoutError);
-  CHECK_THROWS_WITH(t.complete(seq), Catch::Contains("rank(s) 1 to post"));
+  const uint64_t seq = t->post(&mine, sizeof mine);
+  t->expect(seq, 1, 0, &theirs, sizeof theirs);
+  CHECK_THROWS_AS(t->complete(seq), meshrun::TimeoutError);
+  CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank(s) 1 to post"));
   kill(pids[0], SIGKILL);
   CHECK(exit_code_of(pids[0]) == 128 + SIGKILL);
 }
 
 TEST_CASE("cma: ranks that disagree on a collective's size are named", "[trainer][cma]") {
-  const std::string name = fresh_segment(2);
+  const CmaSegmentFile segment(2);
   auto pids = fork_peers(2, [&](int rank) {
-    CmaTransport t(name, rank, 2, 60s);
+    auto t = join(segment.path(), rank, 2, 60s);
     std::vector<float> in(25, 1.0f);  // 100 bytes
-    t.post(in.data(), 100);
+    t->post(in.data(), 100);
     pause();
   });
-  CmaTransport t(name, 0, 2, 60s);
+  auto t = join(segment.path(), 0, 2, 60s);
   std::vector<float> in(50, 1.0f);
   std::vector<float> out(50);
-  const uint64_t seq = t.post(in.data(), 200);
-  t.expect(seq, 1, 0, out.data(), 200);
-  CHECK_THROWS_WITH(t.complete(seq),
+  const uint64_t seq = t->post(in.data(), 200);
+  t->expect(seq, 1, 0, out.data(), 200);
+  CHECK_THROWS_WITH(t->complete(seq),
                     Catch::Contains("rank 0 expects 200 bytes of rank 1's input") && Catch::Contains("which has 100"));
+  kill(pids[0], SIGKILL);
+  exit_code_of(pids[0]);
+}
+
+TEST_CASE("cma: a rank that abandons a collective is named by the peer still waiting for it", "[trainer][cma]") {
+  const CmaSegmentFile segment(2);
+  auto pids = fork_peers(2, [&](int rank) {
+    auto t = join(segment.path(), rank, 2, 60s);
+    float mine = 1.0f;
+    t->cancel(t->post(&mine, sizeof mine));  // an error path dropped the collective: its input goes away
+    pause();
+  });
+  auto t = join(segment.path(), 0, 2, 60s);
+  float mine = 1.0f;
+  float theirs = 0.0f;
+  const uint64_t seq = t->post(&mine, sizeof mine);
+  t->expect(seq, 1, 0, &theirs, sizeof theirs);
+  CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank 1 abandoned collective 1"));
   kill(pids[0], SIGKILL);
   exit_code_of(pids[0]);
 }
@@ -201,19 +218,20 @@ TEST_CASE("cma: when one rank may not read its peers, every rank gets the same r
     WARN("needs root to start a rank as another user; not run");
     return;
   }
-  const std::string name = fresh_segment(2);
-  REQUIRE(chmod(("/dev/shm" + name).c_str(), 0666) == 0);
+  const CmaSegmentFile segment(2);
   auto pids = fork_peers(2, [&](int rank) {
-    // As nobody, rank 1 may map the block but not read root's memory: its probe fails.
+    // Rank 1 maps the block as root, then becomes nobody: it may not read root's memory, so its probe fails.
+    CmaTransport t(segment.path(), rank, 2, 60s);
     if (setgid(65534) != 0 || setuid(65534) != 0) throw std::runtime_error("cannot become nobody");
     try {
-      CmaTransport t(name, rank, 2, 60s);
+      t.connect();
     } catch (const CmaUnavailable& e) {
       if (std::string(e.what()).find("rank 1 cannot read rank 0") != std::string::npos) _exit(42);
       throw;
     }
   });
-  CHECK_THROWS_WITH(CmaTransport(name, 0, 2, 60s),
+  CmaTransport t(segment.path(), 0, 2, 60s);
+  CHECK_THROWS_WITH(t.connect(),
                     Catch::Contains("rank 1 cannot read rank 0's memory") && Catch::Contains("system.intra_node=gloo"));
   CHECK(exit_code_of(pids[0]) == 42);
 }

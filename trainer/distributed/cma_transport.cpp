@@ -22,6 +22,8 @@ namespace meshrun::trainer {
 // flight (limit_all_gathers gathers and two reductions); a post that finds its slot still unread waits.
 constexpr uint64_t kPostSlots = 64;
 constexpr size_t kErrorChars = 240;
+// A post whose owner gave up on it (CmaTransport::cancel): its sequence number with the top bit set.
+constexpr uint64_t kRetracted = uint64_t{1} << 63;
 
 struct alignas(64) CmaPost {
   std::atomic<uint64_t> seq;  // written last: the other fields are valid once it shows this collective
@@ -88,24 +90,31 @@ void allow_siblings_to_read() { prctl(PR_SET_PTRACER, static_cast<unsigned long>
 
 }  // namespace
 
-CmaTransport::CmaTransport(const std::string& name, int rank, int size, std::chrono::milliseconds timeout)
+CmaSegmentFile::CmaSegmentFile(int size) {
+  fd_ = memfd_create("meshrun-cma", MFD_CLOEXEC);
+  if (fd_ < 0) throw CmaUnavailable("cannot create the intra-node control block (memfd_create): " + errno_text(errno));
+  // Zero-filled: every counter starts at 0.
+  if (ftruncate(fd_, static_cast<off_t>(CmaTransport::segment_bytes(size))) != 0) {
+    const int err = errno;
+    close(fd_);
+    throw CmaUnavailable("cannot size the intra-node control block: " + errno_text(err));
+  }
+  path_ = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd_);
+}
+
+CmaSegmentFile::~CmaSegmentFile() { close(fd_); }
+
+CmaTransport::CmaTransport(const std::string& path, int rank, int size, std::chrono::milliseconds timeout)
     : rank_(rank), size_(size), timeout_(timeout), canary_(std::random_device{}() | 1) {
   if (size < 2 || rank < 0 || rank >= size) {
     throw Error("internal: cross-memory attach group of size " + std::to_string(size) + " has no rank " +
                 std::to_string(rank));
   }
-  allow_siblings_to_read();
-  try {
-    map_segment(name);
-    join(name);
-  } catch (...) {
-    if (rank_ == 0) shm_unlink(name.c_str());  // no rank may still need the name: the job is failing
-    if (segment_ != nullptr) munmap(segment_, segment_bytes_);
-    throw;
-  }
+  allow_siblings_to_read();  // before any peer probes this rank
+  map_segment(path);
 }
 
-void CmaTransport::join(const std::string& name) {
+void CmaTransport::connect() {
   CmaRankBlock& mine = block_of(segment_, rank_);
   mine.pid.store(getpid(), std::memory_order_relaxed);
   mine.canary_address.store(reinterpret_cast<uint64_t>(&canary_), std::memory_order_relaxed);
@@ -113,8 +122,6 @@ void CmaTransport::join(const std::string& name) {
   segment_->arrived.fetch_add(1, std::memory_order_acq_rel);
   announce_change(segment_);
   await_all(segment_->arrived, "map the intra-node control block");
-  if (rank_ == 0) shm_unlink(name.c_str());
-
   probe_peers();
 }
 
@@ -163,30 +170,21 @@ size_t CmaTransport::segment_bytes(int size) {
   return sizeof(CmaSegment) + static_cast<size_t>(size) * sizeof(CmaRankBlock);
 }
 
-void CmaTransport::create_segment(const std::string& name, int size) {
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0)
-    throw CmaUnavailable("cannot create the intra-node control block /dev/shm" + name + ": " + errno_text(errno));
-  const int sized = ftruncate(fd, static_cast<off_t>(segment_bytes(size)));  // zero-filled: every counter starts at 0
-  const int err = errno;
-  close(fd);
-  if (sized != 0) {
-    shm_unlink(name.c_str());
-    throw CmaUnavailable("cannot size the intra-node control block /dev/shm" + name + ": " + errno_text(err));
-  }
-}
-
-void CmaTransport::map_segment(const std::string& name) {
+void CmaTransport::map_segment(const std::string& path) {
   segment_bytes_ = segment_bytes(size_);
-  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  // A memfd of another process opens through /proc/<pid>/fd/<fd>: the kernel allows it to whoever may
+  // ptrace that process, the same permission process_vm_readv needs.
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    throw CmaUnavailable("cannot open the intra-node control block /dev/shm" + name + ": " + errno_text(errno));
+    throw CmaUnavailable("rank " + std::to_string(rank_) + " cannot open the intra-node control block " + path + ": " +
+                         errno_text(errno));
   }
   void* mapped = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   close(fd);
   if (mapped == MAP_FAILED) {
-    throw CmaUnavailable("cannot map the intra-node control block /dev/shm" + name + ": " + errno_text(err));
+    throw CmaUnavailable("rank " + std::to_string(rank_) + " cannot map the intra-node control block " + path + ": " +
+                         errno_text(err));
   }
   segment_ = static_cast<CmaSegment*>(mapped);
 }
@@ -203,7 +201,7 @@ void CmaTransport::await_all(const std::atomic<uint32_t>& count, const char* sta
 }
 
 uint64_t CmaTransport::post(const void* base, size_t bytes) {
-  const uint64_t seq = ++next_seq_;
+  const uint64_t seq = next_seq_ + 1;  // taken only once posted: a failed post leaves the sequence as it was
   CmaPost& slot = block_of(segment_, rank_).posts[seq % kPostSlots];
   const uint64_t previous = slot.seq.load(std::memory_order_acquire);
   if (previous != 0) {
@@ -221,6 +219,7 @@ uint64_t CmaTransport::post(const void* base, size_t bytes) {
   slot.reads_done.store(0, std::memory_order_relaxed);
   slot.seq.store(seq, std::memory_order_release);
   announce_change(segment_);
+  next_seq_ = seq;
   return seq;
 }
 
@@ -262,6 +261,10 @@ void CmaTransport::complete(uint64_t seq) {
 
 void CmaTransport::cancel(uint64_t seq) noexcept {
   std::erase_if(expected_, [seq](const ExpectedCopy& c) { return c.seq == seq; });
+  // Retract the post: its memory may go now, and a peer that has not read it yet must fail, not copy it.
+  CmaPost& slot = block_of(segment_, rank_).posts[seq % kPostSlots];
+  uint64_t posted = seq;
+  if (slot.seq.compare_exchange_strong(posted, seq | kRetracted, std::memory_order_acq_rel)) announce_change(segment_);
 }
 
 bool CmaTransport::progress() {
@@ -269,7 +272,12 @@ bool CmaTransport::progress() {
   for (size_t i = 0; i < expected_.size();) {
     const ExpectedCopy& copy = expected_[i];
     const CmaPost& slot = block_of(segment_, copy.peer).posts[copy.seq % kPostSlots];
-    if (slot.seq.load(std::memory_order_acquire) != copy.seq) {
+    const uint64_t posted = slot.seq.load(std::memory_order_acquire);
+    if (posted == (copy.seq | kRetracted)) {
+      throw Error("rank " + std::to_string(copy.peer) + " abandoned collective " + std::to_string(copy.seq) +
+                  " before rank " + std::to_string(rank_) + " read it (that rank failed; its own error says why)");
+    }
+    if (posted != copy.seq) {
       ++i;
       continue;
     }

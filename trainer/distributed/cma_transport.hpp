@@ -9,9 +9,10 @@
 // in different orders still make progress. complete(seq) returns only after every peer has read this rank's
 // input for `seq`: the caller may then free or overwrite it.
 //
-// Failure: a peer that exits (its pid is gone) or a wait longer than the timeout ends the wait with an
-// error naming the rank, instead of hanging. Not thread-safe: one thread (the training loop) drives it.
-// Torch-free on purpose: it moves bytes; the Communicator decides what they are.
+// Failure: a peer that exits (its pid gone, or a zombie) or a wait longer than the timeout ends the wait with
+// an error naming the rank, instead of hanging; a collective its owner retracted (cancel) fails naming it. Not
+// thread-safe: one thread (the training loop) drives it. Torch-free on purpose: it moves bytes; the Communicator
+// decides what they are.
 #pragma once
 
 #include <sys/types.h>
@@ -36,19 +37,36 @@ class CmaUnavailable : public Error {
   using Error::Error;
 };
 
+/// The control block's memory, made by one rank of the group: a memfd, so it has no name and nothing
+/// outlives the processes. The others open it through path() while this object lives (until connect()).
+class CmaSegmentFile {
+ public:
+  explicit CmaSegmentFile(int size);  // throws CmaUnavailable
+  ~CmaSegmentFile();
+  CmaSegmentFile(const CmaSegmentFile&) = delete;
+  CmaSegmentFile& operator=(const CmaSegmentFile&) = delete;
+  /// "/proc/<pid>/fd/<fd>"
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
 class CmaTransport {
  public:
-  /// Creates the zeroed control block `name` (a POSIX shared-memory name, "/meshrun-...") for `size` ranks:
-  /// one rank does, before any rank constructs a transport on it. Throws CmaUnavailable.
-  static void create_segment(const std::string& name, int size);
-  /// Rank `rank` of `size` joins the control block `name`. Returns when every rank has mapped it and checked
-  /// that it can read every peer's memory; the name is then removed, so nothing is left behind whatever
-  /// happens later. Throws CmaUnavailable (the same on every rank) when some rank cannot read a peer, and
-  /// TimeoutError naming the ranks that never arrived within `timeout`.
-  CmaTransport(const std::string& name, int rank, int size, std::chrono::milliseconds timeout);
+  /// Rank `rank` of `size` maps the control block at `path` (CmaSegmentFile::path()). Throws CmaUnavailable
+  /// when this rank cannot (the caller tells the others).
+  CmaTransport(const std::string& path, int rank, int size, std::chrono::milliseconds timeout);
   ~CmaTransport();
   CmaTransport(const CmaTransport&) = delete;
   CmaTransport& operator=(const CmaTransport&) = delete;
+
+  /// Collective: returns when every rank has mapped the block and checked that it can read every peer's
+  /// memory. Throws CmaUnavailable (the same on every rank) when some rank cannot read a peer, and
+  /// TimeoutError naming how many ranks arrived within the timeout.
+  void connect();
+  static size_t segment_bytes(int size);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -60,7 +78,8 @@ class CmaTransport {
   void expect(uint64_t seq, int peer, size_t offset, void* dst, size_t bytes);
   /// Blocks until this rank's expected copies of `seq` landed and every peer read this rank's input of `seq`.
   void complete(uint64_t seq);
-  /// Drops the copies still expected for `seq` (their destination is going away: an error path).
+  /// Drops the copies still expected for `seq` (their destination is going away: an error path) and
+  /// retracts this rank's input of it: a peer that has not read it yet fails with an error naming this rank.
   void cancel(uint64_t seq) noexcept;
 
  private:
@@ -71,10 +90,7 @@ class CmaTransport {
     void* dst;
     size_t bytes;
   };
-  static size_t segment_bytes(int size);
-  void map_segment(const std::string& name);
-  /// Fills this rank's block and waits for every rank to map the segment; rank 0 then removes its name.
-  void join(const std::string& name);
+  void map_segment(const std::string& path);
   /// Reads every peer's canary; throws CmaUnavailable on every rank if any rank could not.
   void probe_peers();
   void await_all(const std::atomic<uint32_t>& counter, const char* stage);

@@ -165,7 +165,7 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
   comm->p2p_ = backend == "gloo" && config.fsdp.p2p_collectives;
   comm->intra_node_mode_ = config.system.intra_node;
   comm->node_ = node_identity(env);
-  comm->choose_intra_node(env.local_world_size);
+  comm->choose_intra_node();
   return comm;
 }
 
@@ -196,16 +196,12 @@ std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
   }
   group->intra_node_mode_ = intra_node_mode_;
   group->node_ = node_;
-  group->choose_intra_node(env_.local_world_size);
+  group->choose_intra_node();
   return group;
 }
 
-void Communicator::choose_intra_node(int local_world_size) {
-  if (backend_name_ != "gloo") return;
-  if (world_size_ > local_world_size && intra_node_mode_ != IntraNodeTransport::CrossMemoryAttach) {
-    intra_node_ = "sockets (the group spans nodes)";  // no store round trips to learn what the sizes say
-    return;
-  }
+void Communicator::choose_intra_node() {
+  if (backend_name_ != "gloo" || !p2p_) return;  // fsdp.p2p_collectives=false: Gloo's own collectives
   IntraNodeChoice choice = choose_intra_node_transport(*store_, rank_, world_size_, node_, intra_node_mode_, timeout_);
   cma_ = std::move(choice.transport);
   intra_node_ = std::move(choice.description);
@@ -233,16 +229,21 @@ PendingOp Communicator::reduce_scatter_cma(const at::Tensor& out, const at::Tens
   // This rank copies its chunk of every peer's `in`: the first into `out`, the others into buffers of their
   // own; wait() adds the own chunk and those, in the order Gloo's point-to-point path adds (same bits).
   PendingOp op{nullptr, out, in, {}};
-  const uint64_t seq = cma_->post(in.data_ptr(), static_cast<size_t>(in.nbytes()));
-  op.cma = std::make_shared<CmaTicket>(cma_, seq);
-  op.cma_reduce = true;
   const int64_t n = out.numel();
   const auto chunk = static_cast<size_t>(out.nbytes());
   const int first_peer = rank_ == 0 ? 1 : 0;
+  std::vector<void*> destinations;  // by peer, allocated before the post: nothing may throw after it
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
-    const at::Tensor dst = peer == first_peer ? out : op.received.emplace_back(at::empty({n}, out.options()));
-    cma_->expect(seq, peer, static_cast<size_t>(rank_) * chunk, dst.data_ptr(), chunk);
+    destinations.push_back(peer == first_peer ? out.data_ptr()
+                                              : op.received.emplace_back(at::empty({n}, out.options())).data_ptr());
+  }
+  const uint64_t seq = cma_->post(in.data_ptr(), static_cast<size_t>(in.nbytes()));
+  op.cma = std::make_shared<CmaTicket>(cma_, seq);
+  op.cma_reduce = true;
+  size_t next = 0;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer != rank_) cma_->expect(seq, peer, static_cast<size_t>(rank_) * chunk, destinations[next++], chunk);
   }
   return op;
 }

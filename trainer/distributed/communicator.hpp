@@ -127,7 +127,7 @@ class Communicator {
   PendingOp all_gather_on_backend(const at::Tensor& out, const at::Tensor& in);
   PendingOp reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in);
   /// Gloo groups: picks cross-memory attach when every member runs under this node's launcher.
-  void choose_intra_node(int local_world_size);
+  void choose_intra_node();
   bool on_cma(const at::Tensor& out, const at::Tensor& in) const;
   PendingOp all_gather_cma(const at::Tensor& out, const at::Tensor& in);
   PendingOp reduce_scatter_cma(const at::Tensor& out, const at::Tensor& in);

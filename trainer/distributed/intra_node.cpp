@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <random>
+#include <optional>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -27,25 +27,44 @@ void store_set(c10d::Store& store, const std::string& key, const std::string& va
   store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
-// Every member's node, by group rank; keys under the group's own store prefix.
-std::vector<std::string> members_nodes(c10d::Store& store, int group_rank, int group_size, const std::string& own,
-                                       std::chrono::milliseconds timeout) {
-  store_set(store, "cma/node/" + std::to_string(group_rank), own);
+constexpr char kSpansNodes = '-';   // verdict prefix: the group is not on one node (sockets in every mode)
+constexpr char kUnavailable = '!';  // verdict prefix: it is, but cross-memory attach cannot be set up
+
+std::string node_key(int rank) { return "cma/node/" + std::to_string(rank); }
+
+// Group rank 0's verdict from every member's node: the control block's path (made here, kept in `file`), or
+// a prefixed reason why not. One rank reads all identities, so a group of N costs O(N) store requests.
+std::string verdict_of_rank0(c10d::Store& store, int group_size, std::optional<CmaSegmentFile>& file,
+                             std::chrono::milliseconds timeout) {
   std::vector<std::string> keys;
-  for (int r = 0; r < group_size; ++r) keys.push_back("cma/node/" + std::to_string(r));
+  for (int r = 0; r < group_size; ++r) keys.push_back(node_key(r));
   store.wait(keys, timeout);
-  std::vector<std::string> nodes;
-  for (const auto& key : keys) nodes.push_back(store_get(store, key));
-  return nodes;
+  const auto nodes = store.multiGet(keys);
+  for (int r = 0; r < group_size; ++r) {
+    if (!nodes[r].empty() && nodes[r] == nodes[0]) continue;
+    return kSpansNodes + (nodes[r].empty() ? "rank " + std::to_string(r) + "'s launcher did not set GROUP_RANK"
+                                           : "group ranks 0 and " + std::to_string(r) + " run on different nodes");
+  }
+  try {
+    return file.emplace(group_size).path();
+  } catch (const CmaUnavailable& e) {
+    return kUnavailable + std::string(e.what());
+  }
 }
 
-std::string random_segment_name() {
-  std::random_device entropy;
-  const uint64_t token = (static_cast<uint64_t>(entropy()) << 32) | entropy();
-  char name[64];
-  std::snprintf(name, sizeof name, "/meshrun-cma-%d-%016llx", static_cast<int>(getpid()),
-                static_cast<unsigned long long>(token));
-  return name;
+// Every member maps the block and learns whether all could: a rank that cannot must not leave the others
+// waiting for it.
+std::string first_mapping_failure(c10d::Store& store, int group_rank, int group_size, const std::string& own,
+                                  std::chrono::milliseconds timeout) {
+  store_set(store, "cma/mapped/" + std::to_string(group_rank), own.empty() ? "ok" : own);
+  std::vector<std::string> keys;
+  for (int r = 0; r < group_size; ++r) keys.push_back("cma/mapped/" + std::to_string(r));
+  store.wait(keys, timeout);
+  for (const auto& value : store.multiGet(keys)) {
+    const std::string text(value.begin(), value.end());
+    if (text != "ok") return text;
+  }
+  return "";
 }
 
 }  // namespace
@@ -64,39 +83,34 @@ IntraNodeChoice choose_intra_node_transport(c10d::Store& store, int group_rank, 
                                             const std::string& own_node, IntraNodeTransport mode,
                                             std::chrono::milliseconds timeout) {
   if (mode == IntraNodeTransport::Gloo || group_size < 2) return {nullptr, "sockets (system.intra_node=gloo)"};
-  // Every member reaches the same verdict from the same published identities.
-  const std::vector<std::string> nodes = members_nodes(store, group_rank, group_size, own_node, timeout);
-  for (int r = 0; r < group_size; ++r) {
-    if (!nodes[r].empty() && nodes[r] == nodes[0]) continue;
-    const std::string why = nodes[r].empty() ? "rank " + std::to_string(r) + "'s launcher did not set GROUP_RANK"
-                                             : "group ranks 0 and " + std::to_string(r) + " run on different nodes";
-    if (mode == IntraNodeTransport::CrossMemoryAttach) {
-      throw UsageError("system.intra_node=cma needs every rank of a process group under one launcher, but " + why +
-                       " (use system.intra_node=auto)");
-    }
-    return {nullptr, "sockets (" + why + ")"};
+  store_set(store, node_key(group_rank), own_node);
+  std::optional<CmaSegmentFile> file;  // rank 0 keeps the block open until every rank has mapped it
+  if (group_rank == 0) store_set(store, "cma/segment", verdict_of_rank0(store, group_size, file, timeout));
+  store.wait({"cma/segment"}, timeout);
+  const std::string verdict = store_get(store, "cma/segment");
+  if (verdict.front() == kSpansNodes) return {nullptr, "sockets (" + verdict.substr(1) + ")"};
+  auto unavailable = [mode](const std::string& why) -> IntraNodeChoice {
+    if (mode == IntraNodeTransport::CrossMemoryAttach) throw UsageError("system.intra_node=cma: " + why);
+    return {nullptr, "sockets (cross-memory attach unavailable: " + why + ")"};
+  };
+  if (verdict.front() == kUnavailable) return unavailable("group rank 0: " + verdict.substr(1));
+  std::shared_ptr<CmaTransport> transport;
+  std::string own_failure;
+  try {
+    transport = std::make_shared<CmaTransport>(verdict, group_rank, group_size, timeout);
+  } catch (const CmaUnavailable& e) {
+    own_failure = e.what();
+  }
+  if (const std::string failure = first_mapping_failure(store, group_rank, group_size, own_failure, timeout);
+      !failure.empty()) {
+    return unavailable(failure);
   }
   try {
-    // Rank 0 creates the control block, then publishes its name, or why it could not ("!reason").
-    if (group_rank == 0) {
-      std::string published = random_segment_name();
-      try {
-        CmaTransport::create_segment(published, group_size);
-      } catch (const CmaUnavailable& e) {
-        published = std::string("!") + e.what();
-      }
-      store_set(store, "cma/segment", published);
-    }
-    store.wait({"cma/segment"}, timeout);
-    const std::string name = store_get(store, "cma/segment");
-    if (name.rfind('!', 0) == 0) throw CmaUnavailable("group rank 0: " + name.substr(1));
-    auto transport = std::make_shared<CmaTransport>(name, group_rank, group_size, timeout);
-    return {std::move(transport), "cross-memory attach"};
+    transport->connect();
   } catch (const CmaUnavailable& e) {
-    if (mode == IntraNodeTransport::CrossMemoryAttach)
-      throw UsageError(std::string("system.intra_node=cma: ") + e.what());
-    return {nullptr, std::string("sockets (cross-memory attach unavailable: ") + e.what() + ")"};
+    return unavailable(e.what());
   }
+  return {std::move(transport), "cross-memory attach"};
 }
 
 }  // namespace meshrun::trainer

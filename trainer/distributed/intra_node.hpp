@@ -31,8 +31,8 @@ std::string node_identity(const DistEnv& env);
 
 /// Collective over the group behind `store` (size `group_size`, this rank `group_rank`): every rank passes
 /// the same mode and its node_identity(). Cross-memory attach when the mode allows and every member shares
-/// this node; with `auto` a failure to set it up falls back to Gloo on every rank alike. Throws UsageError
-/// when system.intra_node=cma cannot be honoured, naming why.
+/// this node; otherwise, or with `auto` when it cannot be set up, Gloo, on every rank alike. Throws
+/// UsageError naming why when system.intra_node=cma and the members share a node but cannot use it.
 IntraNodeChoice choose_intra_node_transport(c10d::Store& store, int group_rank, int group_size,
                                             const std::string& own_node, IntraNodeTransport mode,
                                             std::chrono::milliseconds timeout);
