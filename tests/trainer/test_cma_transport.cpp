@@ -93,6 +93,14 @@ size_t exchange(CmaTransport& t, int collectives, size_t n, const std::vector<in
   return wrong;
 }
 
+// Rank 0's side of a one-float exchange with rank 1: the collective the failure tests wait on.
+struct OneFloat {
+  explicit OneFloat(CmaTransport& t) : seq(t.post(&mine, sizeof mine)) { t.expect(seq, 1, 0, &theirs, sizeof theirs); }
+  float mine = 1.0f;
+  float theirs = 0.0f;
+  uint64_t seq;
+};
+
 }  // namespace
 
 TEST_CASE("cma: three ranks read every peer's input, completing in different orders", "[trainer][cma]") {
@@ -149,10 +157,8 @@ TEST_CASE("cma: a peer that exits is named instead of waited for", "[trainer][cm
   const CmaSegmentFile segment(2);
   auto pids = fork_peers(2, [&](int rank) { auto t = join(segment.path(), rank, 2, 60s); });  // joins, then exits
   auto t = join(segment.path(), 0, 2, 60s);
-  float mine = 1.0f;
-  float theirs = 0.0f;
-  const uint64_t seq = t->post(&mine, sizeof mine);
-  t->expect(seq, 1, 0, &theirs, sizeof theirs);
+  OneFloat one(*t);
+  const uint64_t seq = one.seq;
   // The child stays a zombie until waitpid below: the transport must see that it is gone all the same.
   CHECK_THROWS_AS(t->complete(seq), meshrun::NetworkError);
   CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank 1 of this node") && Catch::Contains("exited"));
@@ -166,10 +172,8 @@ TEST_CASE("cma: a peer that never posts ends in a timeout that names it", "[trai
     pause();  // alive, silent: until the test kills it
   });
   auto t = join(segment.path(), 0, 2, 300ms);
-  float mine = 1.0f;
-  float theirs = 0.0f;
-  const uint64_t seq = t->post(&mine, sizeof mine);
-  t->expect(seq, 1, 0, &theirs, sizeof theirs);
+  OneFloat one(*t);
+  const uint64_t seq = one.seq;
   CHECK_THROWS_AS(t->complete(seq), meshrun::TimeoutError);
   CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank(s) 1 to post"));
   kill(pids[0], SIGKILL);
@@ -204,10 +208,8 @@ TEST_CASE("cma: a rank that abandons a collective is named by the peer still wai
     pause();
   });
   auto t = join(segment.path(), 0, 2, 60s);
-  float mine = 1.0f;
-  float theirs = 0.0f;
-  const uint64_t seq = t->post(&mine, sizeof mine);
-  t->expect(seq, 1, 0, &theirs, sizeof theirs);
+  OneFloat one(*t);
+  const uint64_t seq = one.seq;
   CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank 1 abandoned collective 1"));
   kill(pids[0], SIGKILL);
   exit_code_of(pids[0]);
