@@ -201,13 +201,20 @@ TEST_CASE("cma: ranks that disagree on a collective's size are named", "[trainer
 
 TEST_CASE("cma: a rank that abandons a collective is named by the peer still waiting for it", "[trainer][cma]") {
   const CmaSegmentFile segment(2);
+  int retracted[2];  // rank 1 says when its post is retracted, so that rank 0 cannot read it before
+  REQUIRE(pipe(retracted) == 0);
   auto pids = fork_peers(2, [&](int rank) {
     auto t = join(segment.path(), rank, 2, 60s);
     float mine = 1.0f;
     t->cancel(t->post(&mine, sizeof mine));  // an error path dropped the collective: its input goes away
+    if (write(retracted[1], "x", 1) != 1) throw std::runtime_error("cannot signal the test");
     pause();
   });
   auto t = join(segment.path(), 0, 2, 60s);
+  char byte = 0;
+  REQUIRE(read(retracted[0], &byte, 1) == 1);
+  close(retracted[0]);
+  close(retracted[1]);
   OneFloat one(*t);
   const uint64_t seq = one.seq;
   CHECK_THROWS_WITH(t->complete(seq), Catch::Contains("rank 1 abandoned collective 1"));

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 
 namespace meshrun::trainer {
@@ -190,13 +191,20 @@ void CmaTransport::map_segment(const std::string& path) {
 }
 
 void CmaTransport::await_all(const std::atomic<uint32_t>& count, const char* stage) {
+  drive_until([&] { return count.load(std::memory_order_acquire) >= static_cast<uint32_t>(size_); },
+              [&] {
+                return std::string(stage) + " (" + std::to_string(count.load()) + " of " + std::to_string(size_) +
+                       " ranks did)";
+              });
+}
+
+void CmaTransport::drive_until(const std::function<bool()>& done, const std::function<std::string()>& what) {
   const auto deadline = Clock::now() + timeout_;
   for (;;) {
     const uint32_t seen = segment_->changes.load(std::memory_order_acquire);
-    const uint32_t n = count.load(std::memory_order_acquire);
-    if (n >= static_cast<uint32_t>(size_)) return;
-    wait_for_change(seen, deadline,
-                    std::string(stage) + " (" + std::to_string(n) + " of " + std::to_string(size_) + " ranks did)");
+    progress();
+    if (done()) return;
+    wait_for_change(seen, deadline, what);
   }
 }
 
@@ -206,13 +214,8 @@ uint64_t CmaTransport::post(const void* base, size_t bytes) {
   const uint64_t previous = slot.seq.load(std::memory_order_acquire);
   if (previous != 0) {
     // The slot's previous collective must be read by every peer before its fields change.
-    const auto deadline = Clock::now() + timeout_;
-    while (!read_by_all(previous)) {
-      const uint32_t seen = segment_->changes.load(std::memory_order_acquire);
-      if (progress() || read_by_all(previous)) continue;
-      wait_for_change(seen, deadline,
-                      "the peers to read collective " + std::to_string(previous) + missing_for(previous));
-    }
+    drive_until([&] { return read_by_all(previous); },
+                [&] { return "the peers to read collective " + std::to_string(previous) + missing_for(previous); });
   }
   slot.address.store(reinterpret_cast<uint64_t>(base), std::memory_order_relaxed);
   slot.bytes.store(bytes, std::memory_order_relaxed);
@@ -248,15 +251,12 @@ std::string CmaTransport::missing_for(uint64_t seq) const {
 }
 
 void CmaTransport::complete(uint64_t seq) {
-  const auto deadline = Clock::now() + timeout_;
-  for (;;) {
-    const uint32_t seen = segment_->changes.load(std::memory_order_acquire);
-    progress();
-    const bool copied =
-        std::none_of(expected_.begin(), expected_.end(), [seq](const ExpectedCopy& c) { return c.seq == seq; });
-    if (copied && read_by_all(seq)) return;
-    wait_for_change(seen, deadline, "collective " + std::to_string(seq) + missing_for(seq));
-  }
+  drive_until(
+      [&] {
+        return read_by_all(seq) &&
+               std::none_of(expected_.begin(), expected_.end(), [seq](const ExpectedCopy& c) { return c.seq == seq; });
+      },
+      [&] { return "collective " + std::to_string(seq) + missing_for(seq); });
 }
 
 void CmaTransport::cancel(uint64_t seq) noexcept {
@@ -267,8 +267,7 @@ void CmaTransport::cancel(uint64_t seq) noexcept {
   if (slot.seq.compare_exchange_strong(posted, seq | kRetracted, std::memory_order_acq_rel)) announce_change(segment_);
 }
 
-bool CmaTransport::progress() {
-  bool any = false;
+void CmaTransport::progress() {
   for (size_t i = 0; i < expected_.size();) {
     const ExpectedCopy& copy = expected_[i];
     const CmaPost& slot = block_of(segment_, copy.peer).posts[copy.seq % kPostSlots];
@@ -283,9 +282,7 @@ bool CmaTransport::progress() {
     }
     read_from_peer(copy);
     expected_.erase(expected_.begin() + static_cast<std::ptrdiff_t>(i));
-    any = true;
   }
-  return any;
 }
 
 void CmaTransport::read_from_peer(const ExpectedCopy& copy) {
@@ -316,11 +313,12 @@ void CmaTransport::read_from_peer(const ExpectedCopy& copy) {
   announce_change(segment_);
 }
 
-void CmaTransport::wait_for_change(uint32_t seen, Clock::time_point deadline, const std::string& what) {
+void CmaTransport::wait_for_change(uint32_t seen, Clock::time_point deadline,
+                                   const std::function<std::string()>& what) {
   const auto now = Clock::now();
   if (now >= deadline) {
     throw TimeoutError("rank " + std::to_string(rank_) +
-                       " waited system.timeout_s=" + std::to_string(timeout_.count() / 1000) + "s for " + what);
+                       " waited system.timeout_s=" + std::to_string(timeout_.count() / 1000) + "s for " + what());
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
   // Quiet for 100 ms: perhaps a peer is gone (it would never post or read again).

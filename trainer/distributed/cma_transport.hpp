@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,12 +96,15 @@ class CmaTransport {
   void probe_peers();
   void await_all(const std::atomic<uint32_t>& counter, const char* stage);
   void check_peers();
-  /// Copies every expected piece whose peer has posted; true if any landed.
-  bool progress();
+  /// Copies every expected piece whose peer has posted.
+  void progress();
+  /// Copies what can be copied and sleeps on the segment until `done`; `what` names the wait for the timeout.
+  void drive_until(const std::function<bool()>& done, const std::function<std::string()>& what);
   void read_from_peer(const ExpectedCopy& copy);
   /// Sleeps until the segment changes (a post or a read anywhere), at most ~100 ms; then checks that the peers
-  /// live and that `deadline` has not passed (`what` says what is awaited, for the error).
-  void wait_for_change(uint32_t seen, std::chrono::steady_clock::time_point deadline, const std::string& what);
+  /// live and that `deadline` has not passed (`what()` says what is awaited, built only for the error).
+  void wait_for_change(uint32_t seen, std::chrono::steady_clock::time_point deadline,
+                       const std::function<std::string()>& what);
   bool read_by_all(uint64_t seq) const;
   std::string missing_for(uint64_t seq) const;
 

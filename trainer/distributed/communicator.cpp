@@ -14,6 +14,7 @@
 #include "trainer/distributed/cma_transport.hpp"
 #include "trainer/distributed/intra_node.hpp"
 #include "trainer/distributed/nccl_backend.hpp"
+#include "trainer/distributed/store_text.hpp"
 
 namespace meshrun::trainer {
 
@@ -48,15 +49,6 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const DistEnv& env) 
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-std::string store_get(c10d::Store& store, const std::string& key) {
-  const auto bytes = store.get(key);
-  return {bytes.begin(), bytes.end()};
-}
-
-void store_set(c10d::Store& store, const std::string& key, const std::string& value) {
-  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
-}
-
 // Waits for `keys`; on timeout names the ranks whose key never appeared.
 void wait_for_ranks(c10d::Store& store, const std::vector<std::string>& keys, const std::vector<int>& ranks,
                     std::chrono::milliseconds timeout) {
@@ -79,7 +71,7 @@ void check_rank_consistency(c10d::Store& store, const DistEnv& env, const Traine
                             std::chrono::milliseconds timeout) {
   const nlohmann::json mine = {
       {"world_size", env.world_size}, {"hash", config_hash(config)}, {"config", config.merged}};
-  store_set(store, "check/rank" + std::to_string(env.rank), mine.dump());
+  store_set_text(store, "check/rank" + std::to_string(env.rank), mine.dump());
 
   auto compare = [&](const nlohmann::json& theirs, int their_rank) -> std::string {
     const int theirs_ws = theirs.at("world_size").get<int>();
@@ -105,20 +97,20 @@ void check_rank_consistency(c10d::Store& store, const DistEnv& env, const Traine
     try {
       if (!keys.empty()) wait_for_ranks(store, keys, ranks, timeout);
       for (size_t i = 0; i < keys.size() && verdict.empty(); ++i) {
-        verdict = compare(nlohmann::json::parse(store_get(store, keys[i])), ranks[i]);
+        verdict = compare(nlohmann::json::parse(store_get_text(store, keys[i])), ranks[i]);
       }
     } catch (const TimeoutError& e) {
       verdict = e.what();
     }
-    store_set(store, "check/verdict", verdict.empty() ? "ok" : verdict);
+    store_set_text(store, "check/verdict", verdict.empty() ? "ok" : verdict);
     if (!verdict.empty()) throw Error("ranks disagree, refusing to start: " + verdict);
     return;
   }
   wait_for_ranks(store, {"check/rank0"}, {0}, timeout);
-  const std::string own = compare(nlohmann::json::parse(store_get(store, "check/rank0")), 0);
+  const std::string own = compare(nlohmann::json::parse(store_get_text(store, "check/rank0")), 0);
   if (!own.empty()) throw Error("ranks disagree, refusing to start: " + own);
   wait_for_ranks(store, {"check/verdict"}, {0}, timeout);
-  const std::string verdict = store_get(store, "check/verdict");
+  const std::string verdict = store_get_text(store, "check/verdict");
   if (verdict != "ok") throw Error("ranks disagree, refusing to start (rank 0's verdict): " + verdict);
 }
 
@@ -280,7 +272,7 @@ std::optional<RankFailure> Communicator::first_failure(const std::string& own_er
     return RankFailure{rank_, own_error};
   }
   // The message goes into the store before the all-reduce, so it is there once anyone learns of it.
-  if (!own_error.empty()) store_set(*store_, key + std::to_string(rank_), own_error);
+  if (!own_error.empty()) store_set_text(*store_, key + std::to_string(rank_), own_error);
   std::vector<double> failed(static_cast<size_t>(world_size_), 0.0);
   if (!own_error.empty()) failed[static_cast<size_t>(rank_)] = 1.0;
   failed = sum_over_ranks(std::move(failed));
@@ -288,7 +280,7 @@ std::optional<RankFailure> Communicator::first_failure(const std::string& own_er
     if (failed[static_cast<size_t>(r)] == 0.0) continue;
     if (r == rank_) return RankFailure{r, own_error};
     try {
-      return RankFailure{r, store_get(*store_, key + std::to_string(r))};
+      return RankFailure{r, store_get_text(*store_, key + std::to_string(r))};
     } catch (const c10::Error& e) {
       return RankFailure{
           r, std::string("(its message could not be read from the store: ") + e.what_without_backtrace() + ")"};

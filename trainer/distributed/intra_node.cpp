@@ -6,7 +6,7 @@
 #include <fstream>
 #include <optional>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
+#include "trainer/distributed/store_text.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -16,15 +16,6 @@ std::string first_line(const char* path) {
   std::string line;
   std::getline(in, line);
   return line;
-}
-
-std::string store_get(c10d::Store& store, const std::string& key) {
-  const auto bytes = store.get(key);
-  return {bytes.begin(), bytes.end()};
-}
-
-void store_set(c10d::Store& store, const std::string& key, const std::string& value) {
-  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
 constexpr char kSpansNodes = '-';   // verdict prefix: the group is not on one node (sockets in every mode)
@@ -56,7 +47,7 @@ std::string verdict_of_rank0(c10d::Store& store, int group_size, std::optional<C
 // waiting for it.
 std::string first_mapping_failure(c10d::Store& store, int group_rank, int group_size, const std::string& own,
                                   std::chrono::milliseconds timeout) {
-  store_set(store, "cma/mapped/" + std::to_string(group_rank), own.empty() ? "ok" : own);
+  store_set_text(store, "cma/mapped/" + std::to_string(group_rank), own.empty() ? "ok" : own);
   std::vector<std::string> keys;
   for (int r = 0; r < group_size; ++r) keys.push_back("cma/mapped/" + std::to_string(r));
   store.wait(keys, timeout);
@@ -83,11 +74,11 @@ IntraNodeChoice choose_intra_node_transport(c10d::Store& store, int group_rank, 
                                             const std::string& own_node, IntraNodeTransport mode,
                                             std::chrono::milliseconds timeout) {
   if (mode == IntraNodeTransport::Gloo || group_size < 2) return {nullptr, "sockets (system.intra_node=gloo)"};
-  store_set(store, node_key(group_rank), own_node);
+  store_set_text(store, node_key(group_rank), own_node);
   std::optional<CmaSegmentFile> file;  // rank 0 keeps the block open until every rank has mapped it
-  if (group_rank == 0) store_set(store, "cma/segment", verdict_of_rank0(store, group_size, file, timeout));
+  if (group_rank == 0) store_set_text(store, "cma/segment", verdict_of_rank0(store, group_size, file, timeout));
   store.wait({"cma/segment"}, timeout);
-  const std::string verdict = store_get(store, "cma/segment");
+  const std::string verdict = store_get_text(store, "cma/segment");
   if (verdict.front() == kSpansNodes) return {nullptr, "sockets (" + verdict.substr(1) + ")"};
   auto unavailable = [mode](const std::string& why) -> IntraNodeChoice {
     if (mode == IntraNodeTransport::CrossMemoryAttach) throw UsageError("system.intra_node=cma: " + why);
