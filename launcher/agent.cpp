@@ -7,9 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/hang/hang_exchange.hpp"
+#include "launcher/hang/hang_inquiry.hpp"
+#include "launcher/hang/python_hook.hpp"
+#include "launcher/heartbeat_keeper.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/progress/stack_dump.hpp"
@@ -38,6 +43,9 @@ constexpr Ms kHangCheckEvery{250};
 // How long after its own worker failed an agent waits for other nodes' reports before it names the
 // job's first failure: they report within a monitor interval of their worker's exit.
 constexpr Ms kRootCauseSettle{500};
+// How long it waits for the report of the culprit a hang verdict named (its agent sends it right after the
+// verdict, before reading stacks).
+constexpr Ms kExpectedReportWait{10000};
 
 std::string temp_folder(const std::string& prefix) {
   const char* tmp = std::getenv("TMPDIR");
@@ -66,6 +74,7 @@ int Agent::run() {
   base_env_ = current_environment();
   // The join token is the agents' secret: workers (and whatever they log or spawn) never see it.
   std::erase_if(base_env_, [](const std::string& kv) { return kv.rfind(std::string(proto::kTokenEnv) + "=", 0) == 0; });
+  if (!hook_dir_.empty()) add_python_hook(base_env_, hook_dir_);
   job_token_ = make_job_token();
   const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
   for (;;) {
@@ -79,9 +88,16 @@ int Agent::run() {
       std::vector<int> ranks;
       for (int lr = 0; lr < options_.nproc_per_node; ++lr) ranks.push_back(assignment->rank_offset + lr);
       ProgressMonitor progress(progress_root_, ranks, options_.progress);
+      progress_ = &progress;
+      group_rank_ = assignment->group_rank;
+      group_world_size_ = assignment->group_world_size;
       WorkerGroup group(group_spec(*assignment, rdzv, progress));
-      result = supervise(group, progress, rdzv);
+      HangExchange exchange(Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
+                            assignment->group_rank, assignment->group_world_size);
+      result = supervise(group, progress, rdzv, exchange);
+      progress_ = nullptr;
     } catch (const SpawnError& e) {
+      progress_ = nullptr;
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false);
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
@@ -100,7 +116,12 @@ void Agent::make_log_root(const std::string& run_id) {
   temporary_root_ = true;
 }
 
-void Agent::make_progress_root() { progress_root_ = temp_folder("meshrun-progress-"); }
+void Agent::make_progress_root() {
+  progress_root_ = temp_folder("meshrun-progress-");
+  if (options_.progress.mode == HangPolicy::Mode::kOff) return;  // no hang detection: workers see no hook
+  hook_dir_ = progress_root_ + "/python";
+  install_python_hook(hook_dir_);
+}
 
 // Workers see the daemon's round as TORCHELASTIC_RESTART_COUNT: it is the same on every node (a late
 // joiner included), so PyTorch's per-attempt store prefix "/worker/attempt_<n>" matches across nodes and
@@ -145,7 +166,8 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
   return spec;
 }
 
-Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv) {
+Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                                     HangExchange& exchange) {
   using Clock = std::chrono::steady_clock;
   const Ms monitor = to_ms(options_.monitor_interval_s);
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
@@ -155,11 +177,11 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
     const Ms until_beat = std::max(Ms(0), std::chrono::duration_cast<Ms>(heartbeats.next - Clock::now()));
     const auto signals = group.wait(signals_, std::min(monitor, until_beat), progress.fds());
     progress.drain(Clock::now());
-    if (auto r = on_signals(group, signals)) return *r;
+    if (auto r = on_signals(group, signals, rdzv)) return *r;
     if (auto r = on_worker_exits(group, rdzv)) return *r;
     if (Clock::now() >= next_hang_check) {
       next_hang_check = Clock::now() + kHangCheckEvery;
-      if (auto r = on_hang(group, progress, rdzv)) return *r;
+      if (auto r = on_hang(group, progress, rdzv, exchange)) return *r;
     }
     if (Clock::now() < heartbeats.next) continue;
     heartbeats.next = Clock::now() + keep_alive;
@@ -169,14 +191,15 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the attempt; SIGUSR1/SIGUSR2 are forwarded and the workers decide
 // (checkpoint, then exit or go on).
-std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const std::vector<int>& signals) {
+std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const std::vector<int>& signals,
+                                                      RendezvousBackend& rdzv) {
   for (int sig : signals) {
     if (!is_terminating_signal(sig)) {
       group.signal_all(sig);
       continue;
     }
     say("got " + signal_name(sig) + ": forwarding it to the workers and stopping them");
-    group.stop(signals_, grace_, sig);
+    stop_workers(group, rdzv, sig);
     AttemptResult result{AttemptResult::Kind::kSignaled, 128 + sig, "launcher got " + signal_name(sig)};
     for (const auto& w : group.workers()) {
       if (w.process && w.process->status() && checkpointed_on_signal(*w.process->status())) {
@@ -197,7 +220,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
     group.drain_output(*failed);  // its last words (the traceback) before the report
     const FailureInfo first = group.failure_info(*failed);
     if (checkpointed_on_signal(first.status)) {
-      group.stop(signals_, grace_);
+      stop_workers(group, rdzv);
       // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
       say("checkpointed on signal: rank " + std::to_string(first.rank) + " wrote a checkpoint and stopped (exit " +
           std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
@@ -205,7 +228,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
     }
     // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
     rdzv.record_failure(failure_report(first, group.attempt()));
-    group.stop(signals_, grace_);
+    stop_workers(group, rdzv);
     const FailureInfo info = group.failure_info(*failed);  // with all the output, now that the group stopped
     std::fputs(format_failure_summary(info).c_str(), stderr);
     return AttemptResult{
@@ -213,39 +236,115 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
         "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe(), found};
   }
   if (group.all_exited()) {
-    group.stop(signals_, grace_);  // reaps, kills leftovers of the workers' groups, drains output
+    stop_workers(group, rdzv);  // reaps, kills leftovers of the workers' groups, drains output
     return AttemptResult{AttemptResult::Kind::kSucceeded, 0, "all workers exited 0"};
   }
   return std::nullopt;
 }
 
-// A hung worker: its stack first (while it is still there to read), then stop the group and print the
-// summary with the stack. The attempt then ends as a failure with the cause "hung".
+// A hang suspected here (beats, a stopped worker, a collective waited on past its budget) or by another
+// node (its request in the workers' store): every node judges every rank's record the same way.
 std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressMonitor& progress,
-                                                   RendezvousBackend& rdzv) {
-  const auto hang = progress.find_hang(group.running_pids(), std::chrono::steady_clock::now());
-  if (!hang) return std::nullopt;
-  const Worker& worker = group.workers()[hang->local_rank];
-  say("rank " + std::to_string(hang->rank) + " is hung: " + hang->reason + "; reading its stack");
-  const StackDump stack = dump_stack(worker.process->pid(), command_.executable);
-  const std::string stack_file = worker.dir + "/stack.txt";
-  std::ofstream(stack_file) << stack.text;
+                                                   RendezvousBackend& rdzv, HangExchange& exchange) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto pids = group.running_pids();
+  auto hang = progress.find_hang(pids, now);
+  if (!hang) hang = progress.find_collective_wait(pids, now);
+  if (hang) {
+    progress.mark_hung(hang->local_rank);
+    say("suspected hang: rank " + std::to_string(hang->rank) + " " + hang->reason +
+        "; gathering every rank's collective record");
+    return conclude_hang(group, progress, rdzv, exchange,
+                         std::to_string(group_rank_) + " " + std::to_string(hang->rank) + " " + hang->reason, true);
+  }
+  if (const auto request = exchange.poll(now)) {
+    say("another node suspects a hang (" + *request + "); gathering this node's collective records");
+    return conclude_hang(group, progress, rdzv, exchange, *request, false);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// "<node> <rank> <reason>" -> the rank and the reason.
+FallbackSuspect parse_suspicion(const std::string& text) {
+  std::istringstream in(text);
+  int node = -1;
+  FallbackSuspect s;
+  in >> node >> s.rank;
+  std::getline(in >> std::ws, s.reason);
+  if (!in && s.reason.empty()) s.rank = -1;
+  return s;
+}
+
+std::string without_prefix(const std::string& line) { return line.rfind("hang: ", 0) == 0 ? line.substr(6) : line; }
+
+}  // namespace
+
+Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                                          HangExchange& exchange, const std::string& suspicion, bool requested_here) {
+  const auto found = std::chrono::steady_clock::now();
+  HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress.summaries(found));
+  std::string standing = suspicion;
+  if (requested_here && group_world_size_ > 1) {
+    try {
+      standing = exchange.request(suspicion);  // the first request wins on every node
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot tell the other nodes about the hang through the workers' store: {}", e.what());
+    }
+  }
+  HangInquiry inquiry(progress, group,  exchange,
+                      HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(),
+                                      log_root_ + "/attempt_" + std::to_string(group.attempt()), command_.executable});
+  const FallbackSuspect suspect = parse_suspicion(standing);
+  const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt);
+  say(verdict.line);
+  for (const auto& note : verdict.notes) say("  " + note);
+  // The report first (the root cause on every node waits for it), the stacks after.
+  const int named = !verdict.culprits.empty() ? verdict.culprits.front() : suspect.rank;
+  const auto& workers = group.workers();
+  const auto local = std::find_if(workers.begin(), workers.end(), [named](const Worker& w) { return w.rank == named; });
+  const bool reporter = local != workers.end();
   const auto with_hang = [&](FailureInfo info) {
-    info.hang_reason = hang->reason;
-    info.hang_step = hang->step;
-    info.stack_tool = stack.tool;
-    info.stack = stack.text;
-    info.stack_file = stack_file;
-    info.time = std::chrono::system_clock::now();  // found hung now (it has not exited)
+    info.hang_reason = without_prefix(verdict.line);
+    info.time = std::chrono::system_clock::now();
     return info;
   };
-  const auto found = std::chrono::steady_clock::now();
-  rdzv.record_failure(failure_report(with_hang(group.failure_info(hang->local_rank)), group.attempt()));
+  if (reporter) {
+    const auto lr = static_cast<size_t>(local - workers.begin());
+    keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(failure_report(with_hang(group.failure_info(lr)), group.attempt())); });
+  }
+  const auto stacks = inquiry.stacks();
+  if (!stacks.empty()) {
+    std::fprintf(stderr, "meshrun: every rank's stack, identical ones once (each also in <log dir>/<run id>/attempt_%d/<rank>/stack.txt):\n%s",
+                 group.attempt(), format_stack_groups(stacks).c_str());
+  }
+  say("hang verdict written to " + inquiry.verdict_file());
   group.stop(signals_, grace_);
-  const FailureInfo info = with_hang(group.failure_info(hang->local_rank));
-  std::fputs(format_failure_summary(info).c_str(), stderr);
-  return AttemptResult{AttemptResult::Kind::kWorkerHung, 1,
-                       "rank " + std::to_string(info.rank) + " on " + info.host + " hung: " + hang->reason, found};
+  if (reporter) {
+    FailureInfo info = with_hang(group.failure_info(static_cast<size_t>(local - workers.begin())));
+    for (const auto& s : stacks) {
+      if (s.rank != named) continue;
+      info.stack_tool = s.tool;
+      info.stack = s.text;
+      info.stack_file = local->dir + "/stack.txt";
+    }
+    std::fputs(format_failure_summary(info).c_str(), stderr);
+  }
+  AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, without_prefix(verdict.line), found};
+  result.expected_report_rank = named;
+  return result;
+}
+
+void Agent::stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, int first_signal) {
+  if (group.all_exited()) {
+    group.stop(signals_, grace_, first_signal);  // reaps and sweeps at once: nothing to wait for
+    return;
+  }
+  const auto progress = progress_ != nullptr ? progress_->summaries(std::chrono::steady_clock::now())
+                                             : std::vector<proto::RankProgress>{};
+  const HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress);
+  group.stop(signals_, grace_, first_signal);
 }
 
 std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
@@ -256,14 +355,14 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, cons
     report_stragglers(beat.stragglers);
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
-      group.stop(signals_, grace_);
+      stop_workers(group, rdzv);
       const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
                                                                     : AttemptResult::Kind::kRemoteRestart;
       return AttemptResult{kind, 1, beat.reason};
     }
     if (beat.action == proto::HeartbeatAction::kFail) {
       say("the run failed: " + beat.reason + "; stopping the workers");
-      group.stop(signals_, grace_);
+      stop_workers(group, rdzv);
       return AttemptResult{AttemptResult::Kind::kRunFailed, 1, beat.reason};
     }
     return std::nullopt;
@@ -311,12 +410,19 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, int64_t round, const Attem
   // ours. A restart asked for by another node follows that node's report, so it is there at once.
   const auto deadline = (local ? result.failed_at : std::chrono::steady_clock::now()) + kRootCauseSettle;
   if (local) std::this_thread::sleep_until(deadline);
+  // A hang verdict names the culprit on every node; its node's report is known to be coming: wait for it.
+  const int expected = result.kind == Kind::kWorkerHung ? result.expected_report_rank : -1;
+  const auto expected_by = std::chrono::steady_clock::now() + kExpectedReportWait;
   std::vector<proto::FailureReport> failures;
   for (;;) {
+    failures.clear();
     for (const auto& f : rdzv.failures()) {
       if (f.round == round) failures.push_back(f);
     }
-    if (!failures.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    const bool has_expected =
+        expected < 0 || std::any_of(failures.begin(), failures.end(), [expected](const auto& f) { return f.rank == expected; });
+    const auto now = std::chrono::steady_clock::now();
+    if (has_expected ? (!failures.empty() || now >= deadline) : now >= expected_by) break;
     std::this_thread::sleep_for(Ms(50));
   }
   std::fputs(format_root_cause(failures).c_str(), stderr);

@@ -32,6 +32,7 @@ struct Straggler;
 namespace meshrun::launcher {
 
 class RendezvousBackend;
+class HangExchange;
 class ProgressMonitor;
 class SignalSet;
 class WorkerGroup;
@@ -64,6 +65,7 @@ class Agent {
     int exit_code = 0;                                  // kWorkerFailed: the worker's code; kSignaled: 128+signal
     std::string reason;                                 // for the daemon and the user
     std::chrono::steady_clock::time_point failed_at{};  // kWorkerFailed/kWorkerHung: when it was found
+    int expected_report_rank = -1;  // kWorkerHung: the culprit whose report the root cause waits for
   };
   // When the next heartbeat is due, and how many in a row failed.
   struct HeartbeatSchedule {
@@ -76,10 +78,18 @@ class Agent {
   GroupSpec group_spec(const proto::Assignment& assignment, const RendezvousBackend& rdzv,
                        const ProgressMonitor& progress) const;
   /// Supervises one attempt's workers until it ends.
-  AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv);
-  std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals);
+  AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                          HangExchange& exchange);
+  std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals, RendezvousBackend& rdzv);
   std::optional<AttemptResult> on_worker_exits(WorkerGroup& group, RendezvousBackend& rdzv);
-  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv);
+  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                                       HangExchange& exchange);
+  /// Every node's records judged together (hang/hang_inquiry.hpp), the verdict printed and reported, the
+  /// workers stopped. `suspicion` is the first request (this node's or another's): "<node> <rank> <why>".
+  AttemptResult conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                              HangExchange& exchange, const std::string& suspicion, bool requested_here);
+  /// Stops the workers (TERM, --shutdown-timeout, KILL) with heartbeats going on meanwhile.
+  void stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, int first_signal = 15);
   std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
                                             RendezvousBackend& rdzv, HeartbeatSchedule& schedule);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
@@ -98,6 +108,10 @@ class Agent {
   bool temporary_root_ = false;
   std::string job_token_;             // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
   std::string progress_root_;         // the workers' progress sockets (short path: a socket name is <108 bytes)
+  std::string hook_dir_;              // meshrun's Python hook (empty: --hang-timeout off)
+  const ProgressMonitor* progress_ = nullptr;
+  int group_rank_ = 0;  // this node in the current attempt
+  int group_world_size_ = 1;  // the attempt's, for the heartbeats sent while stopping
   std::vector<int> straggler_ranks_;  // as last reported by the daemon
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.

@@ -11,6 +11,9 @@
 #include "proto/progress_beat.hpp"
 
 namespace meshrun::launcher {
+namespace {
+constexpr size_t kMaxDatagram = 4096;
+}  // namespace
 
 BeatSocket::BeatSocket(std::string path) : path_(std::move(path)) {
   sockaddr_un addr{};
@@ -28,13 +31,22 @@ BeatSocket::BeatSocket(std::string path) : path_(std::move(path)) {
   }
 }
 
+bool BeatSocket::send_to(const std::string& path, const std::string& text) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return ::sendto(fd_.get(), text.data(), text.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&addr),
+                  sizeof(addr)) == static_cast<ssize_t>(text.size());
+}
+
 BeatSocket::~BeatSocket() {
   if (fd_.valid()) ::unlink(path_.c_str());
 }
 
 std::vector<std::string> BeatSocket::drain() {
   std::vector<std::string> out;
-  char buf[proto::kMaxBeatBytes + 1];
+  char buf[kMaxDatagram];  // beats are at most proto::kMaxBeatBytes; the hook's status may be longer
   for (;;) {
     const ssize_t n = ::recv(fd_.get(), buf, sizeof(buf), 0);
     if (n < 0) break;  // EAGAIN: nothing left (other errors: nothing to read either)

@@ -15,6 +15,7 @@
 namespace meshrun::launcher {
 
 class RankTracker;
+class CollectiveWatch;
 
 struct HangPolicy {
   enum class Mode { kAuto, kOff, kFixed };
@@ -30,6 +31,12 @@ struct HangPolicy {
   /// The silence allowed after the rank's last beat; nullopt while it is not judged (off, no beats yet,
   /// or still warming up in auto mode).
   std::optional<double> budget_s(const RankTracker& rank) const;
+  /// How long a rank may wait in one collective (meshrun's Python hook reports it; docs/progress.md)
+  /// before the job counts as hung; nullopt while not judged (off, no hook, or, in auto mode, fewer than
+  /// kWarmupSteps completed collectives: a long first step, compilation or data loading never counts).
+  /// auto: floor + 2 x the median gap between completions. A beat naming a phase other than train
+  /// raises it to the phase timeout, as for beats.
+  std::optional<double> collective_budget_s(const CollectiveWatch& watch, const RankTracker& rank) const;
   /// How long a stopped worker (state T) may stay stopped; nullopt when off.
   std::optional<double> stopped_budget_s() const;
 };

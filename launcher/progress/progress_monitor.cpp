@@ -12,7 +12,8 @@ namespace {
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The state letter of /proc/<pid>/stat ('R', 'S', 'T'...), or '\0' when unreadable (the worker exited).
+}  // namespace
+
 char process_state(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
@@ -21,10 +22,8 @@ char process_state(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= stat.size() ? '\0' : stat[paren + 2];
 }
 
-}  // namespace
-
 ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy)
-    : policy_(policy), stopped_since_(ranks.size()) {
+    : policy_(policy), watches_(ranks.size()), stopped_since_(ranks.size()) {
   sockets_.reserve(ranks.size());
   trackers_.reserve(ranks.size());
   for (size_t lr = 0; lr < ranks.size(); ++lr) {
@@ -49,6 +48,11 @@ void ProgressMonitor::drain(Clock::time_point now) {
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
     for (const auto& datagram : sockets_[lr].drain()) {
       try {
+        if (is_hook_message(datagram)) {
+          spdlog::debug("rank {}: {}", trackers_[lr].rank(), datagram);
+          watches_[lr].on_message(parse_hook_message(datagram), now);
+          continue;
+        }
         trackers_[lr].on_beat(proto::parse_beat(datagram), now);
       } catch (const ProtocolError& e) {
         if (warned_bad_beat_.insert(lr).second) {
@@ -132,6 +136,29 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
   }
   hung_ = silent_culprit;
   return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason, last_step(*silent_culprit)};
+}
+
+std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vector<pid_t>& pids, Clock::time_point now) {
+  if (hung_) return std::nullopt;
+  for (size_t lr = 0; lr < watches_.size(); ++lr) {
+    if (lr >= pids.size() || pids[lr] <= 0) continue;
+    const auto wait = watches_[lr].oldest_wait();
+    const auto budget = policy_.collective_budget_s(watches_[lr], trackers_[lr]);
+    if (!wait || !budget) continue;
+    const double waited = seconds(now - wait->since);
+    if (waited <= *budget) continue;
+    return HangReport{lr, trackers_[lr].rank(),
+                      fmt::format("waits in collective #{} of group {} for {:.1f} s (budget {:.1f} s)", wait->seq,
+                                  wait->group, waited, *budget),
+                      last_step(lr)};
+  }
+  return std::nullopt;
+}
+
+bool ProgressMonitor::request_dump(size_t lr, const std::string& path) {
+  if (!watches_[lr].hooked()) return false;
+  watches_[lr].clear_dump_answer();
+  return sockets_[lr].send_to(sockets_[lr].path() + ".hook", "dump " + path);
 }
 
 std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point now) const {

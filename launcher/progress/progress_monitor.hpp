@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/hang/collective_watch.hpp"
 #include "launcher/progress/beat_socket.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
@@ -29,6 +30,9 @@ struct HangReport {
   int64_t step = -1;  // the last step it beat (-1: it never beat)
 };
 
+/// The state letter of /proc/<pid>/stat ('R', 'S', 'T'...), or '\0' when unreadable (the worker exited).
+char process_state(pid_t pid);
+
 class ProgressMonitor {
  public:
   using Clock = std::chrono::steady_clock;
@@ -43,9 +47,19 @@ class ProgressMonitor {
   std::vector<int> fds() const;
   /// Reads every waiting beat. A malformed one is reported once per rank (it never stops the job).
   void drain(Clock::time_point now);
+  /// Marks the attempt as judged hung (a verdict was reached some other way): no further reports.
+  void mark_hung(size_t lr) { hung_ = lr; }
   /// The first rank that is hung now, if any. `pids` are the running workers' pids by local rank (0:
   /// exited), read for the stopped state (T) in /proc.
   std::optional<HangReport> find_hang(const std::vector<pid_t>& pids, Clock::time_point now);
+  /// The first rank that waits in one collective longer than its budget (HangPolicy::collective_budget_s),
+  /// if any; the caller gathers every rank's record to name the culprit.
+  std::optional<HangReport> find_collective_wait(const std::vector<pid_t>& pids, Clock::time_point now);
+  /// Asks local rank `lr`'s hook to write its collective record to `path`; false when it has no hook.
+  bool request_dump(size_t lr, const std::string& path);
+  const CollectiveWatch& watch(size_t lr) const { return watches_[lr]; }
+  CollectiveWatch& watch(size_t lr) { return watches_[lr]; }
+  size_t size() const { return trackers_.size(); }
   /// Local rank `lr`'s last beaten step, -1 before its first beat.
   int64_t last_step(size_t lr) const;
   /// One entry per rank that has beaten (none when no worker sends beats).
@@ -58,6 +72,7 @@ class ProgressMonitor {
   HangPolicy policy_;
   std::vector<BeatSocket> sockets_;
   std::vector<RankTracker> trackers_;
+  std::vector<CollectiveWatch> watches_;
   std::vector<std::optional<Clock::time_point>> stopped_since_;
   std::set<size_t> warned_bad_beat_;
   std::optional<size_t> hung_;  // reported once; the caller stops the attempt

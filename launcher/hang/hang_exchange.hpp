@@ -1,0 +1,53 @@
+// HangExchange: how the agents of one attempt agree on a hang, through the workers' own store (the
+// daemon's run port, or node rank 0's store under etcd): the first agent that suspects a hang raises a
+// request; every agent sees it (poll, once a second), posts its ranks' records and then their stacks;
+// each reads every node's post. Keys (one attempt's store is fresh, so they never meet an older hang):
+//   meshrun/hang/request            the first suspicion: "<node> <reason>"
+//   meshrun/hang/records/<node>     that node's RankRecords (JSON)
+//   meshrun/hang/stacks/<node>      that node's ranks' stacks (JSON: [{rank, tool, text}])
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/endpoint.hpp"
+#include "proto/store_client.hpp"
+
+namespace meshrun::launcher {
+
+class HangExchange {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// How often an agent looks for another node's request.
+  static constexpr std::chrono::milliseconds kPollEvery{1000};
+
+  /// `store` is the attempt's MASTER_ADDR:MASTER_PORT; nothing connects until first used.
+  HangExchange(Endpoint store, int node, int nodes);
+
+  /// Raises the request unless another node did; returns the request that stands ("<node> <reason>").
+  std::string request(const std::string& reason);
+  /// Another node's request, if one stands (rate-limited to kPollEvery; never throws: a store that cannot
+  /// be reached is logged once and reads as no request).
+  std::optional<std::string> poll(Clock::time_point now);
+  /// Posts this node's part under `kind` ("records" or "stacks").
+  void post(const std::string& kind, const nlohmann::json& part);
+  /// Every node's part of `kind` that arrived before `deadline` (node -> part); this node's included.
+  std::map<int, nlohmann::json> gather(const std::string& kind, Clock::time_point deadline);
+
+ private:
+  proto::StoreClient& client();
+
+  Endpoint store_;
+  int node_;
+  int nodes_;
+  std::optional<proto::StoreClient> client_;
+  Clock::time_point next_poll_{};
+  bool warned_ = false;
+};
+
+}  // namespace meshrun::launcher

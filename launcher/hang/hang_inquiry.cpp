@@ -1,0 +1,185 @@
+#include "launcher/hang/hang_inquiry.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "common/error.hpp"
+#include "launcher/progress/stack_dump.hpp"
+#include "launcher/workers/worker_group.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// A hook answers between two of its polls (0.5 s) unless the process holds the GIL the whole time.
+constexpr std::chrono::seconds kDumpWait{3};
+// Other nodes post their records right after their own dumps: allow for those and a slow store.
+constexpr std::chrono::seconds kRecordsWait{10};
+// Stacks take a tool run each (py-spy: under a second; gdb: more).
+constexpr std::chrono::seconds kStacksWait{30};
+constexpr std::chrono::seconds kStackLimit{20};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+HangInquiry::HangInquiry(ProgressMonitor& progress, WorkerGroup& group, HangExchange& exchange, HangInquirySite site)
+    : progress_(progress), group_(group), exchange_(exchange), site_(std::move(site)) {}
+
+RankRecord HangInquiry::base_record(size_t lr) const {
+  const Worker& w = group_.workers()[lr];
+  RankRecord r;
+  r.rank = w.rank;
+  r.local_rank = w.local_rank;
+  r.node = site_.node;
+  r.host = site_.host;
+  r.pid = w.process ? w.process->pid() : 0;
+  const bool running = w.process && w.process->running();
+  r.state = !running ? ProcessState::kExited
+                     : (process_state(r.pid) == 'T' ? ProcessState::kStopped : ProcessState::kRunning);
+  r.beat_step = progress_.last_step(lr);
+  const CollectiveWatch& watch = progress_.watch(lr);
+  if (!watch.hooked()) {
+    r.source = RecordSource::kNoHook;
+    r.source_detail = "meshrun's Python hook never spoke from this worker (not Python; python -I, -E or -S; "
+                      "or Python started by a wrapper rather than by meshrun)";
+  } else if (!watch.recorder_on()) {
+    r.source = RecordSource::kRecorderOff;
+    r.source_detail = "TORCH_FR_BUFFER_SIZE=0 turns PyTorch's Flight Recorder off";
+  } else if (r.state != ProcessState::kRunning) {
+    r.source = RecordSource::kNoAnswer;
+    r.source_detail = std::string("the worker is ") + std::string(to_string(r.state));
+  } else {
+    r.source = RecordSource::kNoAnswer;  // until its dump arrives
+  }
+  return r;
+}
+
+void HangInquiry::collect_dumps(std::vector<RankRecord>& records) {
+  std::vector<std::string> paths(records.size());
+  std::vector<bool> asked(records.size(), false);
+  for (size_t lr = 0; lr < records.size(); ++lr) {
+    if (records[lr].source != RecordSource::kNoAnswer || !records[lr].source_detail.empty()) continue;
+    paths[lr] = group_.workers()[lr].dir + "/collectives.json";
+    asked[lr] = progress_.request_dump(lr, paths[lr]);
+    if (!asked[lr]) records[lr].source_detail = "could not reach the hook's socket";
+  }
+  const auto deadline = Clock::now() + kDumpWait;
+  for (;;) {
+    progress_.drain(Clock::now());
+    bool waiting = false;
+    for (size_t lr = 0; lr < records.size(); ++lr) {
+      if (!asked[lr]) continue;
+      const auto& answer = progress_.watch(lr).dump_answer();
+      if (!answer) {
+        waiting = true;
+        continue;
+      }
+      asked[lr] = false;
+      if (answer->kind == HookMessage::Kind::kFailed) {
+        records[lr].source_detail = "the hook could not read the record: " + answer->text;
+        continue;
+      }
+      try {
+        read_hook_dump(read_file(answer->text), records[lr]);
+      } catch (const ProtocolError& e) {
+        records[lr].source_detail = e.what();
+      }
+    }
+    if (!waiting) return;
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t lr = 0; lr < records.size(); ++lr) {
+    if (asked[lr]) records[lr].source_detail = "the hook did not answer within 3 s (the worker holds Python's lock)";
+  }
+}
+
+std::vector<RankRecord> HangInquiry::local_records() {
+  std::vector<RankRecord> records;
+  for (size_t lr = 0; lr < group_.workers().size(); ++lr) records.push_back(base_record(lr));
+  collect_dumps(records);
+  return records;
+}
+
+std::vector<RankRecord> HangInquiry::all_records(const std::vector<RankRecord>& mine) {
+  if (site_.nodes <= 1) return mine;
+  try {
+    exchange_.post("records", nlohmann::json(mine));
+    std::vector<RankRecord> all;
+    for (const auto& [node, part] : exchange_.gather("records", Clock::now() + kRecordsWait)) {
+      if (!part.is_array()) continue;
+      for (const auto& r : part) all.push_back(r.get<RankRecord>());
+    }
+    if (!all.empty()) return all;
+  } catch (const std::exception& e) {
+    spdlog::warn("the hang verdict uses this node's ranks only: cannot exchange records: {}", e.what());
+  }
+  return mine;
+}
+
+std::vector<RankStack> HangInquiry::local_stacks() const {
+  std::vector<std::future<RankStack>> pending;
+  for (const auto& w : group_.workers()) {
+    if (!w.process || !w.process->running()) continue;
+    const pid_t pid = w.process->pid();
+    const int rank = w.rank;
+    const std::string exe = site_.executable;
+    pending.push_back(std::async(std::launch::async, [pid, rank, exe] {
+      const StackDump d = dump_stack(pid, exe, kStackLimit);
+      return RankStack{rank, d.tool, d.text};
+    }));
+  }
+  std::vector<RankStack> out;
+  for (auto& p : pending) out.push_back(p.get());
+  for (const auto& s : out) {
+    const auto& workers = group_.workers();
+    const auto it = std::find_if(workers.begin(), workers.end(), [&](const Worker& w) { return w.rank == s.rank; });
+    if (it != workers.end()) std::ofstream(it->dir + "/stack.txt") << s.text;
+  }
+  return out;
+}
+
+std::vector<RankStack> HangInquiry::all_stacks(const std::vector<RankStack>& mine) {
+  if (site_.nodes <= 1) return mine;
+  try {
+    nlohmann::json part = nlohmann::json::array();
+    for (const auto& s : mine) part.push_back({{"rank", s.rank}, {"tool", s.tool}, {"text", s.text}});
+    exchange_.post("stacks", part);
+    std::vector<RankStack> all;
+    for (const auto& [node, got] : exchange_.gather("stacks", Clock::now() + kStacksWait)) {
+      if (!got.is_array()) continue;
+      for (const auto& s : got) all.push_back(RankStack{s.value("rank", -1), s.value("tool", ""), s.value("text", "")});
+    }
+    return all;
+  } catch (const std::exception& e) {
+    spdlog::warn("only this node's stacks: cannot exchange them: {}", e.what());
+    return mine;
+  }
+}
+
+HangVerdict HangInquiry::judge(const std::optional<FallbackSuspect>& suspect) {
+  auto records = all_records(local_records());
+  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  HangVerdict verdict = judge_hang(records, suspect);
+  std::ofstream(verdict_file()) << nlohmann::json{{"verdict", verdict}, {"ranks", records}}.dump(2) << "\n";
+  return verdict;
+}
+
+std::vector<RankStack> HangInquiry::stacks() {
+  auto out = all_stacks(local_stacks());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  return out;
+}
+
+}  // namespace meshrun::launcher

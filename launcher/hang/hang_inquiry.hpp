@@ -1,0 +1,58 @@
+// HangInquiry: what every agent does once a hang is suspected anywhere in the job (docs/progress.md):
+//   1. its ranks' records: the process state (/proc), and each Python worker's collective record, asked
+//      of meshrun's hook (3 s at most; a rank that cannot answer says why);
+//   2. posts them to the workers' store and reads every node's (HangExchange);
+//   3. judges them (judge_hang: the same verdict on every node), writes <attempt dir>/hang.json;
+//      (the caller reports the culprit here, before the stacks, which take longer)
+//   4. reads every local rank's stack at once, posts them, and groups every node's identical stacks.
+// The caller keeps heartbeats going meanwhile (HeartbeatKeeper) and stops the workers after.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/hang/hang_exchange.hpp"
+#include "launcher/hang/hang_verdict.hpp"
+#include "launcher/hang/stack_groups.hpp"
+#include "launcher/progress/progress_monitor.hpp"
+
+namespace meshrun::launcher {
+
+class WorkerGroup;
+
+struct HangInquirySite {
+  int node = 0;   // this node's group rank
+  int nodes = 1;  // the nodes of the attempt
+  std::string host;
+  std::string attempt_dir;
+  std::string executable;  // the workers' program (py-spy is looked for beside it)
+};
+
+class HangInquiry {
+ public:
+  HangInquiry(ProgressMonitor& progress, WorkerGroup& group, HangExchange& exchange, HangInquirySite site);
+
+  /// Steps 1-3: every node's records judged. `suspect` (the standing request's rank and reason) is what
+  /// the verdict falls back on when no recorded collective explains the hang.
+  HangVerdict judge(const std::optional<FallbackSuspect>& suspect);
+  /// Step 4: every node's ranks' stacks that arrived in time, by rank (also in <rank dir>/stack.txt).
+  std::vector<RankStack> stacks();
+  /// Where judge() wrote the verdict and the records (<attempt dir>/hang.json).
+  std::string verdict_file() const { return site_.attempt_dir + "/hang.json"; }
+
+ private:
+  std::vector<RankRecord> local_records();
+  RankRecord base_record(size_t local_rank) const;
+  void collect_dumps(std::vector<RankRecord>& records);
+  std::vector<RankStack> local_stacks() const;
+  std::vector<RankRecord> all_records(const std::vector<RankRecord>& mine);
+  std::vector<RankStack> all_stacks(const std::vector<RankStack>& mine);
+
+  ProgressMonitor& progress_;
+  WorkerGroup& group_;
+  HangExchange& exchange_;
+  HangInquirySite site_;
+};
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,360 @@
+#include "launcher/hang/hang_verdict.hpp"
+
+#include <algorithm>
+#include <ctime>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace meshrun::launcher {
+namespace {
+
+using RecordIndex = std::map<int, const RankRecord*>;
+
+// One group's oldest open collective: who waits in it, who never entered it, who cannot tell.
+struct OpenCollective {
+  std::string group;
+  std::vector<int> members;
+  int64_t seq = -1;
+  std::vector<int> waiting;
+  std::vector<int> absent;   // recorded members that never entered seq
+  std::vector<int> unknown;  // members without a record
+};
+
+std::string describe_rank(const RankRecord& r) {
+  return fmt::format("rank {} ({}, local rank {}, pid {})", r.rank, r.host, r.local_rank, r.pid);
+}
+
+std::string clock_text(int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string plural_ranks(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks);
+}
+
+std::vector<int> members_of(const std::string& group, const RecordIndex& index) {
+  for (const auto& [rank, r] : index) {
+    const auto g = r->groups.find(group);
+    if (g != r->groups.end() && !g->second.ranks.empty()) return g->second.ranks;
+  }
+  std::vector<int> seen;  // membership unknown: the ranks that report the group
+  for (const auto& [rank, r] : index) {
+    if (r->groups.count(group) > 0) seen.push_back(rank);
+  }
+  return seen;
+}
+
+std::optional<OpenCollective> open_collective(const std::string& group, const RecordIndex& index) {
+  OpenCollective c;
+  c.group = group;
+  c.members = members_of(group, index);
+  for (int m : c.members) {
+    const auto it = index.find(m);
+    if (it == index.end() || it->second->source != RecordSource::kRecorded) continue;
+    const auto g = it->second->groups.find(group);
+    if (g != it->second->groups.end() && g->second.last_enqueued > g->second.last_completed) {
+      c.waiting.push_back(m);
+      const int64_t oldest_open = g->second.last_completed + 1;
+      c.seq = c.seq < 0 ? oldest_open : std::min(c.seq, oldest_open);
+    }
+  }
+  if (c.waiting.empty()) return std::nullopt;
+  for (int m : c.members) {
+    const auto it = index.find(m);
+    if (it == index.end() || it->second->source != RecordSource::kRecorded) {
+      c.unknown.push_back(m);
+      continue;
+    }
+    const auto g = it->second->groups.find(group);
+    if (g == it->second->groups.end() || g->second.last_enqueued < c.seq) c.absent.push_back(m);
+  }
+  return c;
+}
+
+// The entries at the hung sequence number, as the waiting ranks recorded them.
+const CollectiveEntry* first_entry(const OpenCollective& c, const RecordIndex& index) {
+  for (int w : c.waiting) {
+    if (const auto* e = index.at(w)->entry(c.group, c.seq)) return e;
+  }
+  return nullptr;
+}
+
+void describe_collective(HangVerdict& v, const OpenCollective& c, const RecordIndex& index) {
+  v.group = c.group;
+  v.group_ranks = c.members;
+  v.seq = c.seq;
+  v.waiting = c.waiting;
+  if (const auto* e = first_entry(c, index)) {
+    v.op = e->op;
+    if (!e->frames.empty()) v.call_site = e->frames.front();
+  }
+  for (int w : c.waiting) {
+    if (const auto* e = index.at(w)->entry(c.group, c.seq); e && e->created_unix_ms > 0) {
+      if (v.waiting_since_unix_ms == 0 || e->created_unix_ms < v.waiting_since_unix_ms) {
+        v.waiting_since_unix_ms = e->created_unix_ms;
+      }
+    }
+  }
+}
+
+std::string collective_text(const HangVerdict& v) {
+  return fmt::format("{} #{} of group {} (ranks {})", v.op.empty() ? "collective" : v.op, v.seq, v.group,
+                     format_ranks(v.group_ranks));
+}
+
+std::string waiting_text(const HangVerdict& v) {
+  std::string text = fmt::format("{} wait in it", plural_ranks(v.waiting));
+  if (v.waiting.size() == 1) text = fmt::format("rank {} waits in it", v.waiting.front());
+  if (v.waiting_since_unix_ms > 0) text += " since " + clock_text(v.waiting_since_unix_ms);
+  if (!v.call_site.empty()) text += ", called at " + v.call_site;
+  return text;
+}
+
+void name_suspect(HangVerdict& v, const RecordIndex& index) {
+  if (v.culprits.empty()) return;
+  const auto it = index.find(v.culprits.front());
+  if (it == index.end()) return;
+  v.suspect_node = it->second->node;
+  v.suspect_host = it->second->host;
+}
+
+std::string culprit_text(const std::vector<int>& culprits, const RecordIndex& index) {
+  if (culprits.size() == 1 && index.count(culprits.front()) > 0) return describe_rank(*index.at(culprits.front()));
+  return plural_ranks(culprits);
+}
+
+// The signature ranks are compared on at one sequence number.
+std::string signature(const CollectiveEntry& e) { return e.op + " " + e.sizes + " " + e.dtypes; }
+
+std::optional<HangVerdict> mismatch(const OpenCollective& c, const RecordIndex& index) {
+  std::map<std::string, std::vector<int>> by_signature;
+  std::map<std::string, const CollectiveEntry*> sample;
+  for (int m : c.members) {
+    const auto* e = index.at(m)->entry(c.group, c.seq);
+    if (e == nullptr) return std::nullopt;  // not in the dump: cannot compare
+    by_signature[signature(*e)].push_back(m);
+    sample[signature(*e)] = e;
+  }
+  if (by_signature.size() < 2) return std::nullopt;
+  std::vector<std::pair<std::string, std::vector<int>>> sides(by_signature.begin(), by_signature.end());
+  std::stable_sort(sides.begin(), sides.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  HangVerdict v;
+  v.kind = HangKind::kMismatch;
+  describe_collective(v, c, index);
+  v.culprits = sides.front().second;
+  const bool same_op = sample[sides.front().first]->op == sample[sides.back().first]->op;
+  std::vector<std::string> parts;
+  for (const auto& [sig, ranks] : sides) {
+    const auto* e = sample[sig];
+    const std::string what = same_op ? e->op + " of " + e->sizes + " " + e->dtypes : e->op;
+    parts.push_back(fmt::format("{} {}", plural_ranks(ranks), what));
+  }
+  // "rank 3 called broadcast, ranks 0-2 all_reduce": the minority first.
+  const auto space = parts.front().find(' ', parts.front().find(' ') + 1);
+  std::string joined = parts.front().substr(0, space) + " called" + parts.front().substr(space);
+  for (size_t i = 1; i < parts.size(); ++i) joined += ", " + parts[i];
+  v.line = fmt::format("hang: ranks disagree at #{} of group {} (ranks {}): {}", c.seq, c.group,
+                       format_ranks(c.members), joined);
+  if (!v.call_site.empty()) v.line += "; called at " + v.call_site;
+  return v;
+}
+
+HangVerdict never_entered(const OpenCollective& c, const std::vector<int>& culprits, const RecordIndex& index) {
+  HangVerdict v;
+  v.kind = HangKind::kNeverEntered;
+  v.culprits = culprits;
+  describe_collective(v, c, index);
+  const std::string who = culprit_text(culprits, index);
+  v.line = fmt::format("hang: {} never entered {}; {}", who, collective_text(v), waiting_text(v));
+  return v;
+}
+
+HangVerdict no_record(const OpenCollective& c, const RecordIndex& index) {
+  HangVerdict v;
+  v.kind = HangKind::kNoRecord;
+  v.culprits = c.unknown;
+  describe_collective(v, c, index);
+  v.line = fmt::format("hang: {} {} in {}; {} never reported it: no collective record",
+                       plural_ranks(c.waiting), c.waiting.size() == 1 ? "waits" : "wait", collective_text(v),
+                       culprit_text(c.unknown, index));
+  if (v.waiting_since_unix_ms > 0) v.line += fmt::format(" (waiting since {})", clock_text(v.waiting_since_unix_ms));
+  return v;
+}
+
+HangVerdict stopped(const RankRecord& r, const std::vector<OpenCollective>& open, const RecordIndex& index) {
+  HangVerdict v;
+  v.kind = HangKind::kStopped;
+  v.culprits = {r.rank};
+  std::string line = fmt::format("hang: {} is stopped by a signal (state T)", describe_rank(r));
+  for (const auto& c : open) {
+    if (std::find(c.members.begin(), c.members.end(), r.rank) == c.members.end()) continue;
+    describe_collective(v, c, index);
+    line += fmt::format("; {} {} in {}", plural_ranks(c.waiting), c.waiting.size() == 1 ? "waits" : "wait",
+                        collective_text(v));
+    if (v.waiting_since_unix_ms > 0) line += " since " + clock_text(v.waiting_since_unix_ms);
+    if (!v.call_site.empty()) line += ", called at " + v.call_site;
+    break;
+  }
+  v.line = line;
+  return v;
+}
+
+bool waits_anywhere(int rank, const std::vector<OpenCollective>& open) {
+  return std::any_of(open.begin(), open.end(), [rank](const OpenCollective& c) {
+    return std::find(c.waiting.begin(), c.waiting.end(), rank) != c.waiting.end();
+  });
+}
+
+HangVerdict cycle(const std::vector<OpenCollective>& open, const RecordIndex& index) {
+  HangVerdict v;
+  v.kind = HangKind::kCycle;
+  std::vector<std::string> parts;
+  std::set<int> named;
+  for (const auto& c : open) {
+    HangVerdict d;
+    describe_collective(d, c, index);
+    parts.push_back(fmt::format("{} in {}", plural_ranks(c.waiting), collective_text(d)));
+    named.insert(c.absent.begin(), c.absent.end());
+  }
+  v.culprits.assign(named.begin(), named.end());
+  if (!open.empty()) describe_collective(v, open.front(), index);
+  std::string joined = parts.front();
+  for (size_t i = 1; i < parts.size(); ++i) joined += "; " + parts[i];
+  v.line = "hang: ranks wait for each other in different groups (collectives called in another order): " + joined;
+  return v;
+}
+
+HangVerdict from_fallback(const std::optional<FallbackSuspect>& fallback, const RecordIndex& index) {
+  HangVerdict v;
+  v.kind = HangKind::kNoCollective;
+  if (!fallback || fallback->rank < 0) {
+    v.line = "hang: no rank waits in a collective PyTorch recorded, and no rank is stopped";
+    return v;
+  }
+  v.culprits = {fallback->rank};
+  const std::string who = culprit_text(v.culprits, index);
+  v.line = fmt::format("hang: {}: {}", who, fallback->reason);
+  return v;
+}
+
+void add_notes(HangVerdict& v, const std::vector<RankRecord>& ranks) {
+  std::map<std::string, std::vector<int>> by_reason;
+  for (const auto& r : ranks) {
+    if (r.source == RecordSource::kRecorded) continue;
+    by_reason[r.source_detail.empty() ? std::string(to_string(r.source)) : r.source_detail].push_back(r.rank);
+  }
+  for (const auto& [reason, who] : by_reason) {
+    v.notes.push_back(fmt::format("no collective record from {}: {}", plural_ranks(who), reason));
+  }
+}
+
+HangVerdict judge(const std::vector<RankRecord>& ranks, const std::optional<FallbackSuspect>& fallback,
+                  const RecordIndex& index) {
+  std::set<std::string> group_names;
+  for (const auto& r : ranks) {
+    for (const auto& [name, g] : r.groups) group_names.insert(name);
+  }
+  std::vector<OpenCollective> open;
+  for (const auto& name : group_names) {
+    if (auto c = open_collective(name, index)) open.push_back(std::move(*c));
+  }
+  for (const auto& r : ranks) {
+    if (r.state == ProcessState::kStopped) return stopped(r, open, index);
+  }
+  // A rank that waits for nobody and is waited for: the culprit.
+  for (const auto& c : open) {
+    std::vector<int> roots;
+    for (int a : c.absent) {
+      if (!waits_anywhere(a, open)) roots.push_back(a);
+    }
+    if (!roots.empty()) return never_entered(c, roots, index);
+  }
+  for (const auto& c : open) {
+    if (c.absent.empty() && !c.unknown.empty()) return no_record(c, index);
+  }
+  for (const auto& c : open) {
+    if (!c.absent.empty() || !c.unknown.empty()) continue;
+    if (auto m = mismatch(c, index)) return *m;
+    HangVerdict v;
+    v.kind = HangKind::kAllInside;
+    v.culprits = {};
+    describe_collective(v, c, index);
+    v.line = fmt::format("hang: every rank of group {} entered {} and none completes (a transport or network fault?)",
+                         c.group, collective_text(v));
+    if (!v.call_site.empty()) v.line += "; called at " + v.call_site;
+    return v;
+  }
+  if (!open.empty()) return cycle(open, index);
+  return from_fallback(fallback, index);
+}
+
+}  // namespace
+
+std::string_view to_string(HangKind value) {
+  switch (value) {
+    case HangKind::kStopped: return "stopped";
+    case HangKind::kNeverEntered: return "never_entered";
+    case HangKind::kMismatch: return "mismatch";
+    case HangKind::kNoRecord: return "no_record";
+    case HangKind::kAllInside: return "all_inside";
+    case HangKind::kCycle: return "cycle";
+    case HangKind::kNoCollective: return "no_collective";
+  }
+  return "no_collective";
+}
+
+HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional<FallbackSuspect>& fallback) {
+  RecordIndex index;
+  for (const auto& r : ranks) index[r.rank] = &r;
+  HangVerdict v = judge(ranks, fallback, index);
+  name_suspect(v, index);
+  add_notes(v, ranks);
+  return v;
+}
+
+std::string format_ranks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    if (j - i >= 2) {
+      out += fmt::format("{}-{}", ranks[i], ranks[j]);
+    } else {
+      for (size_t k = i; k <= j; ++k) {
+        if (k > i) out += ',';
+        out += std::to_string(ranks[k]);
+      }
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+void to_json(nlohmann::json& j, const HangVerdict& v) {
+  j = {{"kind", to_string(v.kind)},
+       {"culprits", v.culprits},
+       {"group", v.group},
+       {"group_ranks", v.group_ranks},
+       {"seq", v.seq},
+       {"op", v.op},
+       {"waiting", v.waiting},
+       {"waiting_since_unix_ms", v.waiting_since_unix_ms},
+       {"call_site", v.call_site},
+       {"line", v.line},
+       {"notes", v.notes},
+       {"suspect_node", v.suspect_node},
+       {"suspect_host", v.suspect_host}};
+}
+
+}  // namespace meshrun::launcher

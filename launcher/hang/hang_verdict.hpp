@@ -1,0 +1,65 @@
+// The hang verdict: from every rank's RankRecord (all nodes), which rank did not arrive, at which
+// collective of which group, and where the others wait. Pure: the same records give the same verdict on
+// every node.
+//
+// The rule (the idea of PyTorch's fr_trace, at hang time): per process group, the ranks that entered a
+// collective and wait in it (entered, not completed) wait for the members that never entered that
+// sequence number. A rank that waits for nobody and is waited for is the culprit; a rank that is itself
+// waiting elsewhere is only a link in the chain (a subgroup hang holds the default group up too). A
+// stopped worker (state T) wins over all of it. When every member entered, their entries at that number
+// are compared: another op, other sizes or dtypes is a mismatch, and the minority is named.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "launcher/hang/collective_record.hpp"
+
+namespace meshrun::launcher {
+
+enum class HangKind {
+  kStopped,       // a worker is stopped by a signal (state T)
+  kNeverEntered,  // ranks wait in a collective another rank never entered
+  kMismatch,      // every member entered the same sequence number with another op, size or dtype
+  kNoRecord,      // ranks wait; the members they wait for have no collective record (reason given)
+  kAllInside,     // every member is inside the same collective and none completes (transport, network)
+  kCycle,         // ranks wait in different groups for each other (collectives called in another order)
+  kNoCollective,  // no rank waits in a recorded collective: judged from beats or silence alone
+};
+
+std::string_view to_string(HangKind value);
+
+struct HangVerdict {
+  HangKind kind = HangKind::kNoCollective;
+  std::vector<int> culprits;  // the ranks named (the first is the suspect)
+  std::string group;          // the process group of the collective (empty: none)
+  std::vector<int> group_ranks;
+  int64_t seq = -1;
+  std::string op;
+  std::vector<int> waiting;       // the ranks waiting in it
+  int64_t waiting_since_unix_ms = 0;
+  std::string call_site;          // where the waiting ranks called it ("train.py:88 in step")
+  std::string line;               // the one line a person acts on
+  std::vector<std::string> notes;  // ranks without a record, and why
+  int suspect_node = -1;           // the culprit's node (group rank), for the restart policy
+  std::string suspect_host;
+};
+
+/// The verdict over every rank's record. `fallback` (a rank and why it looked hung, from beats or
+/// silence) is used when no recorded collective explains the hang.
+struct FallbackSuspect {
+  int rank = -1;
+  std::string reason;
+};
+HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional<FallbackSuspect>& fallback);
+
+/// "0-3", "0,2,5", "0-2,7".
+std::string format_ranks(std::vector<int> ranks);
+
+void to_json(nlohmann::json& j, const HangVerdict& verdict);
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,188 @@
+# meshrun's collective watcher, started by meshrun's sitecustomize in the worker meshrun spawned.
+#
+# A daemon thread reports this rank's collective progress to its agent on MESHRUN_PROGRESS (the progress
+# socket): "fr status <pg>:<last enqueued>:<last completed> ..." from PyTorch's Flight Recorder summary
+# (pg_status: no entries, microseconds) every POLL_S. When the agent suspects a hang it asks, on
+# <MESHRUN_PROGRESS>.hook, for the full record ("dump <path>"): the open collectives and the last few of
+# each group, with the Python frames that called them; the thread writes it as JSON and answers
+# "fr dumped <path>". Nothing here imports torch: it only looks at torch once the script has.
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+POLL_S = 0.5
+RESEND_S = 5.0  # an unchanged status is sent again this often (the agent knows the hook is alive)
+KEEP_RETIRED = 4  # finished collectives kept per group in a dump, besides the open ones
+MAX_ENTRIES = 64
+MAX_FRAMES = 6
+MAX_DATAGRAM = 3500
+
+_started = False
+
+
+def _active():
+    agent = os.environ.get("MESHRUN_AGENT_PID", "")
+    # Only the process meshrun spawned: DataLoader workers, compile pools and other Python children
+    # inherit this environment but have another parent.
+    return bool(os.environ.get("MESHRUN_PROGRESS")) and agent == str(os.getppid())
+
+
+def _fr_off():
+    return os.environ.get("TORCH_FR_BUFFER_SIZE", os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "")) == "0"
+
+
+def _c10d():
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    import torch
+
+    return torch._C._distributed_c10d
+
+
+def _status(c10d):
+    summary = json.loads(c10d._dump_fr_trace_json(includeCollectives=False))
+    parts = []
+    for pg, s in sorted(summary.get("pg_status", {}).items()):
+        parts.append(f"{pg}:{int(s['last_enqueued_collective'])}:{int(s['last_completed_collective'])}")
+    return "fr status " + " ".join(parts)
+
+
+def _group_ranks():
+    from torch.distributed import distributed_c10d as dc
+
+    out = {}
+    world = dc._world
+    for pg, name in list(world.pg_names.items()):
+        ranks = world.pg_group_ranks.get(pg)
+        if ranks is not None:
+            out[str(name)] = sorted(int(r) for r in ranks.keys())
+    return out
+
+
+def _main_thread_frames():
+    # The Flight Recorder's own frames cost a symbolizer that imports torch._inductor on first use (a
+    # second and more, many more while another thread holds the GIL): the main thread's stack, read
+    # here, names the same caller of the collective it waits in, for nothing.
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    out = []
+    while frame is not None and len(out) < MAX_FRAMES:
+        code = frame.f_code
+        # The innermost frames are torch's own (distributed_c10d.py, c10d_logger.py): the caller comes after.
+        if "/torch/distributed/" not in code.co_filename:
+            out.append([code.co_filename, frame.f_lineno, code.co_name])
+        frame = frame.f_back
+    return out
+
+
+def _entry(e):
+    pg = e.get("process_group") or ("?", "")
+    op = e.get("profiling_name", "?")
+    return {
+        "group": str(pg[0]),
+        "seq": int(e.get("collective_seq_id", -1)),
+        "p2p": bool(e.get("is_p2p", False)),
+        "op": op.split(":", 1)[-1],
+        "sizes": json.dumps(e.get("input_sizes", [])),
+        "dtypes": ",".join(e.get("input_dtypes", [])),
+        "created_ms": int(e.get("time_created_ns", 0)) // 1000000,
+        "retired": bool(e.get("retired", False)),
+        "frames": [],
+    }
+
+
+def _record(c10d):
+    import pickle
+
+    dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+    entries = [_entry(e) for e in dump.get("entries", []) if not e.get("is_p2p", False)]
+    open_entries = [e for e in entries if not e["retired"]]
+    if open_entries:  # the one the main thread waits in: the newest it entered
+        open_entries[-1]["frames"] = _main_thread_frames()
+    kept, retired_seen = [], {}
+    for e in reversed(entries):
+        if not e["retired"]:
+            kept.append(e)
+        elif retired_seen.get(e["group"], 0) < KEEP_RETIRED:
+            retired_seen[e["group"]] = retired_seen.get(e["group"], 0) + 1
+            kept.append(e)
+    kept = sorted(kept[:MAX_ENTRIES], key=lambda e: (e["group"], e["seq"]))
+    ranks = _group_ranks()
+    groups = {}
+    for pg, s in dump.get("pg_status", {}).items():
+        groups[str(pg)] = {
+            "ranks": ranks.get(str(pg), []),
+            "last_enqueued": int(s.get("last_enqueued_collective", -1)),
+            "last_completed": int(s.get("last_completed_collective", -1)),
+        }
+    return {"fr": "on", "groups": groups, "entries": kept}
+
+
+def _dump(path):
+    c10d = _c10d()
+    if _fr_off():
+        record = {"fr": "off"}
+    elif c10d is None:
+        record = {"fr": "no_process_group"}
+    else:
+        record = _record(c10d)
+    record["pid"] = os.getpid()
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def _serve(agent, listen):
+    def send(text):
+        try:
+            listen.sendto(text.encode()[:MAX_DATAGRAM], agent)
+        except OSError:
+            pass
+
+    send(f"fr hello pid={os.getpid()} fr={'off' if _fr_off() else 'on'}")
+    last, last_at = None, 0.0
+    while True:
+        try:
+            request = listen.recv(4096).decode(errors="replace")
+            if request.startswith("dump "):
+                path = request[5:]
+                try:
+                    _dump(path)
+                    send("fr dumped " + path)
+                except Exception as error:
+                    send(f"fr failed {type(error).__name__}: {error}"[:400])
+        except socket.timeout:
+            pass
+        except OSError:
+            time.sleep(POLL_S)
+        c10d = None if _fr_off() else _c10d()
+        if c10d is None:
+            continue
+        try:
+            status = _status(c10d)
+        except Exception:
+            continue
+        now = time.monotonic()
+        if status != last or now - last_at >= RESEND_S:
+            send(status)
+            last, last_at = status, now
+
+
+def start():
+    global _started
+    if _started or not _active():
+        return
+    _started = True
+    agent = os.environ["MESHRUN_PROGRESS"]
+    listen = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = agent + ".hook"
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    listen.bind(path)
+    listen.settimeout(POLL_S)
+    threading.Thread(target=_serve, args=(agent, listen), name="meshrun-hook", daemon=True).start()

@@ -1,0 +1,75 @@
+# A plain PyTorch Gloo training loop with no beats and no meshrun code (what users run), for the hang
+# tests (tests/cluster/hang_test.sh) and bench/hang.sh. One fault, chosen by the command line:
+#   hang_job.py OUT FAULT CULPRIT STEP [STEPS]
+#     none      no fault: STEPS steps of a matmul and an all_reduce, then exit 0
+#     skip      rank CULPRIT skips the all_reduce of STEP and then sleeps (never enters it)
+#     stop      rank CULPRIT stops itself (SIGSTOP) before STEP's all_reduce
+#     spin      rank CULPRIT spins in a Python loop before STEP's all_reduce
+#     mismatch  rank CULPRIT calls broadcast where the others all_reduce, at STEP
+#     size      rank CULPRIT all-reduces 3 floats where the others reduce 1024, at STEP
+#     subgroup  ranks CULPRIT and CULPRIT^1 form a group; at STEP CULPRIT^1 all-reduces in it and CULPRIT
+#               sleeps; the default group is idle
+#     pause     every rank pauses 12 s at STEP without collectives (a checkpoint), then goes on
+#     nocoll    no collectives at all: a process group, 15 s of work, exit 0
+# Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end.
+import datetime
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+out, fault, culprit, at = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+steps = int(sys.argv[5]) if len(sys.argv) > 5 else 1000000
+dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+rank = dist.get_rank()
+sub = None
+if fault == "subgroup":
+    pair = sorted({culprit, culprit ^ 1})
+    groups = [dist.new_group([r, r ^ 1]) for r in range(0, dist.get_world_size(), 2)]
+    sub = groups[pair[0] // 2]
+open(os.path.join(out, f"started.{rank}"), "w").close()
+weights = torch.randn(256, 256)
+grad = torch.zeros(1024)
+
+
+def train_step(step):
+    x = torch.randn(64, 256)
+    grad.copy_((x @ weights).sum(0).repeat(4)[:1024])
+    if step == at and rank == culprit:
+        if fault == "skip":
+            while True:
+                time.sleep(1)
+        if fault == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if fault == "spin":
+            n = 0
+            while True:
+                n += 1
+        if fault == "mismatch":
+            dist.broadcast(grad, src=0)
+            return
+        if fault == "size":
+            dist.all_reduce(torch.ones(3))
+            return
+    if fault == "subgroup" and step == at and rank in (culprit, culprit ^ 1):
+        if rank == culprit:
+            while True:
+                time.sleep(1)
+        dist.all_reduce(grad, group=sub)
+        return
+    if fault == "pause" and step == at:
+        time.sleep(12)
+    dist.all_reduce(grad)
+
+
+if fault == "nocoll":
+    time.sleep(15)
+else:
+    for step in range(steps):
+        train_step(step)
+        time.sleep(0.02)
+open(os.path.join(out, f"done.{rank}"), "w").close()
+dist.destroy_process_group()
