@@ -116,10 +116,13 @@ void from_json(const nlohmann::json& j, RankRecord& r) {
   r.source = parse_enum(j.value("source", "no_hook"), kSources, "record source");
   r.source_detail = j.value("source_detail", "");
   r.beat_step = j.value("beat_step", int64_t{-1});
+  // value() returns a copy: keep it alive for the loops.
+  const nlohmann::json groups = j.value("groups", nlohmann::json::object());
+  const nlohmann::json entries = j.value("entries", nlohmann::json::array());
   r.groups.clear();
-  for (const auto& [name, g] : j.value("groups", nlohmann::json::object()).items()) r.groups[name] = group_from(g);
+  for (const auto& [name, g] : groups.items()) r.groups[name] = group_from(g);
   r.entries.clear();
-  for (const auto& e : j.value("entries", nlohmann::json::array())) r.entries.push_back(entry_from(e));
+  for (const auto& e : entries) r.entries.push_back(entry_from(e));
 }
 
 void read_hook_dump(const std::string& text, RankRecord& record) {

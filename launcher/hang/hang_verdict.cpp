@@ -269,14 +269,29 @@ HangVerdict judge(const std::vector<RankRecord>& ranks, const std::optional<Fall
   for (const auto& r : ranks) {
     if (r.state == ProcessState::kStopped) return stopped(r, open, index);
   }
-  // A rank that waits for nobody and is waited for: the culprit.
+  // A rank that waits for nobody and is waited for: the culprit. Where it is waited for in several groups,
+  // the group whose waiting ranks hold up others (the first link of the chain) is the one named.
+  const OpenCollective* named = nullptr;
+  std::vector<int> named_roots;
+  int named_links = -1;
   for (const auto& c : open) {
     std::vector<int> roots;
     for (int a : c.absent) {
       if (!waits_anywhere(a, open)) roots.push_back(a);
     }
-    if (!roots.empty()) return never_entered(c, roots, index);
+    if (roots.empty()) continue;
+    const int links = static_cast<int>(std::count_if(c.waiting.begin(), c.waiting.end(), [&](int w) {
+      return std::any_of(open.begin(), open.end(), [w](const OpenCollective& o) {
+        return std::find(o.absent.begin(), o.absent.end(), w) != o.absent.end();
+      });
+    }));
+    if (links > named_links) {
+      named = &c;
+      named_roots = roots;
+      named_links = links;
+    }
   }
+  if (named != nullptr) return never_entered(*named, named_roots, index);
   for (const auto& c : open) {
     if (c.absent.empty() && !c.unknown.empty()) return no_record(c, index);
   }

@@ -7,9 +7,10 @@
 #     spin      rank CULPRIT spins in a Python loop before STEP's all_reduce
 #     mismatch  rank CULPRIT calls broadcast where the others all_reduce, at STEP
 #     size      rank CULPRIT all-reduces 3 floats where the others reduce 1024, at STEP
-#     subgroup  ranks CULPRIT and CULPRIT^1 form a group; at STEP CULPRIT^1 all-reduces in it and CULPRIT
-#               sleeps; the default group is idle
+#     subgroup  ranks pair up in groups of their own (new_group); every step all-reduces in the pair, the
+#               default group stays idle; at STEP rank CULPRIT sleeps instead
 #     pause     every rank pauses 12 s at STEP without collectives (a checkpoint), then goes on
+#     pause_skip  pause at STEP, then skip (as above) at STEP + 40
 #     nocoll    no collectives at all: a process group, 15 s of work, exit 0
 # Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end.
 import datetime
@@ -27,9 +28,12 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
 rank = dist.get_rank()
 sub = None
 if fault == "subgroup":
-    pair = sorted({culprit, culprit ^ 1})
-    groups = [dist.new_group([r, r ^ 1]) for r in range(0, dist.get_world_size(), 2)]
-    sub = groups[pair[0] // 2]
+    groups = [dist.new_group([r, r + 1]) for r in range(0, dist.get_world_size(), 2)]
+    sub = groups[dist.get_rank() // 2]
+if fault == "pause_skip":
+    fault, pause_at, at = "skip", at, at + 40
+else:
+    pause_at = at if fault == "pause" else -1
 open(os.path.join(out, f"started.{rank}"), "w").close()
 weights = torch.randn(256, 256)
 grad = torch.zeros(1024)
@@ -54,13 +58,13 @@ def train_step(step):
         if fault == "size":
             dist.all_reduce(torch.ones(3))
             return
-    if fault == "subgroup" and step == at and rank in (culprit, culprit ^ 1):
-        if rank == culprit:
+    if fault == "subgroup":  # every step in the pair group; the default group stays idle
+        if step == at and rank == culprit:
             while True:
                 time.sleep(1)
         dist.all_reduce(grad, group=sub)
         return
-    if fault == "pause" and step == at:
+    if step == pause_at:
         time.sleep(12)
     dist.all_reduce(grad)
 

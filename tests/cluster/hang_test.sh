@@ -1,0 +1,108 @@
+#!/bin/bash
+# Hangs named with no code in the script: two nodes (network namespaces), two PyTorch Gloo ranks each,
+# running tests/cluster/hang_job.py (no beats, no decorator). One scenario per run:
+#   skip      rank 3 (node1) never enters an all_reduce: every node names it, the collective and the group
+#   stop      rank 0 stops itself (SIGSTOP) between collectives: rank 0 is named stopped, not a waiting rank
+#   spin      rank 2 spins in Python before an all_reduce: named as never entered
+#   mismatch  rank 1 calls broadcast where ranks 0,2,3 all_reduce: the mismatch is named
+#   subgroup  rank 3 never enters an all_reduce of its pair group (new_group) while the default group is
+#             idle: the verdict names group 2 (ranks 2,3)
+#   usersite  the user's own sitecustomize (on PYTHONPATH) still runs in every worker; rank 1 skips: named
+#   pause     every rank pauses 12 s without collectives (a checkpoint): no hang, the job ends 0
+#   nocoll    a script with no collectives at all: no hang, the job ends 0
+#   defaults  the default hang budget (auto, floor 60 s): a 12 s pause passes, then rank 0 skips: named
+#   native    a non-Python worker that ignores SIGTERM is stopped (SIGSTOP): with the default
+#             --shutdown-timeout (30 s) stopping it takes 30 s, and the node keeps heartbeating meanwhile:
+#             the job restarts (--nnodes 2 fixed) instead of failing for a lost node
+# Every scenario but pause/nocoll/native runs with --max-restarts 0 and checks: the verdict line on both
+# nodes, the root cause on both naming the culprit, hang.json in the log folder, both agents exit 1, and
+# that no process of the job is left. Scenarios other than defaults use --hang-floor 3.
+# Usage: hang_test.sh SCENARIO MESHRUN VENV_BIN   (root; exits 77 when namespaces cannot be made)
+SCENARIO=$1 MESHRUN=$2 VENV_BIN=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/cluster.sh"
+mc_init 2
+W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
+RUN=$SCENARIO; D=$W/out; L=$W/logs; mkdir -p "$D" "$L"
+PORT=29631
+STEP=20
+declare -a A
+FLOOR=(--hang-floor 3)
+[ "$SCENARIO" = defaults ] && FLOOR=()
+EXTRA_ENV=()
+
+# agent I ARGS... -- WORKER ARGS: meshrun on node I; log in $W/node<I>.log.
+agent() {
+  local i=$1; shift
+  mc_spawn "$i" "$W/node$i.log" env MC_JOB=$RUN PATH="$VENV_BIN:$PATH" "${EXTRA_ENV[@]}" "$MESHRUN" \
+    --rdzv-backend c10d --rdzv-endpoint "node0:$PORT" --rdzv-id "$RUN" --nnodes 2 --nproc-per-node 2 \
+    --log-dir "$L" "$@"
+  A[$i]=$MC_PID
+}
+both() { agent 0 "$@"; agent 1 "$@"; }
+job() { both --max-restarts 0 "${FLOOR[@]}" "$HERE/hang_job.py" "$D" "$@"; }
+expect_exit() {   # expect_exit NODE RC SECS
+  mc_wait_exit "${A[$1]}" "$3"
+  [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
+}
+show_logs() { local i; for i in 0 1; do [ -f "$W/node$i.log" ] && { echo "--- node$i"; cat "$W/node$i.log"; }; done; }
+started() {   # started N: wait (<= 90 s) until N ranks built their process group
+  for _ in $(seq 900); do [ "$(mc_count_files "$D" '^started\.')" -ge "$1" ] && return 0; sleep 0.1; done
+  mc_fail "$SCENARIO: only $(mc_count_files "$D" '^started\.') of $1 ranks started"
+}
+# verdict TEXT SECS: both agents exit 1 within SECS, both print TEXT (a regex) as the verdict and name the
+# culprit rank as the root cause; hang.json is in the log folder.
+verdict() {
+  local text=$1 secs=$2 culprit=$3 i
+  expect_exit 0 1 "$secs"; expect_exit 1 1 30
+  for i in 0 1; do
+    grep -Eq "^meshrun: $text" "$W/node$i.log" || mc_fail "$SCENARIO: node$i's verdict is not '$text'"
+    grep -A1 "meshrun: root cause" "$W/node$i.log" | grep -q "^  rank $culprit on node" ||
+      mc_fail "$SCENARIO: node$i's root cause does not name rank $culprit"
+  done
+  ls "$L"/*/attempt_0/hang.json > /dev/null 2>&1 || mc_fail "$SCENARIO: no hang.json in $L/<run>/attempt_0"
+  grep -h "^meshrun: hang: " "$W"/node?.log | sort -u | sed "s/^/VERDICT $SCENARIO: /"
+}
+no_hang() {
+  expect_exit 0 0 "$1"; expect_exit 1 0 30
+  grep -q "hang" "$W"/node?.log && mc_fail "$SCENARIO: a hang was reported: $(grep -h hang "$W"/node?.log | head -3)"
+  [ "$(mc_count_files "$D" '^done\.')" = 4 ] || mc_fail "$SCENARIO: $(mc_count_files "$D" '^done\.') of 4 ranks ended cleanly"
+}
+PID='pid [0-9]+'
+ALL='group 0 \(ranks 0-3\)'
+SEQ=$((STEP + 1))   # collective sequence numbers start at 1: the all_reduce of step 20 is #21
+
+case $SCENARIO in
+  skip) job skip 3 $STEP; verdict "hang: rank 3 \(node1, local rank 1, $PID\) never entered all_reduce #$SEQ of $ALL; ranks 0-2 wait in it since [0-9:]+, called at .*hang_job.py:[0-9]+ in train_step" 90 3 ;;
+  stop) job stop 0 $STEP; verdict "hang: rank 0 \(node0, local rank 0, $PID\) is stopped by a signal \(state T\); ranks 1-3 wait in all_reduce #$SEQ of $ALL" 90 0 ;;
+  spin) job spin 2 $STEP; verdict "hang: rank 2 \(node1, local rank 0, $PID\) never entered all_reduce #$SEQ of $ALL" 90 2 ;;
+  mismatch) job mismatch 1 $STEP; verdict "hang: ranks disagree at #$SEQ of $ALL: rank 1 called broadcast, ranks 0,2,3 all_reduce" 90 1 ;;
+  subgroup) job subgroup 3 $STEP; verdict "hang: rank 3 \(node1, local rank 1, $PID\) never entered all_reduce #$SEQ of group 2 \(ranks 2,3\); rank 2 waits in it" 90 3 ;;
+  usersite)
+    mkdir -p "$W/usersite"
+    printf 'import os\nopen(os.path.join("%s", "usersite.%%d" %% os.getpid()), "w").close()\n' "$D" > "$W/usersite/sitecustomize.py"
+    EXTRA_ENV=(PYTHONPATH="$W/usersite")
+    job skip 1 $STEP
+    verdict "hang: rank 1 \(node0, local rank 1, $PID\) never entered all_reduce #$SEQ of $ALL" 90 1
+    [ "$(mc_count_files "$D" '^usersite\.')" -ge 4 ] || mc_fail "$SCENARIO: the user's sitecustomize ran in $(mc_count_files "$D" '^usersite\.') of 4 workers" ;;
+  pause) job pause 0 $STEP 60; no_hang 120 ;;
+  nocoll) job nocoll 0 0; no_hang 90 ;;
+  defaults)
+    job pause_skip 0 $STEP
+    verdict "hang: rank 0 \(node0, local rank 0, $PID\) never entered all_reduce #$((STEP + 41)) of $ALL" 200 0 ;;
+  native)
+    both --max-restarts 1 "${FLOOR[@]}" --no-python "$HERE/term_ignoring_worker.sh" "$D"
+    for _ in $(seq 300); do [ "$(mc_count_files "$D" '^a0\.')" -ge 4 ] && break; sleep 0.1; done
+    t0=$(mc_now); kill -STOP "$(cat "$D/a0.3")"
+    expect_exit 0 0 120; expect_exit 1 0 30
+    echo "NATIVE: attempt 1 ended $(mc_elapsed "$t0") s after rank 3 was stopped"
+    [ "$(mc_count_files "$D" '^a1\.')" = 4 ] || mc_fail "$SCENARIO: $(mc_count_files "$D" '^a1\.') of 4 workers ran attempt 1"
+    grep -Eq "^meshrun: hang: rank 3 \(node1, local rank 1, $PID\) is stopped by a signal" "$W/node1.log" ||
+      mc_fail "$SCENARIO: node1 did not name the stopped rank 3"
+    grep -q "lost\|dead" "$W"/node?.log && mc_fail "$SCENARIO: a node was declared lost: $(grep -h 'lost\|dead' "$W"/node?.log | head -2)" ;;
+  *) echo "unknown scenario $SCENARIO"; exit 2 ;;
+esac
+mc_expect_gone "MC_JOB=$RUN" 20 && echo "$SCENARIO: no process of the job left on any node"
+[ "$MC_FAILS" = 0 ] || show_logs
+echo "$MC_FAILS failure(s)"
+[ "$MC_FAILS" = 0 ]
