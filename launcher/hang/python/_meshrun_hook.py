@@ -21,6 +21,10 @@ MAX_FRAMES = 6
 MAX_DATAGRAM = 3500
 
 _started = False
+# The Flight Recorder keys pg_status by a process-local id (the order this process created its groups),
+# its entries and meshrun's verdict by the group's name, which every rank shares. Ids seen beside names in
+# a dump are kept here; until then, creation order stands in.
+_names_by_uid = {}
 
 
 def _active():
@@ -43,11 +47,20 @@ def _c10d():
     return torch._C._distributed_c10d
 
 
+def _group_names():
+    from torch.distributed import distributed_c10d as dc
+
+    names = {str(uid): str(name) for uid, name in enumerate(list(dc._world.pg_names.values()))}
+    names.update(_names_by_uid)
+    return names
+
+
 def _status(c10d):
     summary = json.loads(c10d._dump_fr_trace_json(includeCollectives=False))
+    names = _group_names()
     parts = []
     for pg, s in sorted(summary.get("pg_status", {}).items()):
-        parts.append(f"{pg}:{int(s['last_enqueued_collective'])}:{int(s['last_completed_collective'])}")
+        parts.append(f"{names.get(pg, pg)}:{int(s['last_enqueued_collective'])}:{int(s['last_completed_collective'])}")
     return "fr status " + " ".join(parts)
 
 
@@ -98,6 +111,10 @@ def _record(c10d):
     import pickle
 
     dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+    for e in dump.get("entries", []):
+        if e.get("process_group"):
+            _names_by_uid[str(e.get("pg_id"))] = str(e["process_group"][0])
+    names = _group_names()
     entries = [_entry(e) for e in dump.get("entries", []) if not e.get("is_p2p", False)]
     open_entries = [e for e in entries if not e["retired"]]
     if open_entries:  # the one the main thread waits in: the newest it entered
@@ -113,8 +130,9 @@ def _record(c10d):
     ranks = _group_ranks()
     groups = {}
     for pg, s in dump.get("pg_status", {}).items():
-        groups[str(pg)] = {
-            "ranks": ranks.get(str(pg), []),
+        name = names.get(str(pg), str(pg))
+        groups[name] = {
+            "ranks": ranks.get(name, []),
             "last_enqueued": int(s.get("last_enqueued_collective", -1)),
             "last_completed": int(s.get("last_completed_collective", -1)),
         }
