@@ -62,7 +62,7 @@ def hang_latency(meshrun, job, step_s, floor_s):
                 "2", job, "100000", str(step_s), "--block-rank", "0", "--block-at", "30"]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines, stamps = [], {}
-        reader = threading.Thread(target=stream, args=(proc, lines, stamps, "is hung:"))
+        reader = threading.Thread(target=stream, args=(proc, lines, stamps, "suspected hang:"))
         reader.start()
         proc.wait(timeout=300)
         reader.join()

@@ -252,7 +252,7 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
   if (!hang) hang = progress.find_collective_wait(pids, now);
   if (hang) {
     progress.mark_hung(hang->local_rank);
-    say("suspected hang: rank " + std::to_string(hang->rank) + " " + hang->reason +
+    say("suspected hang: rank " + std::to_string(hang->rank) + ": " + hang->reason +
         "; gathering every rank's collective record");
     return conclude_hang(group, progress, rdzv, exchange,
                          std::to_string(group_rank_) + " " + std::to_string(hang->rank) + " " + hang->reason, true);
@@ -305,8 +305,12 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
   const auto& workers = group.workers();
   const auto local = std::find_if(workers.begin(), workers.end(), [named](const Worker& w) { return w.rank == named; });
   const bool reporter = local != workers.end();
+  // A verdict from beats or silence alone names the rank the suspicion named, for the suspicion's reason.
+  const std::string reason = verdict.kind == HangKind::kNoCollective && named == suspect.rank && !suspect.reason.empty()
+                                 ? suspect.reason
+                                 : without_prefix(verdict.line);
   const auto with_hang = [&](FailureInfo info) {
-    info.hang_reason = without_prefix(verdict.line);
+    info.hang_reason = reason;
     info.time = std::chrono::system_clock::now();
     return info;
   };
@@ -331,7 +335,7 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
     }
     std::fputs(format_failure_summary(info).c_str(), stderr);
   }
-  AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, without_prefix(verdict.line), found};
+  AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, reason, found};
   result.expected_report_rank = named;
   return result;
 }

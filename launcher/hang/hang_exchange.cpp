@@ -26,7 +26,7 @@ proto::StoreClient& HangExchange::client() {
 
 std::string HangExchange::request(const std::string& reason) {
   // compare_set keeps the first request: every node reads the same one.
-  return client().compare_set(kRequestKey, "", std::to_string(node_) + " " + reason);
+  return client().compare_set(kRequestKey, "", reason);
 }
 
 std::optional<std::string> HangExchange::poll(Clock::time_point now) {

@@ -2,7 +2,7 @@
 // daemon's run port, or node rank 0's store under etcd): the first agent that suspects a hang raises a
 // request; every agent sees it (poll, once a second), posts its ranks' records and then their stacks;
 // each reads every node's post. Keys (one attempt's store is fresh, so they never meet an older hang):
-//   meshrun/hang/request            the first suspicion: "<node> <reason>"
+//   meshrun/hang/request            the first suspicion: "<node> <rank> <why>"
 //   meshrun/hang/records/<node>     that node's RankRecords (JSON)
 //   meshrun/hang/stacks/<node>      that node's ranks' stacks (JSON: [{rank, tool, text}])
 #pragma once
@@ -29,8 +29,9 @@ class HangExchange {
   /// `store` is the attempt's MASTER_ADDR:MASTER_PORT; nothing connects until first used.
   HangExchange(Endpoint store, int node, int nodes);
 
-  /// Raises the request unless another node did; returns the request that stands ("<node> <reason>").
-  std::string request(const std::string& reason);
+  /// Raises `request` ("<node> <rank> <why>") unless another node raised one first; returns the one that
+  /// stands, which every node then uses.
+  std::string request(const std::string& request);
   /// Another node's request, if one stands (rate-limited to kPollEvery; never throws: a store that cannot
   /// be reached is logged once and reads as no request).
   std::optional<std::string> poll(Clock::time_point now);

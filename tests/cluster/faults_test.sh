@@ -170,7 +170,7 @@ case $SCENARIO in
     files 6 1 && check_attempt 1 3 && echo "DETECTION $SCENARIO: all 6 workers restarted $(mc_elapsed "$t0") s after rank 3 stopped beating"
     touch "$D/finish"
     expect_exit 0 0; expect_exit 1 0; expect_exit 2 0
-    cat "$W"/node?.log | grep -q "meshrun: rank 3 is hung: no progress beat for" ||
+    cat "$W"/node?.log | grep -q "meshrun: suspected hang: rank 3: no progress beat for" ||
       mc_fail "$SCENARIO: no agent named rank 3 hung"
     for i in 0 1 2; do
       grep -A1 "meshrun: root cause" "$W/node$i.log" | grep -q "^  rank 3 on node[0-2] (local rank 1): hung: no progress beat" ||
