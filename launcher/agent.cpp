@@ -92,8 +92,9 @@ int Agent::run() {
       group_rank_ = assignment->group_rank;
       group_world_size_ = assignment->group_world_size;
       WorkerGroup group(group_spec(*assignment, rdzv, progress));
-      HangExchange exchange(Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
-                            assignment->group_rank, assignment->group_world_size);
+      HangExchange exchange(
+          Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
+          assignment->group_rank, assignment->group_world_size);
       result = supervise(group, progress, rdzv, exchange);
       progress_ = nullptr;
     } catch (const SpawnError& e) {
@@ -167,7 +168,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
 }
 
 Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                     HangExchange& exchange) {
+                                      HangExchange& exchange) {
   using Clock = std::chrono::steady_clock;
   const Ms monitor = to_ms(options_.monitor_interval_s);
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
@@ -293,7 +294,7 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
       spdlog::warn("cannot tell the other nodes about the hang through the workers' store: {}", e.what());
     }
   }
-  HangInquiry inquiry(progress, group,  exchange,
+  HangInquiry inquiry(progress, group, exchange,
                       HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(),
                                       log_root_ + "/attempt_" + std::to_string(group.attempt()), command_.executable});
   const FallbackSuspect suspect = parse_suspicion(standing);
@@ -316,11 +317,15 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
   };
   if (reporter) {
     const auto lr = static_cast<size_t>(local - workers.begin());
-    keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(failure_report(with_hang(group.failure_info(lr)), group.attempt())); });
+    keeper.with_rendezvous([&](RendezvousBackend& r) {
+      r.record_failure(failure_report(with_hang(group.failure_info(lr)), group.attempt()));
+    });
   }
   const auto stacks = inquiry.stacks();
   if (!stacks.empty()) {
-    std::fprintf(stderr, "meshrun: every rank's stack, identical ones once (each also in <log dir>/<run id>/attempt_%d/<rank>/stack.txt):\n%s",
+    std::fprintf(stderr,
+                 "meshrun: every rank's stack, identical ones once (each also in <log dir>/<run "
+                 "id>/attempt_%d/<rank>/stack.txt):\n%s",
                  group.attempt(), format_stack_groups(stacks).c_str());
   }
   say("hang verdict written to " + inquiry.verdict_file());
@@ -423,8 +428,8 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, int64_t round, const Attem
     for (const auto& f : rdzv.failures()) {
       if (f.round == round) failures.push_back(f);
     }
-    const bool has_expected =
-        expected < 0 || std::any_of(failures.begin(), failures.end(), [expected](const auto& f) { return f.rank == expected; });
+    const bool has_expected = expected < 0 || std::any_of(failures.begin(), failures.end(),
+                                                          [expected](const auto& f) { return f.rank == expected; });
     const auto now = std::chrono::steady_clock::now();
     if (has_expected ? (!failures.empty() || now >= deadline) : now >= expected_by) break;
     std::this_thread::sleep_for(Ms(50));

@@ -106,12 +106,12 @@ class Agent {
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
-  std::string job_token_;             // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
-  std::string progress_root_;         // the workers' progress sockets (short path: a socket name is <108 bytes)
-  std::string hook_dir_;              // meshrun's Python hook (empty: --hang-timeout off)
+  std::string job_token_;      // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
+  std::string progress_root_;  // the workers' progress sockets (short path: a socket name is <108 bytes)
+  std::string hook_dir_;       // meshrun's Python hook (empty: --hang-timeout off)
   const ProgressMonitor* progress_ = nullptr;
-  int group_rank_ = 0;  // this node in the current attempt
-  int group_world_size_ = 1;  // the attempt's, for the heartbeats sent while stopping
+  int group_rank_ = 0;                // this node in the current attempt
+  int group_world_size_ = 1;          // the attempt's, for the heartbeats sent while stopping
   std::vector<int> straggler_ranks_;  // as last reported by the daemon
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.

@@ -48,8 +48,8 @@ constexpr RecordSource kSources[] = {RecordSource::kRecorded, RecordSource::kNoH
                                      RecordSource::kNoProcessGroup, RecordSource::kNoAnswer};
 
 nlohmann::json entry_json(const CollectiveEntry& e) {
-  return {{"group", e.group},   {"seq", e.seq},         {"op", e.op},
-          {"sizes", e.sizes},   {"dtypes", e.dtypes},   {"created_ms", e.created_unix_ms},
+  return {{"group", e.group},     {"seq", e.seq},       {"op", e.op},
+          {"sizes", e.sizes},     {"dtypes", e.dtypes}, {"created_ms", e.created_unix_ms},
           {"retired", e.retired}, {"frames", e.frames}};
 }
 
@@ -68,8 +68,8 @@ CollectiveEntry entry_from(const nlohmann::json& j) {
       if (frame.is_string()) {
         e.frames.push_back(frame.get<std::string>());
       } else {
-        e.frames.push_back(frame.at(0).get<std::string>() + ":" + std::to_string(frame.at(1).get<int64_t>()) +
-                           " in " + frame.at(2).get<std::string>());
+        e.frames.push_back(frame.at(0).get<std::string>() + ":" + std::to_string(frame.at(1).get<int64_t>()) + " in " +
+                           frame.at(2).get<std::string>());
       }
     }
   }

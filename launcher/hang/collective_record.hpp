@@ -41,8 +41,8 @@ struct CollectiveEntry {
   std::string op;     // "all_reduce", "broadcast", "barrier", ...
   std::string sizes;  // the input sizes as text ("[[4]]"): compared, never interpreted
   std::string dtypes;
-  int64_t created_unix_ms = 0;  // the rank's host clock when it entered
-  bool retired = false;         // completed
+  int64_t created_unix_ms = 0;      // the rank's host clock when it entered
+  bool retired = false;             // completed
   std::vector<std::string> frames;  // the caller's frames, innermost first: "train.py:88 in step"
 };
 
@@ -54,8 +54,8 @@ struct RankRecord {
   pid_t pid = 0;
   ProcessState state = ProcessState::kRunning;
   RecordSource source = RecordSource::kNoHook;
-  std::string source_detail;     // why kNoAnswer/kNoHook, in words
-  int64_t beat_step = -1;        // the last progress beat's step (-1: none)
+  std::string source_detail;  // why kNoAnswer/kNoHook, in words
+  int64_t beat_step = -1;     // the last progress beat's step (-1: none)
   std::map<std::string, GroupProgress> groups;
   std::vector<CollectiveEntry> entries;  // by group, then seq
 

@@ -24,7 +24,8 @@ int64_t parse_number(std::string_view text, std::string_view datagram) {
 // "<group>:<enqueued>:<completed>"; the group name may itself hold ':' (it is everything before the last two).
 std::pair<std::string, HookMessage::Group> parse_group(std::string_view field, std::string_view datagram) {
   const auto second = field.rfind(':');
-  const auto first = second == std::string_view::npos || second == 0 ? std::string_view::npos : field.rfind(':', second - 1);
+  const auto first =
+      second == std::string_view::npos || second == 0 ? std::string_view::npos : field.rfind(':', second - 1);
   if (first == std::string_view::npos || first == 0) {
     throw ProtocolError("bad group field '" + std::string(field) + "' in hook message '" + std::string(datagram) + "'");
   }

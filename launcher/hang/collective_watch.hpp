@@ -25,9 +25,9 @@ struct HookMessage {
     int64_t last_completed = -1;
   };
   Kind kind = Kind::kHello;
-  bool recorder_on = true;             // kHello
+  bool recorder_on = true;              // kHello
   std::map<std::string, Group> groups;  // kStatus
-  std::string text;                    // kDumped: the path; kFailed: why
+  std::string text;                     // kDumped: the path; kFailed: why
 };
 /// True when `datagram` comes from the hook ("fr ..."), not a progress beat.
 bool is_hook_message(std::string_view datagram);

@@ -13,13 +13,15 @@ std::string part_key(const std::string& kind, int node) { return "meshrun/hang/"
 
 }  // namespace
 
-HangExchange::HangExchange(Endpoint store, int node, int nodes) : store_(std::move(store)), node_(node), nodes_(nodes) {}
+HangExchange::HangExchange(Endpoint store, int node, int nodes)
+    : store_(std::move(store)), node_(node), nodes_(nodes) {}
 
 proto::StoreClient& HangExchange::client() {
   if (!client_) {
     // Short deadlines: a hang inquiry must end even when the store host is the one in trouble.
     client_.emplace(proto::StoreClient::connect(
-        store_, proto::ConnectOptions{.connect_timeout = std::chrono::seconds(5), .op_timeout = std::chrono::seconds(5)}));
+        store_,
+        proto::ConnectOptions{.connect_timeout = std::chrono::seconds(5), .op_timeout = std::chrono::seconds(5)}));
   }
   return *client_;
 }
@@ -37,7 +39,8 @@ std::optional<std::string> HangExchange::poll(Clock::time_point now) {
     return client().get(kRequestKey);
   } catch (const Error& e) {
     client_.reset();
-    if (!warned_) spdlog::warn("cannot read hang requests from the workers' store {}: {}", store_.to_string(), e.what());
+    if (!warned_)
+      spdlog::warn("cannot read hang requests from the workers' store {}: {}", store_.to_string(), e.what());
     warned_ = true;
     return std::nullopt;
   }

@@ -51,8 +51,9 @@ RankRecord HangInquiry::base_record(size_t lr) const {
   const CollectiveWatch& watch = progress_.watch(lr);
   if (!watch.hooked()) {
     r.source = RecordSource::kNoHook;
-    r.source_detail = "meshrun's Python hook never spoke from this worker (not Python; python -I, -E or -S; "
-                      "or Python started by a wrapper rather than by meshrun)";
+    r.source_detail =
+        "meshrun's Python hook never spoke from this worker (not Python; python -I, -E or -S; "
+        "or Python started by a wrapper rather than by meshrun)";
   } else if (!watch.recorder_on()) {
     r.source = RecordSource::kRecorderOff;
     r.source_detail = "TORCH_FR_BUFFER_SIZE=0 turns PyTorch's Flight Recorder off";

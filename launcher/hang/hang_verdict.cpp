@@ -145,7 +145,8 @@ std::optional<HangVerdict> mismatch(const OpenCollective& c, const RecordIndex& 
   }
   if (by_signature.size() < 2) return std::nullopt;
   std::vector<std::pair<std::string, std::vector<int>>> sides(by_signature.begin(), by_signature.end());
-  std::stable_sort(sides.begin(), sides.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  std::stable_sort(sides.begin(), sides.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
   HangVerdict v;
   v.kind = HangKind::kMismatch;
   describe_collective(v, c, index);
@@ -182,9 +183,8 @@ HangVerdict no_record(const OpenCollective& c, const RecordIndex& index) {
   v.kind = HangKind::kNoRecord;
   v.culprits = c.unknown;
   describe_collective(v, c, index);
-  v.line = fmt::format("hang: {} {} in {}; {} never reported it: no collective record",
-                       plural_ranks(c.waiting), c.waiting.size() == 1 ? "waits" : "wait", collective_text(v),
-                       culprit_text(c.unknown, index));
+  v.line = fmt::format("hang: {} {} in {}; {} never reported it: no collective record", plural_ranks(c.waiting),
+                       c.waiting.size() == 1 ? "waits" : "wait", collective_text(v), culprit_text(c.unknown, index));
   if (v.waiting_since_unix_ms > 0) v.line += fmt::format(" (waiting since {})", clock_text(v.waiting_since_unix_ms));
   return v;
 }

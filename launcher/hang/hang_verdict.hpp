@@ -40,10 +40,10 @@ struct HangVerdict {
   std::vector<int> group_ranks;
   int64_t seq = -1;
   std::string op;
-  std::vector<int> waiting;       // the ranks waiting in it
+  std::vector<int> waiting;  // the ranks waiting in it
   int64_t waiting_since_unix_ms = 0;
-  std::string call_site;          // where the waiting ranks called it ("train.py:88 in step")
-  std::string line;               // the one line a person acts on
+  std::string call_site;           // where the waiting ranks called it ("train.py:88 in step")
+  std::string line;                // the one line a person acts on
   std::vector<std::string> notes;  // ranks without a record, and why
   int suspect_node = -1;           // the culprit's node (group rank), for the restart policy
   std::string suspect_host;

@@ -67,7 +67,8 @@ std::string format_stack_groups(const std::vector<RankStack>& stacks) {
     std::string chain;
     for (const auto& f : frames) chain += (chain.empty() ? "" : " <- ") + f;
     const std::string& tool = tools[frames];
-    out += "  " + who + (tool.empty() ? "" : " [" + tool + "]") + ": " + (chain.empty() ? "(empty stack)" : chain) + "\n";
+    out +=
+        "  " + who + (tool.empty() ? "" : " [" + tool + "]") + ": " + (chain.empty() ? "(empty stack)" : chain) + "\n";
   }
   return out;
 }

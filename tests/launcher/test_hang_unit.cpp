@@ -31,8 +31,14 @@ RankRecord lockstep_rank(int rank, int64_t enqueued, int64_t completed, const st
   r.source = RecordSource::kRecorded;
   r.groups["0"] = GroupProgress{{0, 1, 2, 3}, enqueued, completed};
   for (int64_t s = std::max<int64_t>(1, completed - 2); s <= enqueued; ++s) {
-    CollectiveEntry e{.group = "0", .seq = s, .op = op, .sizes = sizes, .dtypes = "Float",
-                      .created_unix_ms = 1'700'000'000'000 + s, .retired = s <= completed, .frames = {}};
+    CollectiveEntry e{.group = "0",
+                      .seq = s,
+                      .op = op,
+                      .sizes = sizes,
+                      .dtypes = "Float",
+                      .created_unix_ms = 1'700'000'000'000 + s,
+                      .retired = s <= completed,
+                      .frames = {}};
     if (!e.retired) e.frames = {"/job/train.py:88 in step", "/job/train.py:120 in main"};
     r.entries.push_back(e);
   }
@@ -100,7 +106,8 @@ TEST_CASE("a mismatch names the minority: another op, or another size", "[hang][
   v = judge_hang(ranks, std::nullopt);
   CHECK(v.kind == HangKind::kMismatch);
   CHECK(v.culprits == std::vector<int>{3});
-  CHECK_THAT(v.line, Catch::Contains("rank 3 called all_reduce of [[3]] Float, ranks 0-2 all_reduce of [[1024]] Float"));
+  CHECK_THAT(v.line,
+             Catch::Contains("rank 3 called all_reduce of [[3]] Float, ranks 0-2 all_reduce of [[1024]] Float"));
 }
 
 TEST_CASE("a subgroup hang is named in its group, also when the default group waits on it", "[hang][verdict]") {
@@ -111,11 +118,18 @@ TEST_CASE("a subgroup hang is named in its group, also when the default group wa
     r.entries.clear();
     const std::string g = rank < 2 ? "1" : "2";
     r.groups[g] = GroupProgress{rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, enq, done};
-    r.entries.push_back(CollectiveEntry{.group = g, .seq = enq, .op = "all_reduce", .sizes = "[[4]]", .dtypes = "Float",
-                                        .created_unix_ms = 1, .retired = enq <= done, .frames = {}});
+    r.entries.push_back(CollectiveEntry{.group = g,
+                                        .seq = enq,
+                                        .op = "all_reduce",
+                                        .sizes = "[[4]]",
+                                        .dtypes = "Float",
+                                        .created_unix_ms = 1,
+                                        .retired = enq <= done,
+                                        .frames = {}});
     return r;
   };
-  std::vector<RankRecord> idle_default = {pair_rank(0, 9, 9), pair_rank(1, 9, 9), pair_rank(2, 7, 6), pair_rank(3, 6, 6)};
+  std::vector<RankRecord> idle_default = {pair_rank(0, 9, 9), pair_rank(1, 9, 9), pair_rank(2, 7, 6),
+                                          pair_rank(3, 6, 6)};
   HangVerdict v = judge_hang(idle_default, std::nullopt);
   CHECK(v.kind == HangKind::kNeverEntered);
   CHECK(v.group == "2");
