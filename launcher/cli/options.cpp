@@ -440,8 +440,9 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
       "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
   std::string hang_timeout = "auto";
   app.add_option("--hang-timeout", hang_timeout,
-                 "Silence after a progress beat that counts as a hang: auto (floor + 2x the median step time, "
-                 "after 3 steps), off, or SECONDS (docs/progress.md)")
+                 "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
+                 "stay silent after a progress beat before the job counts as hung: auto (floor + 2x the job's "
+                 "cadence, after 3 collectives or steps), off (no hook either), or SECONDS (docs/progress.md)")
       ->default_str("auto");
   app.add_option("--hang-floor", o.progress.floor_s,
                  "Seconds added to the automatic hang budget; also how long a stopped (state T) worker may stay "

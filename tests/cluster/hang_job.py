@@ -12,7 +12,8 @@
 #     pause     every rank pauses 12 s at STEP without collectives (a checkpoint), then goes on
 #     pause_skip  pause at STEP, then skip (as above) at STEP + 40
 #     nocoll    no collectives at all: a process group, 15 s of work, exit 0
-# Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end.
+# Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end (holding
+# the step loop's seconds); the culprit writes OUT/fault (time.time()) when its fault begins (bench/hang.sh).
 import datetime
 import os
 import signal
@@ -39,10 +40,17 @@ weights = torch.randn(256, 256)
 grad = torch.zeros(1024)
 
 
+def mark_fault():
+    with open(os.path.join(out, ".fault"), "w") as f:
+        f.write(f"{time.time():.3f}\n")
+    os.replace(os.path.join(out, ".fault"), os.path.join(out, "fault"))
+
+
 def train_step(step):
     x = torch.randn(64, 256)
     grad.copy_((x @ weights).sum(0).repeat(4)[:1024])
-    if step == at and rank == culprit:
+    if step == at and rank == culprit and fault != "none":
+        mark_fault()
         if fault == "skip":
             while True:
                 time.sleep(1)
@@ -60,6 +68,7 @@ def train_step(step):
             return
     if fault == "subgroup":  # every step in the pair group; the default group stays idle
         if step == at and rank == culprit:
+            mark_fault()
             while True:
                 time.sleep(1)
         dist.all_reduce(grad, group=sub)
@@ -69,11 +78,13 @@ def train_step(step):
     dist.all_reduce(grad)
 
 
+start = time.perf_counter()
 if fault == "nocoll":
     time.sleep(15)
 else:
     for step in range(steps):
         train_step(step)
         time.sleep(0.02)
-open(os.path.join(out, f"done.{rank}"), "w").close()
+with open(os.path.join(out, f"done.{rank}"), "w") as f:
+    f.write(f"{time.perf_counter() - start:.4f}\n")
 dist.destroy_process_group()
