@@ -317,9 +317,9 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
   };
   if (reporter) {
     const auto lr = static_cast<size_t>(local - workers.begin());
-    keeper.with_rendezvous([&](RendezvousBackend& r) {
-      r.record_failure(failure_report(with_hang(group.failure_info(lr)), group.attempt()));
-    });
+    proto::FailureReport report = failure_report(with_hang(group.failure_info(lr)), group.attempt());
+    report.hang_kind = std::string(to_string(verdict.kind));
+    keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(report); });
   }
   const auto stacks = inquiry.stacks();
   if (!stacks.empty()) {

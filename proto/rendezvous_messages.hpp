@@ -194,6 +194,7 @@ struct FailureReport {
   std::string error;                   // "RuntimeError: boom", from error.json or the Python traceback on stderr
   int64_t step = -1;                   // hung: the last step the rank beat (-1: unknown)
   std::vector<std::string> traceback;  // its innermost frames (File ..., line N, in f + the code line)
+  std::string hang_kind;  // hung: the verdict's kind (launcher/hang/hang_verdict.hpp: never_entered, stopped...)
 };
 
 /// One re-rendezvous of a run (status only): the round it opened, why, and how long ago.
@@ -219,6 +220,7 @@ struct RunStatus {
   int64_t keys = 0;
   std::vector<RestartRecord> restarts;               // the last kMaxRestartRecords, oldest first
   std::map<std::string, int64_t> restarts_by_cause;  // every restart of the run, by cause wire name
+  std::map<std::string, int64_t> hangs_by_kind;      // every hang reported in the run, by verdict kind
   std::vector<FailureReport> failures;               // the latest failing round's, first (by time) first
 };
 
@@ -257,11 +259,11 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_
                                                 waited_s, join_timeout_s, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, local_rank, host, node_id, age_s, unix_ms,
-                                                cause, exit, error, step, traceback)
+                                                cause, exit, error, step, traceback, hang_kind)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 missing_ranks, duplicate_ranks, last_event, master_port, keys, restarts,
-                                                restarts_by_cause, failures)
+                                                restarts_by_cause, hangs_by_kind, failures)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

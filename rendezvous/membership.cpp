@@ -366,6 +366,9 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   if (in_closed_round) {
     it->second.last_seen = clock_.now();
     it->second.progress = std::move(progress);
+    std::set<int> fresh;
+    for (const auto& p : it->second.progress) fresh.insert(p.rank);
+    run->stragglers.update(hosted_ranks(*run), fresh, straggler_threshold(*run));
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
     if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);
@@ -392,6 +395,7 @@ void Membership::record_failure(const std::string& run_id, const std::string& no
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
   failure.node_id = node_id;
+  if (failure.cause == RestartCause::kHung) ++run->hangs_by_kind[failure.hang_kind.empty() ? "beats" : failure.hang_kind];
   if (failure.cause == RestartCause::kHung && failure.step >= 0) {
     if (auto culprit = hung_elsewhere(*run, node_id, failure, now_unix_ms)) run->failures.record(std::move(*culprit));
   }
@@ -452,14 +456,22 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
              fmt::format("{} on node {} ({}): {}", what, it->second.group_rank, it->second.request.host, reason));
 }
 
-std::vector<proto::Straggler> Membership::stragglers(const Run& run) const {
-  if (!run.closed || run.participants.empty()) return {};
+std::vector<HostedRank> Membership::hosted_ranks(const Run& run) const {
   std::vector<HostedRank> ranks;
   for (const auto& id : run.participants) {
     const Node& node = run.nodes.at(id);
     for (const auto& p : node.progress) ranks.push_back(HostedRank{node.request.host, p});
   }
-  return find_stragglers(ranks, run.nodes.at(run.participants.front()).request.straggler_threshold);
+  return ranks;
+}
+
+double Membership::straggler_threshold(const Run& run) const {
+  return run.participants.empty() ? 0 : run.nodes.at(run.participants.front()).request.straggler_threshold;
+}
+
+std::vector<proto::Straggler> Membership::stragglers(const Run& run) const {
+  if (!run.closed || run.participants.empty()) return {};
+  return run.stragglers.named(hosted_ranks(run), straggler_threshold(run));
 }
 
 void Membership::leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok) {
@@ -595,6 +607,7 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
       s.restarts.back().since_s = to_seconds(clock_.now() - at);
     }
     s.restarts_by_cause = run.restarts_by_cause;
+    s.hangs_by_kind = run.hangs_by_kind;
     s.failures = run.failures.reports();
     out.push_back(std::move(s));
   }

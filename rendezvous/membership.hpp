@@ -21,6 +21,7 @@
 #include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
 #include "rendezvous/failure_log.hpp"
+#include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -99,8 +100,10 @@ class Membership {
     proto::RestartCause restart_cause = proto::RestartCause::kNone;  // why the current round was opened
     std::string restart_reason;
     FailureLog failures;                                               // the root cause and its consequences
+    StragglerFilter stragglers;                                        // who is named slow (hysteresis)
     std::vector<std::pair<proto::RestartRecord, TimePoint>> restarts;  // the latest kMaxRestartRecords, for status
     std::map<std::string, int64_t> restarts_by_cause;                  // every restart, by cause wire name
+    std::map<std::string, int64_t> hangs_by_kind;                      // every hang reported, by verdict kind
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
@@ -135,6 +138,8 @@ class Membership {
                                                      const proto::FailureReport& hang, int64_t now_unix_ms) const;
   /// The round's slow ranks, from the progress its participants sent (straggler.hpp).
   std::vector<proto::Straggler> stragglers(const Run& run) const;
+  std::vector<HostedRank> hosted_ranks(const Run& run) const;
+  double straggler_threshold(const Run& run) const;
   void remove_node(Run& run, const std::string& node_id);
   proto::NodeInfo info(const Node& node) const;
   proto::Assignment assignment(const Run& run, const Node& node) const;

@@ -11,7 +11,46 @@ double measure(const proto::RankProgress& p) { return p.compute_s > 0 ? p.comput
 
 bool counts(const proto::RankProgress& p) { return !p.hung && p.phase == proto::kTrainPhase && measure(p) > 0; }
 
+// The run's reference: the lower median of the counted measures (0: fewer than two).
+double reference(const std::vector<HostedRank>& ranks) {
+  std::vector<double> measures;
+  for (const auto& r : ranks) {
+    if (counts(r.progress)) measures.push_back(measure(r.progress));
+  }
+  if (measures.size() < 2) return 0;
+  std::sort(measures.begin(), measures.end());
+  return measures[(measures.size() - 1) / 2];
+}
+
 }  // namespace
+
+void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold) {
+  const double median = reference(ranks);
+  const double exit_ratio = 1 + (threshold - 1) / 2;
+  for (const auto& r : ranks) {
+    if (fresh.count(r.progress.rank) == 0) continue;
+    State& s = states_[r.progress.rank];
+    const bool measured = threshold > 0 && median > 0 && counts(r.progress);
+    const double ratio = measured ? measure(r.progress) / median : 0;
+    s.over = ratio > threshold ? s.over + 1 : 0;
+    s.under = ratio < exit_ratio ? s.under + 1 : 0;
+    if (!s.named && s.over >= kConfirm) s.named = true;
+    if (s.named && s.under >= kClear) s.named = false;
+  }
+}
+
+std::vector<proto::Straggler> StragglerFilter::named(const std::vector<HostedRank>& ranks, double threshold) const {
+  const double median = reference(ranks);
+  std::vector<proto::Straggler> out;
+  if (threshold <= 0 || median <= 0) return out;
+  for (const auto& r : ranks) {
+    const auto it = states_.find(r.progress.rank);
+    if (it == states_.end() || !it->second.named || !counts(r.progress)) continue;
+    out.push_back(proto::Straggler{
+        .rank = r.progress.rank, .host = r.host, .seconds = measure(r.progress), .median_seconds = median});
+  }
+  return out;
+}
 
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold) {
   std::vector<double> measures;

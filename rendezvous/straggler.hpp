@@ -8,6 +8,8 @@
 // agent's recent window of steps, so one slow step names nobody.
 #pragma once
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,5 +27,29 @@ struct HostedRank {
 /// that with two ranks the faster one is the reference). Only ranks in the "train" phase that are not
 /// hung and have a measure count; fewer than two such ranks, or threshold <= 0, name nobody.
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold);
+
+/// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
+/// rank is named once kConfirm of its node's heartbeats in a row found it over the threshold, and cleared
+/// once kClear in a row found it under the exit ratio (halfway between 1 and the threshold) or not
+/// counted. A rank's state moves only on its own node's heartbeats (fresh figures), whatever the number of
+/// nodes. One per run, in the daemon.
+class StragglerFilter {
+ public:
+  static constexpr int kConfirm = 2;
+  static constexpr int kClear = 3;
+
+  /// Updates the ranks in `fresh` (the node that just sent its progress) against the whole run's.
+  void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold);
+  /// The named ranks, with their current figures.
+  std::vector<proto::Straggler> named(const std::vector<HostedRank>& ranks, double threshold) const;
+
+ private:
+  struct State {
+    int over = 0;
+    int under = 0;
+    bool named = false;
+  };
+  std::map<int, State> states_;
+};
 
 }  // namespace meshrun::rendezvous

@@ -99,6 +99,12 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
               x.sample({{"run", r.run_id}, {"cause", cause}}, static_cast<double>(count));
             }
           });
+  per_run(e, s, "meshrun_hangs_total", "counter", "Hangs named in the run, by the verdict's kind",
+          [](Exposition& x, const proto::RunStatus& r) {
+            for (const auto& [kind, count] : r.hangs_by_kind) {
+              x.sample({{"run", r.run_id}, {"kind", kind}}, static_cast<double>(count));
+            }
+          });
   per_run(e, s, "meshrun_node_heartbeat_age_seconds", "gauge", "Seconds since the node's last heartbeat",
           [](Exposition& x, const proto::RunStatus& r) {
             for (const auto& n : r.nodes) {

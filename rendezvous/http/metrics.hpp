@@ -4,7 +4,7 @@
 //   meshrun_rendezvous_up, _uptime_seconds, _io_lag_seconds, _info{version}
 //   meshrun_store_connections, meshrun_store_keys, meshrun_http_connections
 //   meshrun_runs; per run: meshrun_run_round{run}, meshrun_run_state{run,state}, meshrun_run_keys{run},
-//   meshrun_nodes{run,state}, meshrun_restarts_total{run,cause}
+//   meshrun_nodes{run,state}, meshrun_restarts_total{run,cause}, meshrun_hangs_total{run,kind}
 //   per node: meshrun_node_heartbeat_age_seconds{run,node,host}
 //   per rank ({run,node,host,rank}): meshrun_rank_step, _step_seconds, _compute_seconds, _loss,
 //   _tokens_per_second, _beat_age_seconds, _hung, _straggler

@@ -1,6 +1,8 @@
 // Rendezvous rounds driven by a FakeClock: no sleeps, every deadline is advanced explicitly.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "rendezvous/membership.hpp"
@@ -306,4 +308,26 @@ TEST_CASE("a hang noticed on one node names the rank of another node that got le
   CHECK(merged[0].rank == 3);
   CHECK(merged[0].unix_ms == 1'000'000 - 10'000);
   CHECK(merged[0].traceback == std::vector<std::string>{"    block_forever (job.py:30)"});
+}
+
+TEST_CASE("hangs are counted by the verdict's kind for status and /metrics", "[membership][rootcause]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("host-a", 1, 1));
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  proto::FailureReport hang;
+  hang.cause = proto::RestartCause::kHung;
+  hang.hang_kind = "never_entered";
+  m.record_failure("job", a, hang, 1'000'000);
+  hang.hang_kind = "stopped";
+  m.record_failure("job", a, hang, 1'000'100);
+  hang.hang_kind = "";  // an agent that sends no kind: judged from beats alone
+  m.record_failure("job", a, hang, 1'000'200);
+  proto::FailureReport crash;  // not a hang: not counted
+  m.record_failure("job", a, crash, 1'000'300);
+  const auto s = m.status("job").at(0);
+  CHECK(s.hangs_by_kind == std::map<std::string, int64_t>{{"beats", 1}, {"never_entered", 1}, {"stopped", 1}});
+  CHECK(nlohmann::json(s).at("hangs_by_kind").at("stopped") == 1);
+  hang.hang_kind = "mismatch";
+  CHECK(nlohmann::json(hang).get<proto::FailureReport>().hang_kind == "mismatch");
 }
