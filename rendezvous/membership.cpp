@@ -395,7 +395,8 @@ void Membership::record_failure(const std::string& run_id, const std::string& no
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
   failure.node_id = node_id;
-  if (failure.cause == RestartCause::kHung) ++run->hangs_by_kind[failure.hang_kind.empty() ? "beats" : failure.hang_kind];
+  if (failure.cause == RestartCause::kHung)
+    ++run->hangs_by_kind[failure.hang_kind.empty() ? "beats" : failure.hang_kind];
   if (failure.cause == RestartCause::kHung && failure.step >= 0) {
     if (auto culprit = hung_elsewhere(*run, node_id, failure, now_unix_ms)) run->failures.record(std::move(*culprit));
   }

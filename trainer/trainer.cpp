@@ -157,7 +157,8 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
     : config_(config),
       preemption_(config.checkpoint.on_signal && !config.checkpoint.dir.empty()),
       device_(prepare_device(config.system, env)),
-      comm_(Communicator::create(env, config, device_)) {
+      comm_(Communicator::create(env, config, device_)),
+      collectives_(std::make_unique<CollectiveReporter>(progress_socket_from_env(), comm_->ledger())) {
   const TrainerConfig& c = config_;
   const int world = comm_->world_size();
   if (c.train.global_batch_size % world != 0) {

@@ -15,6 +15,7 @@
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/preemption.hpp"
+#include "trainer/collective_reporter.hpp"
 #include "trainer/progress_beats.hpp"
 
 namespace meshrun::trainer {
@@ -75,6 +76,7 @@ class Trainer {
   PreemptionWatch preemption_;  // first: its signal mask must precede every thread
   at::Device device_;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<CollectiveReporter> collectives_;  // the ledger to the agent under meshrun (hang verdicts)
   int64_t start_rss_ = 0;  // LibTorch, process group and the opened data: just before the model is built
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<ShardedModel> model_;

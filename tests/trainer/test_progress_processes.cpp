@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -96,7 +97,28 @@ TEST_CASE("meshrun-trainer beats every step with its loss, and says when it eval
   const auto losses = read_step_losses(result.dir);
   for (auto* sink : {&sink0, &sink1}) {
     std::vector<Beat> beats;
-    for (const auto& text : sink->stop()) beats.push_back(meshrun::proto::parse_beat(text));
+    std::vector<std::string> ledger;  // the collective reports for hang verdicts (collective_reporter.hpp)
+    for (const auto& text : sink->stop()) {
+      if (text.rfind("fr ", 0) == 0) {
+        ledger.push_back(text);
+      } else {
+        beats.push_back(meshrun::proto::parse_beat(text));
+      }
+    }
+    REQUIRE_FALSE(ledger.empty());
+    CHECK_THAT(ledger.front(), Catch::StartsWith("fr hello pid="));
+    // Every status names the default group "0" with as many collectives completed as entered, or one open.
+    int statuses = 0;
+    for (const auto& text : ledger) {
+      if (text.rfind("fr status ", 0) != 0) continue;
+      ++statuses;
+      INFO(text);
+      long long entered = 0, completed = 0;
+      REQUIRE(std::sscanf(text.c_str(), "fr status 0:%lld:%lld", &entered, &completed) == 2);
+      CHECK(entered >= completed);
+      CHECK(entered - completed <= 8);  // at most the prefetched all-gathers and reduce-scatters in flight
+    }
+    CHECK(statuses >= 1);
     CHECK(steps_in_phase(beats, "train") == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
     CHECK(steps_in_phase(beats, "eval") == std::vector<int64_t>{5, 10, 12});
     CHECK(steps_in_phase(beats, "checkpoint") == std::vector<int64_t>{6, 12});
@@ -111,6 +133,26 @@ TEST_CASE("meshrun-trainer beats every step with its loss, and says when it eval
       CHECK(b.compute_s.value_or(0) > 0);
     }
   }
+}
+
+TEST_CASE("meshrun-trainer: a rank that never enters a collective is named, with the collective and its group",
+          "[progress][hang]") {
+  const std::string dir = make_temp_dir();
+  // Test hook: rank 1 stops before collective #60 of the default group and never enters it.
+  LauncherJob job(dir, 2, {"train.steps=100000"}, {{"MESHRUN_TRAINER_FAULT_SKIP_COLLECTIVE", "60:1"}},
+                  {"--standalone", "--hang-floor", "3", "--shutdown-timeout", "2"});
+  const int code = job.wait();
+  const std::string out = job.output();
+  INFO(out);
+  CHECK(code == 1);
+  CHECK_THAT(out, Catch::Contains("test hook: rank 1 stops before collective #60"));
+  const auto at = out.find("meshrun: hang: ");
+  REQUIRE(at != std::string::npos);
+  const std::string verdict = out.substr(at, out.find('\n', at) - at);
+  CHECK_THAT(verdict, Catch::StartsWith("meshrun: hang: rank 1 (") && Catch::Contains(", local rank 1, pid ") &&
+                          Catch::Contains(") never entered ") &&
+                          Catch::Contains(" #60 of group 0 (ranks 0,1); rank 0 waits in it"));
+  CHECK_THAT(out, Catch::Contains("meshrun: worker hung (first failure, attempt 0)"));
 }
 
 TEST_CASE("under meshrun, the daemon's status shows every trainer rank's step and loss", "[progress][status]") {

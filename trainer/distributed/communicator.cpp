@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -122,6 +124,9 @@ std::unique_ptr<Communicator> Communicator::create(const DistEnv& env, const Tra
   comm->rank_ = env.rank;
   comm->world_size_ = env.world_size;
   comm->env_ = env;
+  std::vector<int> everyone(static_cast<size_t>(env.world_size));
+  for (int r = 0; r < env.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
+  comm->ledger_->add_group(comm->ledger_group_, everyone);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.system.timeout_s * 1000));
 
   c10d::TCPStoreOptions options;
@@ -172,6 +177,9 @@ std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
   }
   group->rank_ = static_cast<int>(me - ranks.begin());
   group->world_size_ = static_cast<int>(ranks.size());
+  group->ledger_ = ledger_;
+  group->ledger_group_ = name;
+  ledger_->add_group(name, ranks);
   group->env_ = env_;
   group->timeout_ = timeout_;
   group->store_ = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_);
@@ -293,11 +301,31 @@ Communicator::Communicator(const at::Device& device) : device_(device) {}
 
 Communicator::~Communicator() = default;
 
+int64_t Communicator::enter(const char* op, const at::Tensor& t) {
+  if (ledger_group_ == "0") {
+    static const char* fault = std::getenv("MESHRUN_TRAINER_FAULT_SKIP_COLLECTIVE");
+    if (fault != nullptr &&
+        std::string(fault) == std::to_string(ledger_->next_seq(ledger_group_)) + ":" + std::to_string(env_.rank)) {
+      std::fprintf(stderr, "test hook: rank %d stops before collective #%s and never enters it\n", env_.rank,
+                   std::to_string(ledger_->next_seq(ledger_group_)).c_str());
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  return ledger_->enter(ledger_group_, op, "[[" + std::to_string(t.numel()) + "]]", c10::toString(t.scalar_type()));
+}
+
 PendingOp Communicator::all_gather(const at::Tensor& out, const at::Tensor& in) {
   if (!backend_) {
     out.copy_(in);
     return PendingOp{nullptr, out, in, {}};
   }
+  const int64_t seq = enter("all_gather", in);
+  PendingOp op = all_gather_dispatch(out, in);
+  op.ledger_seq = seq;
+  return op;
+}
+
+PendingOp Communicator::all_gather_dispatch(const at::Tensor& out, const at::Tensor& in) {
   return stages_through_host(out) ? on_host_copies(&Communicator::all_gather_on_backend, out, in)
                                   : all_gather_on_backend(out, in);
 }
@@ -338,8 +366,11 @@ PendingOp Communicator::reduce_scatter(const at::Tensor& out, const at::Tensor& 
     out.copy_(in);
     return PendingOp{nullptr, out, in, {}};
   }
-  return stages_through_host(out) ? on_host_copies(&Communicator::reduce_scatter_on_backend, out, in)
-                                  : reduce_scatter_on_backend(out, in);
+  const int64_t seq = enter("reduce_scatter", in);
+  PendingOp op = stages_through_host(out) ? on_host_copies(&Communicator::reduce_scatter_on_backend, out, in)
+                                          : reduce_scatter_on_backend(out, in);
+  op.ledger_seq = seq;
+  return op;
 }
 
 PendingOp Communicator::reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in) {
@@ -377,6 +408,7 @@ PendingOp Communicator::reduce_scatter_on_backend(const at::Tensor& out, const a
 PendingOp Communicator::all_reduce(const at::Tensor& t) {
   PendingOp op{nullptr, t, {}, {}};
   if (!backend_) return op;
+  op.ledger_seq = enter("all_reduce", t);
   if (stages_through_host(t)) op.host_output = t.to(at::kCPU);
   std::vector<at::Tensor> tensors{op.host_output.defined() ? op.host_output : t};
   op.work = backend_->allreduce(tensors);
@@ -431,6 +463,7 @@ void Communicator::wait(PendingOp& op) {
     op.host_output = at::Tensor();
     op.host_input = at::Tensor();
   }
+  if (op.ledger_seq > 0) ledger_->complete(ledger_group_, std::exchange(op.ledger_seq, 0));
 }
 
 void Communicator::wait_timed(c10d::Work& work) {
@@ -450,6 +483,7 @@ void Communicator::broadcast(const at::Tensor& t, int root) {
   std::vector<at::Tensor> tensors{host.defined() ? host : t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
+  const int64_t seq = enter("broadcast", t);
   const auto start = Clock::now();
   auto work = backend_->broadcast(tensors, opts);
   if (backend_name_ == "nccl") {
@@ -459,6 +493,7 @@ void Communicator::broadcast(const at::Tensor& t, int root) {
     comm_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   }
   if (host.defined()) t.copy_(host);
+  ledger_->complete(ledger_group_, seq);
 }
 
 double Communicator::take_comm_seconds() {

@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "trainer/config.hpp"
+#include "trainer/distributed/collective_ledger.hpp"
 #include "trainer/distributed/dist_env.hpp"
 
 namespace c10d {
@@ -58,6 +59,7 @@ struct PendingOp {
   // first peer's chunk and `received` the others'; wait() adds this rank's own chunk and those.
   std::shared_ptr<CmaTicket> cma;
   bool cma_reduce = false;
+  int64_t ledger_seq = 0;  // its number in the CollectiveLedger (0: not recorded)
   bool valid() const { return output.defined(); }
 };
 
@@ -118,12 +120,15 @@ class Communicator {
   /// NCCL: wait() only makes the compute stream wait for the NCCL stream, so the time is the gap between CUDA
   /// events recorded on the compute stream right before and after that wait, read here (it synchronizes).
   double take_comm_seconds();
+  /// Every collective of this communicator and of the groups made from it (collective_ledger.hpp).
+  std::shared_ptr<const CollectiveLedger> ledger() const { return ledger_; }
 
  private:
   explicit Communicator(const at::Device& device);  // out of line: members need c10d's complete types
   /// Gloo cannot read CUDA memory: collectives on CUDA tensors run on host copies.
   bool stages_through_host(const at::Tensor& t) const { return backend_name_ == "gloo" && t.is_cuda(); }
   using CollectiveFn = PendingOp (Communicator::*)(const at::Tensor& out, const at::Tensor& in);
+  PendingOp all_gather_dispatch(const at::Tensor& out, const at::Tensor& in);
   PendingOp all_gather_on_backend(const at::Tensor& out, const at::Tensor& in);
   PendingOp reduce_scatter_on_backend(const at::Tensor& out, const at::Tensor& in);
   /// Gloo groups: picks cross-memory attach when every member runs under this node's launcher.
@@ -135,6 +140,10 @@ class Communicator {
   PendingOp on_host_copies(CollectiveFn collective, const at::Tensor& out, const at::Tensor& in);
   /// NCCL: records the compute stream's wait for `work` between two timing events.
   void wait_timed(c10d::Work& work);
+  /// Records a collective entered on this group in the ledger: its sequence number. The test hook
+  /// MESHRUN_TRAINER_FAULT_SKIP_COLLECTIVE=SEQ:RANK stops that rank before collective SEQ of the default
+  /// group, which it then never enters (the hang tests).
+  int64_t enter(const char* op, const at::Tensor& t);
 
   int rank_ = 0;
   int world_size_ = 1;
@@ -153,7 +162,9 @@ class Communicator {
   std::string intra_node_;
   std::shared_ptr<CmaTransport> cma_;
   double comm_seconds_ = 0.0;
-  std::vector<std::pair<c10::Event, c10::Event>> device_waits_;  // NCCL: (before, after) each wait
+  std::vector<std::pair<c10::Event, c10::Event>> device_waits_;                      // NCCL: (before, after) each wait
+  std::shared_ptr<CollectiveLedger> ledger_ = std::make_shared<CollectiveLedger>();  // shared with its groups
+  std::string ledger_group_ = "0";                                                   // this group's name there
 };
 
 /// Publishes this rank's world size and merged config under the store and compares: rank 0 checks every

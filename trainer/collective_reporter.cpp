@@ -1,0 +1,104 @@
+#include "trainer/collective_reporter.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace meshrun::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kPollMs = 500;
+constexpr auto kResend = std::chrono::seconds(5);
+
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) throw Error("socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+}  // namespace
+
+CollectiveReporter::CollectiveReporter(std::string agent_socket, std::shared_ptr<const CollectiveLedger> ledger)
+    : agent_(std::move(agent_socket)), ledger_(std::move(ledger)) {
+  if (agent_.empty()) return;
+  listen_path_ = agent_ + ".hook";
+  const sockaddr_un addr = unix_address(listen_path_);
+  fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd_.valid()) throw Error(std::string("cannot create the collective report socket: ") + std::strerror(errno));
+  ::unlink(listen_path_.c_str());
+  if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    throw Error("cannot bind " + listen_path_ + " for meshrun's agent: " + std::strerror(errno));
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+CollectiveReporter::~CollectiveReporter() {
+  if (!thread_.joinable()) return;
+  stop_ = true;
+  thread_.join();
+  ::unlink(listen_path_.c_str());
+}
+
+void CollectiveReporter::send(const std::string& text) const {
+  const sockaddr_un addr = unix_address(agent_);
+  // A lost message costs nothing: the agent is busy or gone, and the next status follows.
+  (void)::sendto(fd_.get(), text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+                 reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+}
+
+void CollectiveReporter::answer(const std::string& request) const {
+  if (request.rfind("dump ", 0) != 0) return;
+  const std::string path = request.substr(5);
+  nlohmann::json record = ledger_->dump();
+  record["pid"] = ::getpid();
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << record.dump();
+    if (!out) {
+      send("fr failed cannot write " + path);
+      return;
+    }
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    send("fr failed cannot rename to " + path);
+    return;
+  }
+  send("fr dumped " + path);
+}
+
+void CollectiveReporter::run() {
+  send("fr hello pid=" + std::to_string(::getpid()) + " fr=on");
+  std::string last;
+  Clock::time_point last_at{};
+  while (!stop_) {
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, kPollMs) > 0) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) answer(std::string(buf, static_cast<size_t>(n)));
+    }
+    const std::string status = ledger_->status_text();
+    if (status == "fr status") continue;  // no collective yet
+    if (status != last || Clock::now() - last_at >= kResend) {
+      send(status);
+      last = status;
+      last_at = Clock::now();
+    }
+  }
+}
+
+}  // namespace meshrun::trainer

@@ -1,0 +1,87 @@
+#include "trainer/distributed/collective_ledger.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+namespace meshrun::trainer {
+namespace {
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void CollectiveLedger::add_group(const std::string& name, std::vector<int> ranks) {
+  const std::lock_guard lock(mutex_);
+  groups_[name].ranks = std::move(ranks);
+}
+
+int64_t CollectiveLedger::enter(const std::string& group, const std::string& op, const std::string& sizes,
+                                const std::string& dtype) {
+  const std::lock_guard lock(mutex_);
+  Group& g = groups_[group];
+  const int64_t seq = ++g.last_enqueued;
+  recent_.push_back(Entry{group, seq, op, sizes, dtype, unix_ms(), false});
+  // Drop the oldest completed entries first: an open one is what a verdict needs.
+  while (recent_.size() > kRecent) {
+    const auto done = std::find_if(recent_.begin(), recent_.end(), [](const Entry& e) { return e.retired; });
+    recent_.erase(done == recent_.end() ? recent_.begin() : done);
+  }
+  return seq;
+}
+
+int64_t CollectiveLedger::next_seq(const std::string& group) const {
+  const std::lock_guard lock(mutex_);
+  const auto it = groups_.find(group);
+  return (it == groups_.end() ? 0 : it->second.last_enqueued) + 1;
+}
+
+void CollectiveLedger::complete(const std::string& group, int64_t seq) {
+  const std::lock_guard lock(mutex_);
+  Group& g = groups_[group];
+  g.done_ahead.push_back(seq);
+  for (auto it = std::find(g.done_ahead.begin(), g.done_ahead.end(), g.last_completed + 1); it != g.done_ahead.end();
+       it = std::find(g.done_ahead.begin(), g.done_ahead.end(), g.last_completed + 1)) {
+    ++g.last_completed;
+    g.done_ahead.erase(it);
+  }
+  for (auto& e : recent_) {
+    if (e.group == group && e.seq == seq) e.retired = true;
+  }
+}
+
+std::string CollectiveLedger::status_text() const {
+  const std::lock_guard lock(mutex_);
+  std::string text = "fr status";
+  for (const auto& [name, g] : groups_) {
+    if (g.last_enqueued == 0) continue;  // PyTorch lists a group once it ran a collective
+    text += " " + name + ":" + std::to_string(g.last_enqueued) + ":" + std::to_string(g.last_completed);
+  }
+  return text;
+}
+
+nlohmann::json CollectiveLedger::dump() const {
+  const std::lock_guard lock(mutex_);
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [name, g] : groups_) {
+    groups[name] = {{"ranks", g.ranks}, {"last_enqueued", g.last_enqueued}, {"last_completed", g.last_completed}};
+  }
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : recent_) {
+    entries.push_back({{"group", e.group},
+                       {"seq", e.seq},
+                       {"op", e.op},
+                       {"sizes", e.sizes},
+                       {"dtypes", e.dtype},
+                       {"created_ms", e.created_ms},
+                       {"retired", e.retired},
+                       {"frames", nlohmann::json::array()}});
+  }
+  return {{"fr", "on"}, {"groups", groups}, {"entries", entries}};
+}
+
+}  // namespace meshrun::trainer
