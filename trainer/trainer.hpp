@@ -11,11 +11,11 @@
 #include <memory>
 #include <vector>
 
+#include "trainer/collective_reporter.hpp"
 #include "trainer/config.hpp"
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/preemption.hpp"
-#include "trainer/collective_reporter.hpp"
 #include "trainer/progress_beats.hpp"
 
 namespace meshrun::trainer {

@@ -72,8 +72,9 @@ void HangInquiry::collect_dumps(std::vector<RankRecord>& records) {
   for (size_t lr = 0; lr < records.size(); ++lr) {
     if (records[lr].source != RecordSource::kNoAnswer || !records[lr].source_detail.empty()) continue;
     paths[lr] = group_.workers()[lr].dir + "/collectives.json";
-    asked[lr] = progress_.request_dump(lr, paths[lr]);
-    if (!asked[lr]) records[lr].source_detail = "could not reach the hook's socket";
+    const std::string why_not = progress_.request_dump(lr, paths[lr]);
+    asked[lr] = why_not.empty();
+    if (!asked[lr]) records[lr].source_detail = why_not;
   }
   const auto deadline = Clock::now() + kDumpWait;
   for (;;) {

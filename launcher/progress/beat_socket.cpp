@@ -31,13 +31,14 @@ BeatSocket::BeatSocket(std::string path) : path_(std::move(path)) {
   }
 }
 
-bool BeatSocket::send_to(const std::string& path, const std::string& text) {
+int BeatSocket::send_to(const std::string& path, const std::string& text) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) return false;
+  if (path.size() >= sizeof(addr.sun_path)) return ENAMETOOLONG;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return ::sendto(fd_.get(), text.data(), text.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&addr),
-                  sizeof(addr)) == static_cast<ssize_t>(text.size());
+  const ssize_t sent = ::sendto(fd_.get(), text.data(), text.size(), MSG_DONTWAIT,
+                                reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  return sent == static_cast<ssize_t>(text.size()) ? 0 : errno;
 }
 
 BeatSocket::~BeatSocket() {

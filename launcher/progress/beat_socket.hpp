@@ -24,8 +24,8 @@ class BeatSocket {
   const std::string& path() const { return path_; }
   /// Every datagram waiting now (oldest first), without blocking.
   std::vector<std::string> drain();
-  /// Sends one datagram to the socket bound at `path` (a worker's hook); false when it cannot.
-  bool send_to(const std::string& path, const std::string& text);
+  /// Sends one datagram to the socket bound at `path` (a worker's hook), without waiting: 0, or the errno.
+  int send_to(const std::string& path, const std::string& text);
 
  private:
   std::string path_;

@@ -10,6 +10,7 @@
 // worker stopped by a signal (state T) for longer than the floor is hung whether it beats or not.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 namespace meshrun::launcher {
@@ -39,6 +40,11 @@ struct HangPolicy {
   std::optional<double> collective_budget_s(const CollectiveWatch& watch, const RankTracker& rank) const;
   /// How long a stopped worker (state T) may stay stopped; nullopt when off.
   std::optional<double> stopped_budget_s() const;
+
+ private:
+  /// Fixed, or (auto) floor + 2 x `cadence_s` once `warmup_seen` reached kWarmupSteps; at least the phase
+  /// timeout while the rank's last beat named a phase other than train.
+  std::optional<double> budget_for(int64_t warmup_seen, std::optional<double> cadence_s, const RankTracker& rank) const;
 };
 
 }  // namespace meshrun::launcher

@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <fmt/format.h>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "common/error.hpp"
 
@@ -155,10 +158,17 @@ std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vecto
   return std::nullopt;
 }
 
-bool ProgressMonitor::request_dump(size_t lr, const std::string& path) {
-  if (!watches_[lr].hooked()) return false;
+std::string ProgressMonitor::request_dump(size_t lr, const std::string& path) {
+  if (!watches_[lr].hooked()) return "it has no hook";
   watches_[lr].clear_dump_answer();
-  return sockets_[lr].send_to(sockets_[lr].path() + ".hook", "dump " + path);
+  const std::string hook = sockets_[lr].path() + ".hook";
+  int error = 0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    error = sockets_[lr].send_to(hook, "dump " + path);
+    if (error != EAGAIN) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its queue is full: the hook is behind
+  }
+  return error == 0 ? std::string() : "cannot reach the hook's socket " + hook + ": " + std::strerror(error);
 }
 
 std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point now) const {

@@ -55,8 +55,9 @@ class ProgressMonitor {
   /// The first rank that waits in one collective longer than its budget (HangPolicy::collective_budget_s),
   /// if any; the caller gathers every rank's record to name the culprit.
   std::optional<HangReport> find_collective_wait(const std::vector<pid_t>& pids, Clock::time_point now);
-  /// Asks local rank `lr`'s hook to write its collective record to `path`; false when it has no hook.
-  bool request_dump(size_t lr, const std::string& path);
+  /// Asks local rank `lr`'s hook to write its collective record to `path` (retrying a full queue for up to
+  /// a second): "" when asked, else why not.
+  std::string request_dump(size_t lr, const std::string& path);
   const CollectiveWatch& watch(size_t lr) const { return watches_[lr]; }
   CollectiveWatch& watch(size_t lr) { return watches_[lr]; }
   size_t size() const { return trackers_.size(); }

@@ -11,6 +11,8 @@
 #   pause     every rank pauses 12 s without collectives (a checkpoint): no hang, the job ends 0
 #   nocoll    a script with no collectives at all: no hang, the job ends 0
 #   defaults  the default hang budget (auto, floor 60 s): a 12 s pause passes, then rank 0 skips: named
+#   etcd      the skip fault with the etcd-v3 backend (one real etcd member on node0, no meshrun daemon): the
+#             agents exchange their records through node rank 0's workers' store; both name rank 3
 #   native    a non-Python worker that ignores SIGTERM is stopped (SIGSTOP): with the default
 #             --shutdown-timeout (30 s) stopping it takes 30 s, and the node keeps heartbeating meanwhile:
 #             the job restarts (--nnodes 2 fixed) instead of failing for a lost node
@@ -31,12 +33,22 @@ FLOOR=(--hang-floor 3)
 [ "$SCENARIO" = defaults ] && FLOOR=()
 EXTRA_ENV=()
 
+RDZV=(--rdzv-backend c10d --rdzv-endpoint "node0:$PORT")
+if [ "$SCENARIO" = etcd ]; then
+  [ -x /usr/bin/etcd ] || { echo "FAILED: /usr/bin/etcd is missing: install etcd-server (scripts/setup.sh does)"; exit 1; }
+  mc_spawn 0 "$W/etcd.log" etcd --name e0 --data-dir "$W/etcd" \
+    --listen-client-urls "http://$(mc_ip 0):2379" --advertise-client-urls "http://$(mc_ip 0):2379" \
+    --listen-peer-urls "http://$(mc_ip 0):2380" --initial-advertise-peer-urls "http://$(mc_ip 0):2380" \
+    --initial-cluster "e0=http://$(mc_ip 0):2380"
+  for _ in $(seq 150); do mc_on 0 curl -sf --max-time 1 "http://$(mc_ip 0):2379/health" > /dev/null && break; sleep 0.2; done
+  RDZV=(--rdzv-backend etcd-v3 --rdzv-endpoint "$(mc_ip 0):2379")
+fi
+
 # agent I ARGS... -- WORKER ARGS: meshrun on node I; log in $W/node<I>.log.
 agent() {
   local i=$1; shift
   mc_spawn "$i" "$W/node$i.log" env MC_JOB=$RUN PATH="$VENV_BIN:$PATH" "${EXTRA_ENV[@]}" "$MESHRUN" \
-    --rdzv-backend c10d --rdzv-endpoint "node0:$PORT" --rdzv-id "$RUN" --nnodes 2 --nproc-per-node 2 \
-    --log-dir "$L" "$@"
+    "${RDZV[@]}" --rdzv-id "$RUN" --nnodes 2 --nproc-per-node 2 --log-dir "$L" "$@"
   A[$i]=$MC_PID
 }
 both() { agent 0 "$@"; agent 1 "$@"; }
@@ -73,7 +85,7 @@ ALL='group 0 \(ranks 0-3\)'
 SEQ=$((STEP + 1))   # collective sequence numbers start at 1: the all_reduce of step 20 is #21
 
 case $SCENARIO in
-  skip) job skip 3 $STEP; verdict "hang: rank 3 \(node1, local rank 1, $PID\) never entered all_reduce #$SEQ of $ALL; ranks 0-2 wait in it since [0-9:]+, called at .*hang_job.py:[0-9]+ in train_step" 90 3 ;;
+  skip | etcd) job skip 3 $STEP; verdict "hang: rank 3 \(node1, local rank 1, $PID\) never entered all_reduce #$SEQ of $ALL; ranks 0-2 wait in it since [0-9:]+, called at .*hang_job.py:[0-9]+ in train_step" 90 3 ;;
   stop) job stop 0 $STEP; verdict "hang: rank 0 \(node0, local rank 0, $PID\) is stopped by a signal \(state T\); ranks 1-3 wait in all_reduce #$SEQ of $ALL" 90 0 ;;
   spin) job spin 2 $STEP; verdict "hang: rank 2 \(node1, local rank 0, $PID\) never entered all_reduce #$SEQ of $ALL" 90 2 ;;
   mismatch) job mismatch 1 $STEP; verdict "hang: ranks disagree at #$SEQ of $ALL: rank 1 called broadcast, ranks 0,2,3 all_reduce" 90 1 ;;

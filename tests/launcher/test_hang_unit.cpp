@@ -164,7 +164,7 @@ TEST_CASE("ranks without a record are named with the reason, and never hide a re
   CHECK(v.culprits == std::vector<int>{2});
 }
 
-TEST_CASE("every rank inside, the same op: a transport fault, nobody blamed; no collective: the fallback",
+TEST_CASE("every rank inside, the same op: a transport fault, nobody blamed, and with no collective the fallback",
           "[hang][verdict]") {
   std::vector<RankRecord> inside = {lockstep_rank(0, 3, 2), lockstep_rank(1, 3, 2)};
   for (auto& r : inside) r.groups["0"].ranks = {0, 1};
@@ -195,7 +195,7 @@ TEST_CASE("records and verdicts travel as JSON unchanged", "[hang][json]") {
   CHECK_THROWS_AS(nlohmann::json({{"rank", 1}, {"state", "sleeping"}}).get<RankRecord>(), ProtocolError);
 }
 
-TEST_CASE("the hook's dump is read; a recorder turned off is said so", "[hang][json]") {
+TEST_CASE("the hook's dump is read, and a recorder turned off is said so", "[hang][json]") {
   RankRecord r;
   read_hook_dump(R"({"fr":"on","pid":7,"groups":{"0":{"ranks":[0,1],"last_enqueued":5,"last_completed":4}},
                      "entries":[{"group":"0","seq":5,"op":"all_reduce","sizes":"[[4]]","dtypes":"Float",
@@ -209,7 +209,7 @@ TEST_CASE("the hook's dump is read; a recorder turned off is said so", "[hang][j
   CHECK_THROWS_AS(read_hook_dump("{not json", r), ProtocolError);
 }
 
-TEST_CASE("hook messages: hello, status (group names with colons), dump answers; others refused", "[hang][hook]") {
+TEST_CASE("hook messages: hello, status (group names with colons), dump answers, and nothing else", "[hang][hook]") {
   CHECK(is_hook_message("fr status 0:1:1"));
   CHECK_FALSE(is_hook_message("step=3"));
   auto m = parse_hook_message("fr hello pid=12 fr=off");
@@ -261,7 +261,7 @@ TEST_CASE("the collective budget: armed after warm-up, learned from the cadence,
   CHECK_FALSE(policy.collective_budget_s(watch, no_beats));
 }
 
-TEST_CASE("identical stacks print once with their ranks; tool headers and other threads are ignored",
+TEST_CASE("identical stacks print once with their ranks, tool headers and other threads ignored",
           "[hang][stacks]") {
   const std::string waiting =
       "Process 4711: python train.py\nPython v3.11.7\n\nThread 4711 (idle): \"MainThread\"\n"

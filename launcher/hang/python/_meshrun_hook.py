@@ -39,12 +39,15 @@ def _fr_off():
 
 
 def _c10d():
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    try:
+        # The script may be importing torch.distributed right now: a module half-initialised has no
+        # is_initialized yet, and anything may still fail; the next poll looks again.
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        return sys.modules["torch"]._C._distributed_c10d
+    except Exception:
         return None
-    import torch
-
-    return torch._C._distributed_c10d
 
 
 def _group_names():
@@ -153,6 +156,20 @@ def _dump(path):
     os.replace(path + ".tmp", path)
 
 
+def _answer(listen, send):
+    try:
+        request = listen.recv(4096).decode(errors="replace")
+    except socket.timeout:
+        return
+    if request.startswith("dump "):
+        path = request[5:]
+        try:
+            _dump(path)
+            send("fr dumped " + path)
+        except Exception as error:
+            send(f"fr failed {type(error).__name__}: {error}"[:400])
+
+
 def _serve(agent, listen):
     def send(text):
         try:
@@ -164,29 +181,17 @@ def _serve(agent, listen):
     last, last_at = None, 0.0
     while True:
         try:
-            request = listen.recv(4096).decode(errors="replace")
-            if request.startswith("dump "):
-                path = request[5:]
-                try:
-                    _dump(path)
-                    send("fr dumped " + path)
-                except Exception as error:
-                    send(f"fr failed {type(error).__name__}: {error}"[:400])
-        except socket.timeout:
-            pass
-        except OSError:
-            time.sleep(POLL_S)
-        c10d = None if _fr_off() else _c10d()
-        if c10d is None:
-            continue
-        try:
+            _answer(listen, send)
+            c10d = None if _fr_off() else _c10d()
+            if c10d is None:
+                continue
             status = _status(c10d)
-        except Exception:
-            continue
-        now = time.monotonic()
-        if status != last or now - last_at >= RESEND_S:
-            send(status)
-            last, last_at = status, now
+            now = time.monotonic()
+            if status != last or now - last_at >= RESEND_S:
+                send(status)
+                last, last_at = status, now
+        except Exception:  # never die of an unexpected state (a group torn down meanwhile...): poll again
+            time.sleep(POLL_S)
 
 
 def start():
