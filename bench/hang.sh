@@ -80,7 +80,7 @@ for i in 0 1; do
 done
 for _ in $(seq 600); do [ -f "$W/torchrun/out/fault" ] && break; sleep 0.1; done
 sleep "$wait_s"
-echo "torchrun, ${wait_s} s after the fault: $(grep -vhc '^\s*$' "$W/torchrun"/node?.log) lines of output, $(grep -hiEc 'hang|timeout|rank 3' "$W/torchrun"/node?.log) about a hang, a timeout or rank 3; still running: $(pgrep -fc "hang_job.py $W/torchrun")"
+echo "torchrun, ${wait_s} s after the fault: $(cat "$W/torchrun"/node?.log | grep -vc '^\s*$') lines of output, $(cat "$W/torchrun"/node?.log | grep -iEc 'hang|timeout|rank 3') about a hang, a timeout or rank 3; workers still running: $(pgrep -fc "python.*hang_job.py $W/torchrun")"
 for p in $(ip netns pids "$(mc_ns 0)") $(ip netns pids "$(mc_ns 1)"); do kill -9 "$p" 2> /dev/null; done
 
 echo "== the hook's cost per step: $STEPS steps (matmul + all_reduce + 20 ms sleep), $REPEATS runs each"

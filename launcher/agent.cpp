@@ -94,7 +94,7 @@ int Agent::run() {
       WorkerGroup group(group_spec(*assignment, rdzv, progress));
       HangExchange exchange(
           Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
-          assignment->group_rank, assignment->group_world_size);
+          assignment->round, assignment->group_rank, assignment->group_world_size);
       result = supervise(group, progress, rdzv, exchange);
       progress_ = nullptr;
     } catch (const SpawnError& e) {

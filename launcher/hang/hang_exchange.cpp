@@ -5,16 +5,13 @@
 #include <thread>
 
 namespace meshrun::launcher {
-namespace {
 
-constexpr const char* kRequestKey = "meshrun/hang/request";
+HangExchange::HangExchange(Endpoint store, int64_t round, int node, int nodes)
+    : store_(std::move(store)), round_(round), node_(node), nodes_(nodes) {}
 
-std::string part_key(const std::string& kind, int node) { return "meshrun/hang/" + kind + "/" + std::to_string(node); }
-
-}  // namespace
-
-HangExchange::HangExchange(Endpoint store, int node, int nodes)
-    : store_(std::move(store)), node_(node), nodes_(nodes) {}
+std::string HangExchange::key(const std::string& part) const {
+  return "meshrun/hang/" + std::to_string(round_) + "/" + part;
+}
 
 proto::StoreClient& HangExchange::client() {
   if (!client_) {
@@ -26,17 +23,17 @@ proto::StoreClient& HangExchange::client() {
   return *client_;
 }
 
-std::string HangExchange::request(const std::string& reason) {
+std::string HangExchange::request(const std::string& request) {
   // compare_set keeps the first request: every node reads the same one.
-  return client().compare_set(kRequestKey, "", reason);
+  return client().compare_set(key("request"), "", request);
 }
 
 std::optional<std::string> HangExchange::poll(Clock::time_point now) {
   if (nodes_ <= 1 || now < next_poll_) return std::nullopt;
   next_poll_ = now + kPollEvery;
   try {
-    if (!client().check({kRequestKey})) return std::nullopt;
-    return client().get(kRequestKey);
+    if (!client().check({key("request")})) return std::nullopt;
+    return client().get(key("request"));
   } catch (const Error& e) {
     client_.reset();
     if (!warned_)
@@ -47,7 +44,7 @@ std::optional<std::string> HangExchange::poll(Clock::time_point now) {
 }
 
 void HangExchange::post(const std::string& kind, const nlohmann::json& part) {
-  client().set(part_key(kind, node_), part.dump());
+  client().set(key(kind + "/" + std::to_string(node_)), part.dump());
 }
 
 std::map<int, nlohmann::json> HangExchange::gather(const std::string& kind, Clock::time_point deadline) {
@@ -56,8 +53,8 @@ std::map<int, nlohmann::json> HangExchange::gather(const std::string& kind, Cloc
     for (int n = 0; n < nodes_; ++n) {
       if (parts.count(n) > 0) continue;
       try {
-        const std::string key = part_key(kind, n);
-        if (client().check({key})) parts[n] = nlohmann::json::parse(client().get(key));
+        const std::string part = key(kind + "/" + std::to_string(n));
+        if (client().check({part})) parts[n] = nlohmann::json::parse(client().get(part));
       } catch (const nlohmann::json::exception& e) {
         spdlog::warn("node {}'s {} for the hang verdict are malformed: {}", n, kind, e.what());
         parts[n] = nlohmann::json();

@@ -1,10 +1,10 @@
 // HangExchange: how the agents of one attempt agree on a hang, through the workers' own store (the
 // daemon's run port, or node rank 0's store under etcd): the first agent that suspects a hang raises a
 // request; every agent sees it (poll, once a second), posts its ranks' records and then their stacks;
-// each reads every node's post. Keys (one attempt's store is fresh, so they never meet an older hang):
-//   meshrun/hang/request            the first suspicion: "<node> <rank> <why>"
-//   meshrun/hang/records/<node>     that node's RankRecords (JSON)
-//   meshrun/hang/stacks/<node>      that node's ranks' stacks (JSON: [{rank, tool, text}])
+// each reads every node's post. Keys (each attempt's store is fresh, and the round keeps them apart anyway):
+//   meshrun/hang/<round>/request          the first suspicion: "<node> <rank> <why>"
+//   meshrun/hang/<round>/records/<node>   that node's RankRecords (JSON)
+//   meshrun/hang/<round>/stacks/<node>    that node's ranks' stacks (JSON: [{rank, tool, text}])
 #pragma once
 
 #include <chrono>
@@ -27,7 +27,7 @@ class HangExchange {
   static constexpr std::chrono::milliseconds kPollEvery{1000};
 
   /// `store` is the attempt's MASTER_ADDR:MASTER_PORT; nothing connects until first used.
-  HangExchange(Endpoint store, int node, int nodes);
+  HangExchange(Endpoint store, int64_t round, int node, int nodes);
 
   /// Raises `request` ("<node> <rank> <why>") unless another node raised one first; returns the one that
   /// stands, which every node then uses.
@@ -42,8 +42,10 @@ class HangExchange {
 
  private:
   proto::StoreClient& client();
+  std::string key(const std::string& part) const;
 
   Endpoint store_;
+  int64_t round_;
   int node_;
   int nodes_;
   std::optional<proto::StoreClient> client_;

@@ -12,6 +12,7 @@
 #     pause     every rank pauses 12 s at STEP without collectives (a checkpoint), then goes on
 #     pause_skip  pause at STEP, then skip (as above) at STEP + 40
 #     nocoll    no collectives at all: a process group, 15 s of work, exit 0
+#     slowfirst rank CULPRIT takes 10 s before its first all_reduce (a slow first step), the others wait in it
 # Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end (holding
 # the step loop's seconds); the culprit writes OUT/fault (time.time()) when its fault begins (bench/hang.sh).
 import datetime
@@ -75,6 +76,8 @@ def train_step(step):
         return
     if step == pause_at:
         time.sleep(12)
+    if fault == "slowfirst" and step == 0 and rank == culprit:
+        time.sleep(10)
     dist.all_reduce(grad)
 
 

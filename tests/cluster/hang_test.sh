@@ -10,6 +10,8 @@
 #   usersite  the user's own sitecustomize (on PYTHONPATH) still runs in every worker; rank 1 skips: named
 #   pause     every rank pauses 12 s without collectives (a checkpoint): no hang, the job ends 0
 #   nocoll    a script with no collectives at all: no hang, the job ends 0
+#   slowfirst rank 1's first step takes 10 s while the others wait in the first all_reduce: no hang (the
+#             automatic budget is armed only after 3 completed collectives), the job ends 0
 #   defaults  the default hang budget (auto, floor 60 s): a 12 s pause passes, then rank 0 skips: named
 #   etcd      the skip fault with the etcd-v3 backend (one real etcd member on node0, no meshrun daemon): the
 #             agents exchange their records through node rank 0's workers' store; both name rank 3
@@ -99,6 +101,7 @@ case $SCENARIO in
     [ "$(mc_count_files "$D" '^usersite\.')" -ge 4 ] || mc_fail "$SCENARIO: the user's sitecustomize ran in $(mc_count_files "$D" '^usersite\.') of 4 workers" ;;
   pause) job pause 0 $STEP 60; no_hang 120 ;;
   nocoll) job nocoll 0 0; no_hang 90 ;;
+  slowfirst) job slowfirst 1 0 60; no_hang 120 ;;
   defaults)
     job pause_skip 0 $STEP
     verdict "hang: rank 0 \(node0, local rank 0, $PID\) never entered all_reduce #$((STEP + 41)) of $ALL" 200 0 ;;
