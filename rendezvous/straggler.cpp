@@ -32,10 +32,19 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     State& s = states_[r.progress.rank];
     const bool measured = threshold > 0 && median > 0 && counts(r.progress);
     const double ratio = measured ? measure(r.progress) / median : 0;
-    s.over = ratio > threshold ? s.over + 1 : 0;
-    s.under = ratio < exit_ratio ? s.under + 1 : 0;
-    if (!s.named && s.over >= kConfirm) s.named = true;
-    if (s.named && s.under >= kClear) s.named = false;
+    const int64_t step = r.progress.step;
+    if (ratio > threshold) {
+      if (s.over++ == 0) s.over_from = step;
+    } else {
+      s.over = 0;
+    }
+    if (ratio < exit_ratio) {
+      if (s.under++ == 0) s.under_from = step;
+    } else {
+      s.under = 0;
+    }
+    if (!s.named && s.over >= kConfirm && step - s.over_from >= kSteps) s.named = true;
+    if (s.named && s.under >= kClear && step - s.under_from >= kSteps) s.named = false;
   }
 }
 

@@ -29,14 +29,17 @@ struct HostedRank {
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold);
 
 /// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
-/// rank is named once kConfirm of its node's heartbeats in a row found it over the threshold, and cleared
-/// once kClear in a row found it under the exit ratio (halfway between 1 and the threshold) or not
-/// counted. A rank's state moves only on its own node's heartbeats (fresh figures), whatever the number of
-/// nodes. One per run, in the daemon.
+/// rank is named once its node's heartbeats found it over the threshold kConfirm times in a row *and* over
+/// at least kSteps of its steps, and cleared once they found it under the exit ratio (halfway between 1
+/// and the threshold), or not counted, kClear times in a row and over kSteps steps. Counting steps as well
+/// as heartbeats keeps slow steps (a noisy median per heartbeat) from flapping and fast ones quick to name.
+/// A rank's state moves only on its own node's heartbeats (fresh figures), whatever the number of nodes.
+/// One per run, in the daemon.
 class StragglerFilter {
  public:
   static constexpr int kConfirm = 2;
   static constexpr int kClear = 3;
+  static constexpr int64_t kSteps = 20;
 
   /// Updates the ranks in `fresh` (the node that just sent its progress) against the whole run's.
   void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold);
@@ -45,8 +48,10 @@ class StragglerFilter {
 
  private:
   struct State {
-    int over = 0;
+    int over = 0;  // heartbeats in a row over the threshold
     int under = 0;
+    int64_t over_from = 0;  // the rank's step when the streak began
+    int64_t under_from = 0;
     bool named = false;
   };
   std::map<int, State> states_;

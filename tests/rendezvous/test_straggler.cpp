@@ -44,26 +44,32 @@ TEST_CASE("stragglers: nobody with one rank, threshold 0, or only ranks outside 
 TEST_CASE("straggler alerts do not flap on noise: named after confirmation, cleared well under the threshold",
           "[straggler]") {
   StragglerFilter filter;
-  const auto beat = [&](double slow, std::set<int> fresh = {0, 1}) {
-    const std::vector<HostedRank> ranks = {rank(0, 0.10), rank(1, slow)};
+  int64_t step = 0;
+  // One heartbeat: both ranks moved `steps` steps; rank 1's measure is `slow` (rank 0's 0.10).
+  const auto beat = [&](double slow, int64_t steps = 10, std::set<int> fresh = {0, 1}) {
+    step += steps;
+    std::vector<HostedRank> ranks = {rank(0, 0.10), rank(1, slow)};
+    for (auto& r : ranks) r.progress.step = step;
     filter.update(ranks, fresh, 1.3);
     return filter.named(ranks, 1.3);
   };
   // A healthy pair whose noise crosses the threshold on single heartbeats: never named.
   for (double noise : {1.37, 1.1, 1.35, 1.2, 1.4, 1.0, 1.32, 1.25}) CHECK(beat(0.10 * noise).empty());
-  // A rank really 1.5x slower: named on the second heartbeat in a row.
-  CHECK(beat(0.15).empty());
-  REQUIRE(beat(0.15).size() == 1);
+  // Two heartbeats over, but within 20 steps (slow steps, few per heartbeat): not yet.
+  CHECK(beat(0.15, 5).empty());
+  CHECK(beat(0.15, 5).empty());
+  CHECK(beat(0.15, 5).empty());
+  CHECK(beat(0.15, 5).empty());
+  REQUIRE(beat(0.15, 5).size() == 1);  // 20 steps after the streak began
   CHECK(filter.named({rank(0, 0.10), rank(1, 0.15)}, 1.3).front().rank == 1);
-  // Dipping just under the threshold keeps it named; three heartbeats under 1.15x clear it.
+  // Dipping just under the threshold keeps it named; under 1.15x for 3 heartbeats and 20 steps clears it.
   CHECK(beat(0.125).size() == 1);
   CHECK(beat(0.11).size() == 1);
   CHECK(beat(0.11).size() == 1);
   CHECK(beat(0.11).empty());
   // Heartbeats of another node (rank 1 not fresh) do not move rank 1's state.
-  CHECK(beat(0.15, {0}).empty());
-  CHECK(beat(0.15, {0}).empty());
-  CHECK(beat(0.15, {0}).empty());
+  for (int i = 0; i < 3; ++i) CHECK(beat(0.15, 10, {0}).empty());
+  CHECK(beat(0.15).empty());
   CHECK(beat(0.15).empty());
   CHECK(beat(0.15).size() == 1);
 }
