@@ -31,8 +31,10 @@ void HeartbeatKeeper::run() {
       // The reply's action waits for the agent's loop: it is busy ending this attempt anyway.
       rdzv_.heartbeat(progress_);
       ++sent_;
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // nothing may escape this thread
       spdlog::warn("heartbeat while the agent was busy failed: {}", e.what());
+    } catch (...) {
+      spdlog::warn("heartbeat while the agent was busy failed");
     }
   }
 }

@@ -204,6 +204,7 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   run.assigned.clear();
   run.last_call_deadline.reset();
   ++run.round;
+  run.stragglers = StragglerFilter{};  // ranks may move to other hosts and steps go back to a checkpoint
   ++version_;
   run.last_event = reason;
   run.restart_cause = cause;

@@ -33,6 +33,7 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     const bool measured = threshold > 0 && median > 0 && counts(r.progress);
     const double ratio = measured ? measure(r.progress) / median : 0;
     const int64_t step = r.progress.step;
+    if (step < s.over_from || step < s.under_from) s = State{};  // steps went back: a restart from a checkpoint
     if (ratio > threshold) {
       if (s.over++ == 0) s.over_from = step;
     } else {

@@ -35,13 +35,23 @@ sockaddr_un unix_address(const std::string& path) {
 CollectiveReporter::CollectiveReporter(std::string agent_socket, std::shared_ptr<const CollectiveLedger> ledger)
     : agent_(std::move(agent_socket)), ledger_(std::move(ledger)) {
   if (agent_.empty()) return;
-  listen_path_ = agent_ + ".hook";
-  const sockaddr_un addr = unix_address(listen_path_);
-  fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd_.valid()) throw Error(std::string("cannot create the collective report socket: ") + std::strerror(errno));
-  ::unlink(listen_path_.c_str());
-  if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    throw Error("cannot bind " + listen_path_ + " for meshrun's agent: " + std::strerror(errno));
+  // A diagnostic never stops training: without its socket the reporter stays off and says why.
+  try {
+    listen_path_ = agent_ + ".hook";
+    const sockaddr_un addr = unix_address(listen_path_);
+    fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd_.valid()) throw Error(std::string("cannot create a socket: ") + std::strerror(errno));
+    ::unlink(listen_path_.c_str());
+    if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+      throw Error("cannot bind " + listen_path_ + ": " + std::strerror(errno));
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr,
+                 "meshrun-trainer: not reporting collectives to meshrun's agent (hang verdicts fall back "
+                 "on beats): %s\n",
+                 e.what());
+    fd_.reset();
+    return;
   }
   thread_ = std::thread([this] { run(); });
 }

@@ -17,7 +17,7 @@ namespace meshrun::trainer {
 
 class CollectiveReporter {
  public:
-  /// `agent_socket` empty: off. Throws Error when the request socket cannot be bound.
+  /// `agent_socket` empty: off. When the request socket cannot be bound it says so and stays off.
   CollectiveReporter(std::string agent_socket, std::shared_ptr<const CollectiveLedger> ledger);
   ~CollectiveReporter();
   CollectiveReporter(const CollectiveReporter&) = delete;

@@ -50,7 +50,7 @@ void HangExchange::post(const std::string& kind, const nlohmann::json& part) {
 std::map<int, nlohmann::json> HangExchange::gather(const std::string& kind, Clock::time_point deadline) {
   std::map<int, nlohmann::json> parts;
   for (;;) {
-    for (int n = 0; n < nodes_; ++n) {
+    for (int n = 0; n < nodes_ && Clock::now() < deadline; ++n) {
       if (parts.count(n) > 0) continue;
       try {
         const std::string part = key(kind + "/" + std::to_string(n));

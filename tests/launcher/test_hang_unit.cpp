@@ -261,8 +261,7 @@ TEST_CASE("the collective budget: armed after warm-up, learned from the cadence,
   CHECK_FALSE(policy.collective_budget_s(watch, no_beats));
 }
 
-TEST_CASE("identical stacks print once with their ranks, tool headers and other threads ignored",
-          "[hang][stacks]") {
+TEST_CASE("identical stacks print once with their ranks, tool headers and other threads ignored", "[hang][stacks]") {
   const std::string waiting =
       "Process 4711: python train.py\nPython v3.11.7\n\nThread 4711 (idle): \"MainThread\"\n"
       "    all_reduce (torch/distributed/distributed_c10d.py:4181)\n    step (train.py:88)\n"

@@ -151,7 +151,8 @@ TEST_CASE("the live view serves health, the status JSON, history and Prometheus 
   Process agent({PROGRESS_AGENT_BIN, daemon.endpoint(), "live", "node-a", "3", "--hung-rank", "1", "--slow-rank", "2",
                  "--restart-hung"},
                 {}, dir.path() + "/agent");
-  const json run = wait_for_ranks(daemon.http_port(), "live", 2);
+  // Step 40: the slow rank has been over the threshold for the 20 steps a straggler needs (StragglerFilter).
+  const json run = wait_for_ranks(daemon.http_port(), "live", 2, 40);
   INFO("daemon: " << daemon.log() << "\nagent: " << agent.output());
   REQUIRE(run.is_object());
   const uint16_t port = daemon.http_port();

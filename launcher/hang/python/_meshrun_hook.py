@@ -21,9 +21,9 @@ MAX_FRAMES = 6
 MAX_DATAGRAM = 3500
 
 _started = False
-# The Flight Recorder keys pg_status by a process-local id (the order this process created its groups),
-# its entries and meshrun's verdict by the group's name, which every rank shares. Ids seen beside names in
-# a dump are kept here; until then, creation order stands in.
+# The Flight Recorder keys pg_status by a process-local id, its entries and meshrun's verdict by the
+# group's name, which every rank shares. Ids seen beside names in the entries are kept here (read once per
+# new group); only an id whose entries left the recorder's ring falls back on creation order.
 _names_by_uid = {}
 
 
@@ -58,8 +58,20 @@ def _group_names():
     return names
 
 
+def _learn_names(c10d):
+    import pickle
+
+    dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+    for e in dump.get("entries", []):
+        if e.get("process_group"):
+            _names_by_uid[str(e.get("pg_id"))] = str(e["process_group"][0])
+
+
 def _status(c10d):
     summary = json.loads(c10d._dump_fr_trace_json(includeCollectives=False))
+    if any(pg not in _names_by_uid for pg in summary.get("pg_status", {})):
+        # A group PyTorch lists once it ran a collective: its entries name it (once per new group).
+        _learn_names(c10d)
     names = _group_names()
     parts = []
     for pg, s in sorted(summary.get("pg_status", {}).items()):

@@ -19,8 +19,12 @@ def _meshrun_chain_sitecustomize():
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != here]
+    # Every meshrun hook folder is skipped, not only this one: a meshrun run inside a meshrun worker puts
+    # two of them on the path, and each would otherwise find the other.
+    def meshrun_hook_folder(entry):
+        return os.path.isfile(os.path.join(os.path.abspath(entry or os.getcwd()), "_meshrun_hook.py"))
+
+    rest = [p for p in sys.path if not meshrun_hook_folder(p)]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
