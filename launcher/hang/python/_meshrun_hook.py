@@ -6,6 +6,7 @@
 # <MESHRUN_PROGRESS>.hook, for the full record ("dump <path>"): the open collectives and the last few of
 # each group, with the Python frames that called them; the thread writes it as JSON and answers
 # "fr dumped <path>". Nothing here imports torch: it only looks at torch once the script has.
+import atexit
 import json
 import os
 import socket
@@ -21,6 +22,10 @@ MAX_FRAMES = 6
 MAX_DATAGRAM = 3500
 
 _started = False
+# Set at exit: the watcher stops calling into torch before the interpreter finalises. A daemon thread
+# that re-takes the GIL during finalisation is ended by pthread_exit, which aborts the process ("terminate
+# called without an active exception") when it unwinds through C++ frames such as torch's bindings.
+_stopping = threading.Event()
 # The Flight Recorder keys pg_status by a process-local id, its entries and meshrun's verdict by the
 # group's name, which every rank shares. Ids seen beside names in the entries are kept here (read once per
 # new group); only an id whose entries left the recorder's ring falls back on creation order.
@@ -191,9 +196,11 @@ def _serve(agent, listen):
 
     send(f"fr hello pid={os.getpid()} fr={'off' if _fr_off() else 'on'}")
     last, last_at = None, 0.0
-    while True:
+    while not _stopping.is_set():
         try:
             _answer(listen, send)
+            if _stopping.is_set():
+                break
             c10d = None if _fr_off() else _c10d()
             if c10d is None:
                 continue
@@ -220,4 +227,15 @@ def start():
         pass
     listen.bind(path)
     listen.settimeout(POLL_S)
-    threading.Thread(target=_serve, args=(agent, listen), name="meshrun-hook", daemon=True).start()
+    thread = threading.Thread(target=_serve, args=(agent, listen), name="meshrun-hook", daemon=True)
+    thread.start()
+    atexit.register(_stop, thread, listen, path)
+
+
+def _stop(thread, listen, path):
+    _stopping.set()
+    try:
+        listen.sendto(b"stop", path)  # wakes its recv at once
+    except OSError:
+        pass
+    thread.join(2.0)
