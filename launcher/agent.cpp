@@ -17,7 +17,6 @@
 #include "launcher/heartbeat_keeper.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "launcher/progress/progress_monitor.hpp"
-#include "launcher/progress/stack_dump.hpp"
 #include "launcher/rendezvous_backend.hpp"
 #include "launcher/workers/job_token.hpp"
 #include "launcher/workers/orphan_watchdog.hpp"
@@ -278,7 +277,7 @@ FallbackSuspect parse_suspicion(const std::string& text) {
   return s;
 }
 
-std::string without_prefix(const std::string& line) { return line.rfind("hang: ", 0) == 0 ? line.substr(6) : line; }
+std::string without_prefix(const std::string& line) { return line.starts_with("hang: ") ? line.substr(6) : line; }
 
 }  // namespace
 
@@ -294,9 +293,9 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
       spdlog::warn("cannot tell the other nodes about the hang through the workers' store: {}", e.what());
     }
   }
-  HangInquiry inquiry(progress, group, exchange,
-                      HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(),
-                                      log_root_ + "/attempt_" + std::to_string(group.attempt()), command_.executable});
+  HangInquiry inquiry(
+      progress, group, exchange,
+      HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(), group.attempt_dir(), command_.executable});
   const FallbackSuspect suspect = parse_suspicion(standing);
   const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt);
   say(verdict.line);

@@ -36,7 +36,7 @@ std::pair<std::string, HookMessage::Group> parse_group(std::string_view field, s
 
 }  // namespace
 
-bool is_hook_message(std::string_view datagram) { return datagram.substr(0, kPrefix.size()) == kPrefix; }
+bool is_hook_message(std::string_view datagram) { return datagram.starts_with(kPrefix); }
 
 HookMessage parse_hook_message(std::string_view datagram) {
   if (!is_hook_message(datagram)) throw ProtocolError("not a hook message: '" + std::string(datagram) + "'");

@@ -110,9 +110,10 @@ std::string collective_text(const HangVerdict& v) {
                      format_ranks(v.group_ranks));
 }
 
-std::string waiting_text(const HangVerdict& v) {
-  std::string text = fmt::format("{} wait in it", plural_ranks(v.waiting));
-  if (v.waiting.size() == 1) text = fmt::format("rank {} waits in it", v.waiting.front());
+// "ranks 0-2 wait in <where> since 10:31:26, called at train.py:88".
+std::string waiting_text(const HangVerdict& v, const std::string& where) {
+  std::string text =
+      fmt::format("{} {} in {}", plural_ranks(v.waiting), v.waiting.size() == 1 ? "waits" : "wait", where);
   if (v.waiting_since_unix_ms > 0) text += " since " + clock_text(v.waiting_since_unix_ms);
   if (!v.call_site.empty()) text += ", called at " + v.call_site;
   return text;
@@ -152,16 +153,14 @@ std::optional<HangVerdict> mismatch(const OpenCollective& c, const RecordIndex& 
   describe_collective(v, c, index);
   v.culprits = sides.front().second;
   const bool same_op = sample[sides.front().first]->op == sample[sides.back().first]->op;
-  std::vector<std::string> parts;
+  // "rank 3 called broadcast, ranks 0-2 all_reduce": the minority first.
+  std::string joined;
   for (const auto& [sig, ranks] : sides) {
     const auto* e = sample[sig];
     const std::string what = same_op ? e->op + " of " + e->sizes + " " + e->dtypes : e->op;
-    parts.push_back(fmt::format("{} {}", plural_ranks(ranks), what));
+    joined += joined.empty() ? fmt::format("{} called {}", plural_ranks(ranks), what)
+                             : fmt::format(", {} {}", plural_ranks(ranks), what);
   }
-  // "rank 3 called broadcast, ranks 0-2 all_reduce": the minority first.
-  const auto space = parts.front().find(' ', parts.front().find(' ') + 1);
-  std::string joined = parts.front().substr(0, space) + " called" + parts.front().substr(space);
-  for (size_t i = 1; i < parts.size(); ++i) joined += ", " + parts[i];
   v.line = fmt::format("hang: ranks disagree at #{} of group {} (ranks {}): {}", c.seq, c.group,
                        format_ranks(c.members), joined);
   if (!v.call_site.empty()) v.line += "; called at " + v.call_site;
@@ -174,7 +173,7 @@ HangVerdict never_entered(const OpenCollective& c, const std::vector<int>& culpr
   v.culprits = culprits;
   describe_collective(v, c, index);
   const std::string who = culprit_text(culprits, index);
-  v.line = fmt::format("hang: {} never entered {}; {}", who, collective_text(v), waiting_text(v));
+  v.line = fmt::format("hang: {} never entered {}; {}", who, collective_text(v), waiting_text(v, "it"));
   return v;
 }
 
@@ -197,10 +196,7 @@ HangVerdict stopped(const RankRecord& r, const std::vector<OpenCollective>& open
   for (const auto& c : open) {
     if (std::find(c.members.begin(), c.members.end(), r.rank) == c.members.end()) continue;
     describe_collective(v, c, index);
-    line += fmt::format("; {} {} in {}", plural_ranks(c.waiting), c.waiting.size() == 1 ? "waits" : "wait",
-                        collective_text(v));
-    if (v.waiting_since_unix_ms > 0) line += " since " + clock_text(v.waiting_since_unix_ms);
-    if (!v.call_site.empty()) line += ", called at " + v.call_site;
+    line += "; " + waiting_text(v, collective_text(v));
     break;
   }
   v.line = line;

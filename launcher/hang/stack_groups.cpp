@@ -11,12 +11,8 @@
 namespace meshrun::launcher {
 namespace {
 
-bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
-
 // A line that opens another thread's stack in the tools' outputs.
-bool thread_header(const std::string& line) {
-  return starts_with(line, "Thread ") || starts_with(line, "TID ") || starts_with(line, "Thread 0x");
-}
+bool thread_header(const std::string& line) { return line.starts_with("Thread ") || line.starts_with("TID "); }
 
 // One native frame ("#3  0x00007f... in func (args) at file.c:12" or "#3  0x00007f... func") as "func".
 std::string native_frame(const std::string& line) {
@@ -42,7 +38,7 @@ std::vector<std::string> stack_frames(const RankStack& stack) {
       continue;
     }
     if (!in_first_thread) continue;
-    frames.push_back(starts_with(line, "#") ? native_frame(line) : line);
+    frames.push_back(line.starts_with("#") ? native_frame(line) : line);
   }
   if (frames.empty() && !stack.text.empty()) frames.push_back(trim(stack.text.substr(0, stack.text.find('\n'))));
   return frames;

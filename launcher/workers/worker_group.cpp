@@ -52,7 +52,11 @@ StreamRoute route(const GroupSpec& spec, int local_rank, int bit) {
 }  // namespace
 
 WorkerGroup::WorkerGroup(const GroupSpec& spec)
-    : attempt_(spec.attempt), role_(spec.settings.role), hostname_(spec.hostname), job_token_(spec.settings.job_token) {
+    : attempt_(spec.attempt),
+      attempt_dir_(spec.attempt_dir),
+      role_(spec.settings.role),
+      hostname_(spec.hostname),
+      job_token_(spec.settings.job_token) {
   const WorkerEnvironment env(spec.base_env, spec.settings);
   const std::string& tmpl = spec.prefix_template.empty() ? std::string(kDefaultPrefix) : spec.prefix_template;
   const int n = spec.settings.local_world_size;

@@ -88,6 +88,8 @@ class WorkerGroup {
 
   const std::vector<Worker>& workers() const { return workers_; }
   int attempt() const { return attempt_; }
+  /// <root>/attempt_<n>: the per-rank folders are below it.
+  const std::string& attempt_dir() const { return attempt_dir_; }
 
  private:
   void observe_exits();
@@ -96,6 +98,7 @@ class WorkerGroup {
   std::vector<Worker> workers_;
   std::optional<size_t> first_failure_;
   int attempt_ = 0;
+  std::string attempt_dir_;
   std::string role_;
   std::string hostname_;
   std::string job_token_;  // what the workers' leftovers carry (job_token.hpp)

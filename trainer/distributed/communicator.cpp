@@ -302,12 +302,12 @@ Communicator::Communicator(const at::Device& device) : device_(device) {}
 Communicator::~Communicator() = default;
 
 int64_t Communicator::enter(const char* op, const at::Tensor& t) {
-  if (ledger_group_ == "0") {
-    static const char* fault = std::getenv("MESHRUN_TRAINER_FAULT_SKIP_COLLECTIVE");
-    if (fault != nullptr &&
-        std::string(fault) == std::to_string(ledger_->next_seq(ledger_group_)) + ":" + std::to_string(env_.rank)) {
-      std::fprintf(stderr, "test hook: rank %d stops before collective #%s and never enters it\n", env_.rank,
-                   std::to_string(ledger_->next_seq(ledger_group_)).c_str());
+  static const char* fault = std::getenv("MESHRUN_TRAINER_FAULT_SKIP_COLLECTIVE");
+  if (fault != nullptr && ledger_group_ == "0") {
+    const int64_t next = ledger_->next_seq(ledger_group_);
+    if (std::string(fault) == std::to_string(next) + ":" + std::to_string(env_.rank)) {
+      std::fprintf(stderr, "test hook: rank %d stops before collective #%lld and never enters it\n", env_.rank,
+                   static_cast<long long>(next));
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   }
