@@ -355,12 +355,14 @@ void Agent::stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, int first_
   group.stop(signals_, grace_, first_signal);
 }
 
-std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, const ProgressMonitor& progress,
+std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, ProgressMonitor& progress,
                                                         RendezvousBackend& rdzv, HeartbeatSchedule& schedule) {
   try {
-    const auto beat = rdzv.heartbeat(progress.summaries(std::chrono::steady_clock::now()));
+    const auto beat = rdzv.heartbeat(progress.summaries(std::chrono::steady_clock::now(), rdzv.clock_offset()));
     schedule.failures = 0;
     report_stragglers(beat.stragglers);
+    progress.ask_clocks();  // the answers come before the next heartbeat, which carries what they allow
+    progress.ask_arrivals(beat.arrival_probe);
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
       stop_workers(group, rdzv);
@@ -403,9 +405,17 @@ void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
     return;
   }
   for (const auto& s : stragglers) {
-    char line[256];
-    std::snprintf(line, sizeof line, "straggler: rank %d on %s takes %.3f s per step, %.2fx the run's median (%.3f s)",
-                  s.rank, s.host.c_str(), s.seconds, s.seconds / s.median_seconds, s.median_seconds);
+    char line[320];
+    if (s.measure == proto::StragglerMeasure::kArrivals) {
+      std::snprintf(line, sizeof line,
+                    "straggler: rank %d on %s computes %.1f ms between collectives, %.2fx the run's median "
+                    "(%.1f ms; the others wait for it: from when each rank entered its collectives)",
+                    s.rank, s.host.c_str(), s.seconds * 1e3, s.seconds / s.median_seconds, s.median_seconds * 1e3);
+    } else {
+      std::snprintf(line, sizeof line,
+                    "straggler: rank %d on %s takes %.3f s per step, %.2fx the run's median (%.3f s)", s.rank,
+                    s.host.c_str(), s.seconds, s.seconds / s.median_seconds, s.median_seconds);
+    }
     say(line);
   }
 }

@@ -228,13 +228,27 @@ proto::HeartbeatReply NodeRendezvous::heartbeat(const std::vector<proto::RankPro
       beat_client_.emplace(proto::StoreClient::connect(endpoint_, co));
       beat_client_->authenticate(options_.rdzv_conf.token);
     }
-    return beat_client_->heartbeat(run_id_, node_id_, progress);
+    proto::ClockReading reading;  // shown in the daemon's status
+    if (const auto known = clock_offset()) {
+      reading =
+          proto::ClockReading{.measured = true, .offset_s = known->offset_s, .uncertainty_s = known->uncertainty_s};
+    }
+    const int64_t sent = unix_time_ns();
+    auto reply = beat_client_->heartbeat(run_id_, node_id_, progress, std::nullopt, reading);
+    if (reply.server_unix_ns > 0) clock_.add(sent, reply.server_unix_ns, unix_time_ns());
+    return reply;
   } catch (const RemoteError&) {
     throw;  // the daemon answered; the connection is fine
   } catch (const Error&) {
     beat_client_.reset();  // a timed-out exchange may leave half a reply on the socket: start afresh
     throw;
   }
+}
+
+std::optional<OffsetEstimate> NodeRendezvous::clock_offset() const {
+  auto daemon_minus_ours = clock_.estimate();
+  if (daemon_minus_ours) daemon_minus_ours->offset_s = -daemon_minus_ours->offset_s;
+  return daemon_minus_ours;
 }
 
 void NodeRendezvous::report_failure(const std::string& reason, proto::RestartCause cause) {

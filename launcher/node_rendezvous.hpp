@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/rendezvous_backend.hpp"
@@ -40,6 +41,7 @@ class NodeRendezvous final : public RendezvousBackend {
   /// A heartbeat on a connection of its own with a short deadline (keep_alive_interval); the next call
   /// reconnects after a failed one.
   proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) override;
+  std::optional<OffsetEstimate> clock_offset() const override;
   void report_failure(const std::string& reason, proto::RestartCause cause) override;
   void record_failure(const proto::FailureReport& failure) override;
   std::vector<proto::FailureReport> failures() override;
@@ -72,6 +74,7 @@ class NodeRendezvous final : public RendezvousBackend {
   // Heartbeats use a connection of their own with a short deadline: a daemon that stops answering
   // (host dead, link cut, SIGSTOP) is noticed within the keep-alive timeout, not the 60 s read timeout.
   std::optional<proto::RendezvousClient> beat_client_;
+  ClockOffset clock_;  // the daemon's clock minus ours, from the heartbeats
   Endpoint endpoint_;
   std::string run_id_;
   std::string hostname_;

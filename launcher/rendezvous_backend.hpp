@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
 #include "proto/rendezvous_messages.hpp"
 
@@ -27,6 +28,9 @@ class RendezvousBackend {
   /// One keep-alive carrying this node's ranks' progress; the reply says whether to go on, restart or
   /// fail. Throws NetworkError/TimeoutError when the rendezvous does not answer in time.
   virtual proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) = 0;
+  /// This node's clock minus the rendezvous's, measured from the heartbeats' round trips; nullopt until
+  /// measured, or when the backend has no clock of its own to compare with (etcd).
+  virtual std::optional<OffsetEstimate> clock_offset() const { return std::nullopt; }
   /// A worker failed or hung here: every node re-rendezvouses.
   virtual void report_failure(const std::string& reason, proto::RestartCause cause) = 0;
   /// Records a failed or hung worker at once, for the root cause across nodes; never throws.

@@ -21,11 +21,11 @@ class RendezvousClient {
   std::string join(const JoinRequest& request);
   /// Blocks up to `timeout` for the round to close. "waiting" replies carry progress for the user.
   AwaitReply await(const std::string& run_id, const std::string& node_id, Duration timeout);
-  /// Carries this node's ranks' progress (may be empty); `timeout` bounds the exchange (default: the
-  /// connection's op timeout).
+  /// Carries this node's ranks' progress (may be empty) and its clock reading (shown in status); `timeout`
+  /// bounds the exchange (default: the connection's op timeout).
   HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
                            const std::vector<RankProgress>& progress = {},
-                           std::optional<Duration> timeout = std::nullopt);
+                           std::optional<Duration> timeout = std::nullopt, const ClockReading& clock = {});
   /// Reports a local worker failure (cause kWorkerFailed or kHung): the daemon opens a new round for every
   /// node of the run.
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,

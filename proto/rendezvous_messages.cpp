@@ -50,6 +50,14 @@ struct WireNames<RunState> {
                                         std::pair{RunState::kFailed, "failed"sv}};
 };
 
+template <>
+struct WireNames<StragglerMeasure> {
+  static constexpr std::string_view kField = "straggler measure";
+  static constexpr std::array kNames = {std::pair{StragglerMeasure::kCompute, "compute"sv},
+                                        std::pair{StragglerMeasure::kArrivals, "arrivals"sv},
+                                        std::pair{StragglerMeasure::kStepTime, "step_time"sv}};
+};
+
 template <typename Enum>
 std::string_view name_of(Enum value) {
   for (const auto& [candidate, name] : WireNames<Enum>::kNames) {
@@ -106,9 +114,11 @@ void to_json(nlohmann::json& j, AwaitStatus value) { j = std::string(name_of(val
 void to_json(nlohmann::json& j, HeartbeatAction value) { j = std::string(name_of(value)); }
 void to_json(nlohmann::json& j, RestartCause value) { j = std::string(name_of(value)); }
 void to_json(nlohmann::json& j, RunState value) { j = std::string(name_of(value)); }
+void to_json(nlohmann::json& j, StragglerMeasure value) { j = std::string(name_of(value)); }
 void from_json(const nlohmann::json& j, AwaitStatus& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, HeartbeatAction& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, RestartCause& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, RunState& value) { read_json(j, value); }
+void from_json(const nlohmann::json& j, StragglerMeasure& value) { read_json(j, value); }
 
 }  // namespace meshrun::proto

@@ -4,7 +4,7 @@
 //   hello      {}                                  -> Hello
 //   join       JoinRequest                         -> {"node_id", "round"}     (returns at once)
 //   await      {run_id, node_id, timeout_s}        -> AwaitReply: waiting | assigned | failed
-//   heartbeat  {run_id, node_id, progress?}        -> HeartbeatReply   (progress: [RankProgress])
+//   heartbeat  {run_id, node_id, progress?, clock?} -> HeartbeatReply  (progress: [RankProgress], clock: ClockReading)
 //   fail       {run_id, node_id, reason, cause?}   -> {}  (a worker failed or hung: every node re-rendezvouses)
 //   failure    {run_id, node_id, failure}          -> {}  (FailureReport: recorded for the root cause, sent
 //                                                          at once, before `fail`/`leave`)
@@ -105,8 +105,29 @@ struct JoinRequest {
   double straggler_threshold = 1.3;  // a rank this many times slower than the run's median is named; 0: off
 };
 
-/// One rank's progress as its agent sees it from the worker's beats (docs/progress.md). Agents send their
-/// ranks' with each heartbeat (bounded: one entry per local rank); the daemon adds the straggler flag.
+/// A range of one process group's collectives whose arrival times the daemon asks every rank for
+/// (HeartbeatReply::arrival_probe); an empty group asks for nothing.
+struct ArrivalProbe {
+  std::string group;
+  int64_t first_seq = 0;
+  int64_t last_seq = 0;
+};
+
+/// One rank's answer to an ArrivalProbe: when it entered the range's collectives (PyTorch's Flight Recorder
+/// `time_created_ns`), already moved onto the daemon's clock with the offsets its agent measured.
+struct ArrivalBlock {
+  std::string group;  // empty: no answer
+  int64_t first_seq = 0;
+  int64_t last_seq = 0;
+  int64_t count = 0;         // collectives of the range found in the recorder (all of them, or the block is void)
+  double mean_unix_s = 0;    // mean entry time, on the daemon's clock
+  double span_s = 0;         // last entry minus first entry (the rank's own clock: no offset involved)
+  double uncertainty_s = 0;  // how far the offsets used may be off (half the round trips they came from)
+};
+
+/// One rank's progress as its agent sees it from the worker's beats and its collectives (docs/progress.md).
+/// Agents send their ranks' with each heartbeat (bounded: one entry per local rank); the daemon adds the
+/// straggler flag and the compute figure it derives from arrival times.
 struct RankProgress {
   int rank = 0;
   int64_t step = 0;
@@ -118,14 +139,33 @@ struct RankProgress {
   double tokens_per_s = 0;  // 0: not reported
   bool hung = false;        // the agent judged the rank hung
   bool straggler = false;   // the daemon judged the rank slow (status and heartbeat replies only)
+  std::map<std::string, int64_t> collectives;  // process group -> last completed collective (meshrun's hook)
+  ArrivalBlock arrivals;                       // the answer to the daemon's current probe, if any
+  double arrival_compute_s = 0;                // daemon: compute per collective derived from arrival times; 0 unknown
 };
 
-/// A rank the daemon names as slow: its time per step against the run's median.
+/// Straggler::measure: what a rank's slowness was judged on.
+enum class StragglerMeasure {
+  kCompute,   // "compute": the compute_s the worker reports in its beats
+  kArrivals,  // "arrivals": compute between collectives, derived from when each rank entered them
+  kStepTime,  // "step_time": time per step from the beats (ranks that do not wait for each other)
+};
+
+/// A rank the daemon names as slow: its measure against the run's median.
 struct Straggler {
   int rank = 0;
   std::string host;
-  double seconds = 0;         // the rank's compute_s, or its step time when it reports no compute_s
+  double seconds = 0;         // the rank's measure: per step, or per collective for kArrivals
   double median_seconds = 0;  // the same measure's median over the run's ranks
+  StragglerMeasure measure = StragglerMeasure::kCompute;
+};
+
+/// How far a node's wall clock is from the daemon's, as its agent measured it from its heartbeats'
+/// round trips (the one with the shortest round trip of the recent ones).
+struct ClockReading {
+  bool measured = false;
+  double offset_s = 0;       // the node's clock minus the daemon's
+  double uncertainty_s = 0;  // half that round trip
 };
 
 struct NodeInfo {
@@ -138,6 +178,7 @@ struct NodeInfo {
   double since_heartbeat_s = 0;
   bool alive = true;
   int64_t pid = 0;
+  ClockReading clock;               // status only: its last heartbeat's clock reading
   std::vector<RankProgress> ranks;  // status only: the progress its agent last sent (empty without beats)
 };
 
@@ -175,6 +216,8 @@ struct HeartbeatReply {
   RestartCause cause = RestartCause::kNone;
   int waiting_nodes = 0;
   std::vector<Straggler> stragglers;  // the run's slow ranks now (empty: none, or too few beats to tell)
+  ArrivalProbe arrival_probe;         // the collectives whose arrival times the daemon wants (empty: none)
+  int64_t server_unix_ns = 0;         // the daemon's wall clock as it answered (the agent's clock reading)
 };
 
 /// A failed (or hung) worker, as its agent reports it at once. The daemon orders a round's reports by
@@ -239,25 +282,33 @@ void to_json(nlohmann::json& j, AwaitStatus value);
 void to_json(nlohmann::json& j, HeartbeatAction value);
 void to_json(nlohmann::json& j, RestartCause value);
 void to_json(nlohmann::json& j, RunState value);
+void to_json(nlohmann::json& j, StragglerMeasure value);
 void from_json(const nlohmann::json& j, AwaitStatus& value);
 void from_json(const nlohmann::json& j, HeartbeatAction& value);
 void from_json(const nlohmann::json& j, RestartCause& value);
 void from_json(const nlohmann::json& j, RunState& value);
+void from_json(const nlohmann::json& j, StragglerMeasure& value);
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Hello, server, version, unix_time_ms, peer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr, local_world_size, min_nodes, max_nodes,
                                                 requested_rank, last_call_timeout_s, join_timeout_s,
                                                 keep_alive_timeout_s, pid, straggler_threshold)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbe, group, first_seq, last_seq)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalBlock, group, first_seq, last_seq, count, mean_unix_s, span_s,
+                                                uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankProgress, rank, step, phase, step_time_s, compute_s, since_beat_s,
-                                                loss, tokens_per_s, hung, straggler)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Straggler, rank, host, seconds, median_seconds)
+                                                loss, tokens_per_s, hung, straggler, collectives, arrivals,
+                                                arrival_compute_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Straggler, rank, host, seconds, median_seconds, measure)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClockReading, measured, offset_s, uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
-                                                requested_rank, since_heartbeat_s, alive, pid, ranks)
+                                                requested_rank, since_heartbeat_s, alive, pid, clock, ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
                                                 rank_offset, master_addr, master_port, nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
                                                 waited_s, join_timeout_s, assignment, reason)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers,
+                                                arrival_probe, server_unix_ns)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, local_rank, host, node_id, age_s, unix_ms,
                                                 cause, exit, error, step, traceback, hang_kind)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s)

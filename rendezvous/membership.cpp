@@ -205,6 +205,7 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   run.last_call_deadline.reset();
   ++run.round;
   run.stragglers = StragglerFilter{};  // ranks may move to other hosts and steps go back to a checkpoint
+  run.arrivals = ArrivalTiming{};
   ++version_;
   run.last_event = reason;
   run.restart_cause = cause;
@@ -355,7 +356,7 @@ void Membership::set_awaiting(const std::string& run_id, const std::string& node
 }
 
 proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std::string& node_id,
-                                            std::vector<proto::RankProgress> progress) {
+                                            std::vector<proto::RankProgress> progress, proto::ClockReading clock) {
   proto::HeartbeatReply reply;  // continue
   Run* run = find_run(run_id);
   if (run == nullptr) return fail(reply, "run '" + run_id + "' is not known to this daemon (did it restart?)");
@@ -367,12 +368,18 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   if (in_closed_round) {
     it->second.last_seen = clock_.now();
     it->second.progress = std::move(progress);
+    it->second.clock = clock;
     std::set<int> fresh;
     for (const auto& p : it->second.progress) fresh.insert(p.rank);
+    const auto ranks = hosted_ranks(*run);
+    std::vector<proto::RankProgress> all;
+    for (const auto& r : ranks) all.push_back(r.progress);
+    run->arrivals.update(all, run->world_size, clock_.now());
     run->stragglers.update(hosted_ranks(*run), fresh, straggler_threshold(*run));
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
     if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);
+      reply.arrival_probe = run->arrivals.probe();
       return reply;
     }
     const Node& newcomer = run->nodes.at(run->waiting.front());
@@ -420,7 +427,7 @@ std::optional<proto::FailureReport> Membership::hung_elsewhere(const Run& run, c
     for (size_t lr = 0; lr < node.progress.size(); ++lr) {
       const proto::RankProgress& p = node.progress[lr];
       const Candidate c{&node, lr, since_heartbeat + p.since_beat_s};
-      if (p.step >= hang.step) continue;
+      if (p.phase.empty() || p.step >= hang.step) continue;  // no beats: its step says nothing
       const proto::RankProgress* b = best ? &best->node->progress[best->local_rank] : nullptr;
       if (!b || p.step < b->step || (p.step == b->step && c.silence > best->silence)) best = c;
     }
@@ -462,7 +469,10 @@ std::vector<HostedRank> Membership::hosted_ranks(const Run& run) const {
   std::vector<HostedRank> ranks;
   for (const auto& id : run.participants) {
     const Node& node = run.nodes.at(id);
-    for (const auto& p : node.progress) ranks.push_back(HostedRank{node.request.host, p});
+    for (const auto& p : node.progress) {
+      ranks.push_back(HostedRank{node.request.host, p});
+      ranks.back().progress.arrival_compute_s = run.arrivals.compute_s(p.rank);
+    }
   }
   return ranks;
 }
@@ -593,8 +603,10 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
     for (const auto& node_id : run.participants) {
       const Node& node = run.nodes.at(node_id);
       proto::NodeInfo n = info(node);
+      n.clock = node.clock;
       n.ranks = node.progress;
       for (auto& r : n.ranks) {
+        r.arrival_compute_s = run.arrivals.compute_s(r.rank);
         r.straggler = std::any_of(slow.begin(), slow.end(), [&](const auto& x) { return x.rank == r.rank; });
       }
       s.nodes.push_back(std::move(n));

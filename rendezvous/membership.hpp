@@ -20,6 +20,7 @@
 
 #include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
+#include "rendezvous/arrival_timing.hpp"
 #include "rendezvous/failure_log.hpp"
 #include "rendezvous/straggler.hpp"
 
@@ -38,9 +39,10 @@ class Membership {
   bool settled(const std::string& run_id, const std::string& node_id) const;
   /// Marks a node as blocked in an await (it is alive while it waits).
   void set_awaiting(const std::string& run_id, const std::string& node_id, bool awaiting);
-  /// `progress`: the node's ranks as its agent sees them (kept for status and straggler detection).
+  /// `progress`: the node's ranks as its agent sees them (kept for status and straggler detection);
+  /// `clock`: how far the node's clock is from the daemon's (status only).
   proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
-                                  std::vector<proto::RankProgress> progress = {});
+                                  std::vector<proto::RankProgress> progress = {}, proto::ClockReading clock = {});
   /// `cause` is kWorkerFailed or kHung.
   /// Records a failed worker of the node (`failure.unix_ms` set by the caller, whose clock reads
   /// `now_unix_ms`) for the root cause. A hang also names, from the heartbeats, a rank on another node
@@ -77,6 +79,7 @@ class Membership {
     bool participant = false;                   // in `participants` (not waiting): an O(log n) test for every await
     std::string error;                          // set when this node's join failed (timeout, conflict)
     std::vector<proto::RankProgress> progress;  // from its last heartbeat, this round
+    proto::ClockReading clock;                  // from its last heartbeat
   };
   /// A node of the invalidated round that has not re-joined yet. Keyed by "host/pid": its node id
   /// changes when it re-joins, its host and pid do not.
@@ -101,6 +104,7 @@ class Membership {
     std::string restart_reason;
     FailureLog failures;                                               // the root cause and its consequences
     StragglerFilter stragglers;                                        // who is named slow (hysteresis)
+    ArrivalTiming arrivals;                                            // stragglers from collective arrival times
     std::vector<std::pair<proto::RestartRecord, TimePoint>> restarts;  // the latest kMaxRestartRecords, for status
     std::map<std::string, int64_t> restarts_by_cause;                  // every restart, by cause wire name
     std::map<std::string, int64_t> hangs_by_kind;                      // every hang reported, by verdict kind

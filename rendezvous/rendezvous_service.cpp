@@ -67,8 +67,14 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
       return json{{"error", "heartbeat carries " + std::to_string(progress.size()) + " progress entries; at most " +
                                 std::to_string(kMaxProgressEntries) + " (one per local rank)"}};
     }
-    return membership_.heartbeat(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
-                                 std::move(progress));
+    auto reply =
+        membership_.heartbeat(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
+                              std::move(progress), request.value("clock", proto::ClockReading{}));
+    // The agent reads its clock's offset from this (the last thing done before the reply leaves).
+    reply.server_unix_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    return reply;
   }
   if (op == "fail") {
     membership_.report_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),

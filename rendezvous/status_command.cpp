@@ -9,16 +9,18 @@ namespace {
 std::string join_ints(const std::vector<int>& v) { return v.empty() ? "-" : fmt::format("{}", fmt::join(v, ",")); }
 
 void print_nodes(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
-  out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>10}  {}\n", "rank", "host", "addr", "workers", "pid",
-                     "heartbeat", "state");
+  out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>10} {:>10}  {}\n", "rank", "host", "addr", "workers",
+                     "pid", "heartbeat", "clock", "state");
   for (const auto& n : nodes) {
-    out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>9.1f}s  {}\n",
+    // The node's clock minus the daemon's, as its agent measured it ("-": not yet, or an older agent).
+    const std::string clock = n.clock.measured ? fmt::format("{:+.3f}s", n.clock.offset_s) : "-";
+    out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>9.1f}s {:>10}  {}\n",
                        n.group_rank >= 0 ? std::to_string(n.group_rank) : "-", n.host, n.addr, n.local_world_size,
-                       n.pid, n.since_heartbeat_s, n.alive ? "alive" : "DEAD");
+                       n.pid, n.since_heartbeat_s, clock, n.alive ? "alive" : "DEAD");
   }
 }
 
-// Per-rank progress (from the workers' beats, docs/progress.md); nothing when no rank beats.
+// Per-rank progress (from the workers' beats and collectives, docs/progress.md); nothing without either.
 void print_ranks(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
   bool header = false;
   for (const auto& n : nodes) {
@@ -30,6 +32,14 @@ void print_ranks(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
       }
       std::string flags = r.hung ? "HUNG" : "";
       if (r.straggler) flags += flags.empty() ? "STRAGGLER" : ",STRAGGLER";
+      if (r.phase.empty()) {  // no beats: what its collectives say
+        out << fmt::format("    {:<6} {:<24} {:>8} {:<10} {:>9} {:>9} {:>9} {:>10}  {}{}\n", r.rank, n.host, "-",
+                           "(no beats)", "-", "-", "-", "-", flags,
+                           r.arrival_compute_s > 0 ? fmt::format("{}{:.1f} ms between collectives",
+                                                                 flags.empty() ? "" : "; ", r.arrival_compute_s * 1e3)
+                                                   : "");
+        continue;
+      }
       out << fmt::format("    {:<6} {:<24} {:>8} {:<10} {:>9.3f} {:>9.3f} {:>8.1f}s {:>10.4f}  {}\n", r.rank, n.host,
                          r.step, r.phase, r.step_time_s, r.compute_s, r.since_beat_s, r.loss, flags);
     }

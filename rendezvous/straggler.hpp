@@ -1,11 +1,12 @@
 // Straggler detection: which ranks of a run are slower per step than the rest. Pure (no clock, no I/O):
 // Membership feeds it the progress the agents sent with their heartbeats.
 //
-// A rank's measure is the compute_s its worker reports (time per step spent computing, not waiting for
-// other ranks), or its step time when it reports none. In lockstep data-parallel training every rank's
-// step time equals the slowest rank's, so only compute_s can single a straggler out there; step times
-// still work for ranks that do not wait for each other. Each measure is already a median over the
-// agent's recent window of steps, so one slow step names nobody.
+// A rank's measure is, the first that every rank of the run has: the compute_s its worker reports (time
+// per step spent computing, not waiting for other ranks); else its compute per collective derived from
+// when the ranks entered their collectives (ArrivalTiming: no code in the script); else its step time.
+// In lockstep data-parallel training every rank's step time equals the slowest rank's, so only the first
+// two can single a straggler out there; step times still work for ranks that do not wait for each other.
+// Each measure is already a median over a recent window, so one slow step names nobody.
 #pragma once
 
 #include <map>
@@ -24,14 +25,16 @@ struct HostedRank {
 };
 
 /// The ranks whose measure exceeds `threshold` times the run's median measure (the lower median, so
-/// that with two ranks the faster one is the reference). Only ranks in the "train" phase that are not
-/// hung and have a measure count; fewer than two such ranks, or threshold <= 0, name nobody.
+/// that with two ranks the faster one is the reference). Only ranks in the "train" phase (or without
+/// beats) that are not hung and have a measure count; fewer than two such ranks, or threshold <= 0, name
+/// nobody.
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold);
 
 /// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
 /// rank is named once its node's heartbeats found it over the threshold kConfirm times in a row *and* over
 /// at least kSteps of its steps, and cleared once they found it under the exit ratio (halfway between 1
-/// and the threshold), or not counted, kClear times in a row and over kSteps steps. Counting steps as well
+/// and the threshold), or not counted, kClear times in a row and over kSteps steps (collectives, for the
+/// arrivals measure). Counting steps as well
 /// as heartbeats keeps slow steps (a noisy median per heartbeat) from flapping and fast ones quick to name.
 /// A rank's state moves only on its own node's heartbeats (fresh figures), whatever the number of nodes.
 /// One per run, in the daemon.

@@ -34,6 +34,27 @@ std::pair<std::string, HookMessage::Group> parse_group(std::string_view field, s
                              parse_number(field.substr(second + 1), datagram)}};
 }
 
+// "<agent ns> <worker ns>"
+void parse_clock(std::string_view rest, std::string_view datagram, HookMessage& m) {
+  const auto fields = split(std::string(rest), ' ');
+  if (fields.size() != 2) throw ProtocolError("bad clock answer '" + std::string(datagram) + "'");
+  m.sent_ns = parse_number(fields[0], datagram);
+  m.remote_ns = parse_number(fields[1], datagram);
+}
+
+// "<first> <last> <count> <mean ns> <span ns> <group>" (the group last: it is the rest of the line)
+void parse_arrivals(std::string_view rest, std::string_view datagram, HookMessage& m) {
+  int64_t numbers[5];
+  for (auto& n : numbers) {
+    const auto space = rest.find(' ');
+    if (space == std::string_view::npos) throw ProtocolError("bad arrivals answer '" + std::string(datagram) + "'");
+    n = parse_number(rest.substr(0, space), datagram);
+    rest.remove_prefix(space + 1);
+  }
+  if (rest.empty()) throw ProtocolError("arrivals answer without a group: '" + std::string(datagram) + "'");
+  m.arrivals = ArrivalAnswer{std::string(rest), numbers[0], numbers[1], numbers[2], numbers[3], numbers[4]};
+}
+
 }  // namespace
 
 bool is_hook_message(std::string_view datagram) { return datagram.starts_with(kPrefix); }
@@ -53,6 +74,12 @@ HookMessage parse_hook_message(std::string_view datagram) {
     for (const auto& field : split(std::string(rest), ' ')) {
       if (!field.empty()) m.groups.insert(parse_group(field, datagram));
     }
+  } else if (verb == "clock") {
+    m.kind = HookMessage::Kind::kClock;
+    parse_clock(rest, datagram, m);
+  } else if (verb == "arrivals") {
+    m.kind = HookMessage::Kind::kArrivals;
+    parse_arrivals(rest, datagram, m);
   } else if (verb == "dumped" || verb == "failed") {
     m.kind = verb == "dumped" ? HookMessage::Kind::kDumped : HookMessage::Kind::kFailed;
     m.text = std::string(rest);
@@ -62,12 +89,14 @@ HookMessage parse_hook_message(std::string_view datagram) {
   return m;
 }
 
-void CollectiveWatch::on_message(const HookMessage& message, Clock::time_point now) {
+void CollectiveWatch::on_message(const HookMessage& message, Clock::time_point now, int64_t received_ns) {
   hooked_ = true;
   switch (message.kind) {
     case HookMessage::Kind::kHello: recorder_on_ = message.recorder_on; return;
     case HookMessage::Kind::kDumped:
     case HookMessage::Kind::kFailed: dump_answer_ = message; return;
+    case HookMessage::Kind::kClock: clock_.add(message.sent_ns, message.remote_ns, received_ns); return;
+    case HookMessage::Kind::kArrivals: arrivals_ = message.arrivals; return;
     case HookMessage::Kind::kStatus: break;
   }
   bool completed = false;
@@ -91,6 +120,12 @@ void CollectiveWatch::on_message(const HookMessage& message, Clock::time_point n
     if (gaps_s_.size() > kWindow) gaps_s_.pop_front();
   }
   last_completion_ = now;
+}
+
+std::map<std::string, int64_t> CollectiveWatch::completed() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, state] : groups_) out[name] = state.last.last_completed;
+  return out;
 }
 
 std::optional<double> CollectiveWatch::median_gap_s() const {

@@ -3,6 +3,9 @@
 //   fr hello pid=<pid> fr=on|off        the hook started in this worker
 //   fr status <group>:<last enqueued>:<last completed> ...   PyTorch's pg_status, on change (and every 5 s)
 //   fr dumped <path> | fr failed <why>  the answer to a dump request
+//   fr clock <agent ns> <worker ns>     the answer to "clock <agent ns>": a sample of the worker's clock offset
+//   fr arrivals <first> <last> <count> <mean ns> <span ns> <group>
+//                                       the answer to an arrival probe (the daemon's, relayed by the agent)
 // The agent's own clock dates what it sees: when a group's oldest open collective was first seen open,
 // and the gaps between completions (the job's cadence, which the automatic budget learns).
 #pragma once
@@ -15,11 +18,23 @@
 #include <string>
 #include <string_view>
 
+#include "common/clock_offset.hpp"
+
 namespace meshrun::launcher {
+
+/// When one rank entered a range of a group's collectives, on its own clock (nanoseconds since the epoch).
+struct ArrivalAnswer {
+  std::string group;
+  int64_t first_seq = 0;
+  int64_t last_seq = 0;
+  int64_t count = 0;  // entries of the range the recorder still held
+  int64_t mean_ns = 0;
+  int64_t span_ns = 0;
+};
 
 /// One datagram from the hook. Throws ProtocolError when it is not one.
 struct HookMessage {
-  enum class Kind { kHello, kStatus, kDumped, kFailed };
+  enum class Kind { kHello, kStatus, kDumped, kFailed, kClock, kArrivals };
   struct Group {
     int64_t last_enqueued = -1;
     int64_t last_completed = -1;
@@ -28,6 +43,9 @@ struct HookMessage {
   bool recorder_on = true;              // kHello
   std::map<std::string, Group> groups;  // kStatus
   std::string text;                     // kDumped: the path; kFailed: why
+  int64_t sent_ns = 0;                  // kClock: the agent's clock when it asked
+  int64_t remote_ns = 0;                // kClock: the worker's clock when it answered
+  ArrivalAnswer arrivals;               // kArrivals
 };
 /// True when `datagram` comes from the hook ("fr ..."), not a progress beat.
 bool is_hook_message(std::string_view datagram);
@@ -46,7 +64,8 @@ class CollectiveWatch {
     Clock::time_point since;  // when the agent first saw it open
   };
 
-  void on_message(const HookMessage& message, Clock::time_point now);
+  /// `received_ns`: the agent's wall clock when the message came (for kClock).
+  void on_message(const HookMessage& message, Clock::time_point now, int64_t received_ns = 0);
 
   bool hooked() const { return hooked_; }
   bool recorder_on() const { return recorder_on_; }
@@ -59,6 +78,12 @@ class CollectiveWatch {
   /// The answer to the last dump request: the file written, or why none was.
   const std::optional<HookMessage>& dump_answer() const { return dump_answer_; }
   void clear_dump_answer() { dump_answer_.reset(); }
+  /// The last collective completed in each group, as the hook last reported.
+  std::map<std::string, int64_t> completed() const;
+  /// The worker's clock minus the agent's, once a clock answer came.
+  std::optional<OffsetEstimate> clock_offset() const { return clock_.estimate(); }
+  /// The answer to the last arrival probe, if one came.
+  const std::optional<ArrivalAnswer>& arrivals() const { return arrivals_; }
 
  private:
   struct GroupState {
@@ -72,6 +97,8 @@ class CollectiveWatch {
   std::deque<double> gaps_s_;
   std::map<std::string, GroupState> groups_;
   std::optional<HookMessage> dump_answer_;
+  ClockOffset clock_;
+  std::optional<ArrivalAnswer> arrivals_;
 };
 
 }  // namespace meshrun::launcher

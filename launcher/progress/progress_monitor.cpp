@@ -53,7 +53,7 @@ void ProgressMonitor::drain(Clock::time_point now) {
       try {
         if (is_hook_message(datagram)) {
           spdlog::debug("rank {}: {}", trackers_[lr].rank(), datagram);
-          watches_[lr].on_message(parse_hook_message(datagram), now);
+          watches_[lr].on_message(parse_hook_message(datagram), now, unix_time_ns());
           continue;
         }
         trackers_[lr].on_beat(proto::parse_beat(datagram), now);
@@ -171,10 +171,57 @@ std::string ProgressMonitor::request_dump(size_t lr, const std::string& path) {
   return error == 0 ? std::string() : "cannot reach the hook's socket " + hook + ": " + std::strerror(error);
 }
 
-std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point now) const {
+void ProgressMonitor::ask_clocks() {
+  for (size_t lr = 0; lr < sockets_.size(); ++lr) {
+    if (watches_[lr].hooked())
+      sockets_[lr].send_to(sockets_[lr].path() + ".hook", "clock " + std::to_string(unix_time_ns()));
+  }
+}
+
+void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe) {
+  if (probe.group.empty() || (probe.group == asked_.group && probe.first_seq == asked_.first_seq)) return;
+  asked_ = probe;
+  const std::string request = fmt::format("arrivals {} {} {}", probe.first_seq, probe.last_seq, probe.group);
+  for (size_t lr = 0; lr < sockets_.size(); ++lr) {
+    if (watches_[lr].hooked()) sockets_[lr].send_to(sockets_[lr].path() + ".hook", request);
+  }
+}
+
+namespace {
+
+// The hook's answer on the daemon's clock: the worker's clock minus its offset from the agent's, minus the
+// agent's offset from the daemon's. Nothing while either offset is unmeasured.
+proto::ArrivalBlock on_daemon_clock(const ArrivalAnswer& a, const std::optional<OffsetEstimate>& worker,
+                                    const std::optional<OffsetEstimate>& node) {
+  if (!worker || !node || a.count == 0) return {};
+  return proto::ArrivalBlock{.group = a.group,
+                             .first_seq = a.first_seq,
+                             .last_seq = a.last_seq,
+                             .count = a.count,
+                             .mean_unix_s = static_cast<double>(a.mean_ns) * 1e-9 - worker->offset_s - node->offset_s,
+                             .span_s = static_cast<double>(a.span_ns) * 1e-9,
+                             .uncertainty_s = worker->uncertainty_s + node->uncertainty_s};
+}
+
+}  // namespace
+
+std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point now,
+                                                            std::optional<OffsetEstimate> node_clock) const {
   std::vector<proto::RankProgress> out;
   for (size_t lr = 0; lr < trackers_.size(); ++lr) {
-    if (trackers_[lr].has_beaten()) out.push_back(trackers_[lr].summary(now, hung_ == lr));
+    const CollectiveWatch& w = watches_[lr];
+    auto completed = w.completed();
+    if (!trackers_[lr].has_beaten() && completed.empty()) continue;
+    proto::RankProgress p;  // a rank without beats: only its collectives speak for it
+    if (trackers_[lr].has_beaten()) {
+      p = trackers_[lr].summary(now, hung_ == lr);
+    } else {
+      p.rank = trackers_[lr].rank();
+      p.hung = hung_ == lr;
+    }
+    p.collectives = std::move(completed);
+    if (w.arrivals()) p.arrivals = on_daemon_clock(*w.arrivals(), w.clock_offset(), node_clock);
+    out.push_back(std::move(p));
   }
   return out;
 }

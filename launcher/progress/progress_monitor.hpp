@@ -63,8 +63,15 @@ class ProgressMonitor {
   size_t size() const { return trackers_.size(); }
   /// Local rank `lr`'s last beaten step, -1 before its first beat.
   int64_t last_step(size_t lr) const;
-  /// One entry per rank that has beaten (none when no worker sends beats).
-  std::vector<proto::RankProgress> summaries(Clock::time_point now) const;
+  /// Asks every hooked rank for its wall clock (its offset from this agent's; answers come with the beats).
+  void ask_clocks();
+  /// Relays the daemon's arrival probe to every hooked rank, once per probe.
+  void ask_arrivals(const proto::ArrivalProbe& probe);
+  /// One entry per rank that has beaten or whose hook reported collectives (none when neither). With
+  /// `node_clock` (this node's clock minus the daemon's), answers to the arrival probe go along, on the
+  /// daemon's clock.
+  std::vector<proto::RankProgress> summaries(Clock::time_point now,
+                                             std::optional<OffsetEstimate> node_clock = std::nullopt) const;
 
  private:
   std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
@@ -77,6 +84,7 @@ class ProgressMonitor {
   std::vector<std::optional<Clock::time_point>> stopped_since_;
   std::set<size_t> warned_bad_beat_;
   std::optional<size_t> hung_;  // reported once; the caller stops the attempt
+  proto::ArrivalProbe asked_;   // the last probe relayed
 };
 
 }  // namespace meshrun::launcher

@@ -225,6 +225,35 @@ TEST_CASE("hook messages: hello, status (group names with colons), dump answers,
   CHECK_THROWS_AS(parse_hook_message("fr shout"), ProtocolError);
 }
 
+TEST_CASE("hook messages: clock samples and arrival answers feed the watch", "[hang][hook]") {
+  auto m = parse_hook_message("fr clock 1000 7000001000");
+  CHECK(m.kind == HookMessage::Kind::kClock);
+  CHECK(m.sent_ns == 1000);
+  CHECK(m.remote_ns == 7000001000);
+  m = parse_hook_message("fr arrivals 11 20 10 1795000000000000000 450000000 my pg");
+  REQUIRE(m.kind == HookMessage::Kind::kArrivals);
+  CHECK(m.arrivals.group == "my pg");  // the rest of the line: a name may hold spaces
+  CHECK(m.arrivals.first_seq == 11);
+  CHECK(m.arrivals.last_seq == 20);
+  CHECK(m.arrivals.count == 10);
+  CHECK(m.arrivals.mean_ns == 1795000000000000000);
+  CHECK(m.arrivals.span_ns == 450000000);
+  CHECK_THROWS_AS(parse_hook_message("fr clock 12"), ProtocolError);
+  CHECK_THROWS_AS(parse_hook_message("fr arrivals 1 2 3 4 5"), ProtocolError);
+  CHECK_THROWS_AS(parse_hook_message("fr arrivals 1 2 x 4 5 0"), ProtocolError);
+
+  CollectiveWatch w;
+  const auto now = CollectiveWatch::Clock::now();
+  w.on_message(parse_hook_message("fr clock 1000000 7001000000"), now, 2000000);  // worker 7 s ahead
+  w.on_message(parse_hook_message("fr arrivals 1 2 2 5 1 0"), now);
+  w.on_message(parse_hook_message("fr status 0:12:11"), now);
+  REQUIRE(w.clock_offset());
+  CHECK(w.clock_offset()->offset_s == Approx(6.9995));
+  REQUIRE(w.arrivals());
+  CHECK(w.arrivals()->count == 2);
+  CHECK(w.completed().at("0") == 11);
+}
+
 TEST_CASE("the collective budget: armed after warm-up, learned from the cadence, never without a hook",
           "[hang][policy]") {
   HangPolicy policy;  // auto, floor 60 s

@@ -5,7 +5,10 @@
 # (pg_status: no entries, microseconds) every POLL_S. When the agent suspects a hang it asks, on
 # <MESHRUN_PROGRESS>.hook, for the full record ("dump <path>"): the open collectives and the last few of
 # each group, with the Python frames that called them; the thread writes it as JSON and answers
-# "fr dumped <path>". Nothing here imports torch: it only looks at torch once the script has.
+# "fr dumped <path>". For stragglers the agent also asks "clock <its ns>" (answered at once with this
+# clock, "fr clock <its ns> <ours>") and "arrivals <first> <last> <group>" (when this rank entered those
+# collectives: "fr arrivals <first> <last> <count> <mean ns> <span ns> <group>").
+# Nothing here imports torch: it only looks at torch once the script has.
 import atexit
 import json
 import os
@@ -173,12 +176,39 @@ def _dump(path):
     os.replace(path + ".tmp", path)
 
 
+def _arrivals(first, last, group):
+    # When this rank entered each collective of the range (the recorder's time_created_ns, this host's
+    # wall clock): their count, mean and span, which the daemon compares across ranks.
+    c10d = _c10d()
+    if c10d is None or _fr_off():
+        return f"fr arrivals {first} {last} 0 0 0 {group}"
+    import pickle
+
+    dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+    times = []
+    for e in dump.get("entries", []):
+        pg = e.get("process_group") or ("", "")
+        if str(pg[0]) == group and not e.get("is_p2p", False) and first <= int(e.get("collective_seq_id", -1)) <= last:
+            times.append(int(e.get("time_created_ns", 0)))
+    if not times:
+        return f"fr arrivals {first} {last} 0 0 0 {group}"
+    return f"fr arrivals {first} {last} {len(times)} {sum(times) // len(times)} {max(times) - min(times)} {group}"
+
+
 def _answer(listen, send):
     try:
         request = listen.recv(4096).decode(errors="replace")
     except socket.timeout:
         return
-    if request.startswith("dump "):
+    if request.startswith("clock "):  # the agent measures this clock's offset from its own: answer at once
+        send(f"fr clock {request[6:]} {time.time_ns()}")
+    elif request.startswith("arrivals "):
+        first, last, group = request[9:].split(" ", 2)
+        try:
+            send(_arrivals(int(first), int(last), group))
+        except Exception:
+            send(f"fr arrivals {first} {last} 0 0 0 {group}")
+    elif request.startswith("dump "):
         path = request[5:]
         try:
             _dump(path)

@@ -1,0 +1,60 @@
+// ArrivalTiming: a straggler measure for scripts that report nothing about themselves, from when each rank
+// entered its collectives (docs/progress.md, "Stragglers from arrival times"). Pure: the caller passes
+// the time; one per run, in the daemon.
+//
+// The daemon asks every rank, through the heartbeat replies, for the same range of one process group's
+// collectives (a probe); each agent answers with its ranks' mean entry time over the range, moved onto the
+// daemon's clock with offsets it measured, and the time the range took. In lockstep every rank waits in
+// each collective for the last one to enter, so a rank's total lateness over the range (the sum of its
+// entry times minus the earliest rank's) is the compute the others did not have to do: a rank computes
+// the range's span minus what it waited, span - (max lateness - its lateness). That figure per collective,
+// a median over the last kWindow probes, is the rank's measure.
+//
+// A probe counts only when every rank answered it with the whole range (the recorder's ring may have
+// dropped older entries) and the offsets are precise enough: their uncertainty, counted once per collective,
+// must stay under kMaxUncertainty of the span, or the lateness it would fake could name a rank.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "proto/rendezvous_messages.hpp"
+
+namespace meshrun::rendezvous {
+
+class ArrivalTiming {
+ public:
+  static constexpr auto kProbeEvery = std::chrono::seconds(3);  // reading the recorder costs the worker ~20 ms
+  static constexpr auto kGiveUpAfter = std::chrono::seconds(20);
+  static constexpr int64_t kMaxRange = 512;  // the recorder keeps 2000 entries over every group
+  static constexpr int64_t kMinRange = 4;
+  static constexpr size_t kWindow = 5;
+  static constexpr double kMaxUncertainty = 0.1;
+
+  /// What was asked of the ranks and is not answered yet (empty group: nothing).
+  const proto::ArrivalProbe& probe() const { return probe_; }
+  /// Reads the answers in `ranks` (every rank of the run): evaluates the probe once all `world_size` ranks
+  /// answered it, and opens the next one when due.
+  void update(const std::vector<proto::RankProgress>& ranks, int world_size, TimePoint now);
+  /// The rank's compute per collective (seconds), a median over the window; 0 while unknown.
+  double compute_s(int rank) const;
+  /// Probes answered but not counted because the clock offsets were too uncertain.
+  int64_t imprecise() const { return imprecise_; }
+
+ private:
+  void evaluate(const std::vector<const proto::ArrivalBlock*>& blocks, const std::vector<int>& ranks);
+  void open_next(const std::vector<proto::RankProgress>& ranks, int world_size, TimePoint now);
+
+  proto::ArrivalProbe probe_;
+  TimePoint opened_at_{};
+  int64_t next_first_ = 1;  // where the next probe starts in group_ (the ranges tile its history)
+  std::string group_;
+  std::map<int, std::deque<double>> figures_;
+  int64_t imprecise_ = 0;
+};
+
+}  // namespace meshrun::rendezvous

@@ -1,0 +1,160 @@
+#include <catch2/catch.hpp>
+
+#include "rendezvous/arrival_timing.hpp"
+#include "rendezvous/straggler.hpp"
+
+using namespace meshrun;
+using namespace meshrun::rendezvous;
+
+namespace {
+
+constexpr double kT0 = 1'795'000'000.0;  // unix seconds
+
+proto::RankProgress beatless(int rank, int64_t completed) {
+  proto::RankProgress p;
+  p.rank = rank;
+  p.collectives = {{"0", completed}};
+  return p;
+}
+
+// Rank `r`'s answer to `probe` in a lockstep job: `count` collectives, each preceded by `compute` seconds
+// of the slowest rank's work; a rank computing `own` seconds waits (slowest - own) in each, so it enters
+// each collective that much earlier than the slowest.
+proto::ArrivalBlock answer(const proto::ArrivalProbe& probe, double own, double slowest, double uncertainty = 1e-5) {
+  const auto count = probe.last_seq - probe.first_seq + 1;
+  const double mean_entry = kT0 + slowest * static_cast<double>(count) / 2 - (slowest - own);
+  return proto::ArrivalBlock{.group = probe.group,
+                             .first_seq = probe.first_seq,
+                             .last_seq = probe.last_seq,
+                             .count = count,
+                             .mean_unix_s = mean_entry,
+                             .span_s = slowest * static_cast<double>(count - 1),
+                             .uncertainty_s = uncertainty};
+}
+
+// Runs `t` through probes until rank figures exist: compute per rank, the slowest's as the cadence.
+void run_probes(ArrivalTiming& t, FakeClock& clock, const std::vector<double>& compute, int probes,
+                double uncertainty = 1e-5) {
+  const double slowest = *std::max_element(compute.begin(), compute.end());
+  int64_t completed = 10;
+  std::vector<proto::RankProgress> ranks;
+  for (size_t r = 0; r < compute.size(); ++r) ranks.push_back(beatless(static_cast<int>(r), completed));
+  const int world = static_cast<int>(compute.size());
+  t.update(ranks, world, clock.now());  // learns the group; the first probe starts after what ran so far
+  for (int i = 0; i < probes; ++i) {
+    clock.advance(ArrivalTiming::kProbeEvery);
+    completed += 100;
+    for (auto& r : ranks) r = beatless(r.rank, completed);
+    t.update(ranks, world, clock.now());
+    const auto probe = t.probe();
+    REQUIRE_FALSE(probe.group.empty());
+    CHECK(probe.last_seq == completed);
+    for (size_t r = 0; r < ranks.size(); ++r) ranks[r].arrivals = answer(probe, compute[r], slowest, uncertainty);
+    t.update(ranks, world, clock.now());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("arrival timing: the rank the others wait for computes 1.5x, on any clock offset", "[straggler]") {
+  ArrivalTiming t;
+  FakeClock clock;
+  run_probes(t, clock, {0.030, 0.020}, 3);
+  CHECK(t.compute_s(0) == Approx(0.030).epsilon(0.02));
+  CHECK(t.compute_s(1) == Approx(0.020).epsilon(0.02));
+  CHECK(t.imprecise() == 0);
+}
+
+TEST_CASE("arrival timing: probes tile the group's history, one at a time, after the warm-up", "[straggler]") {
+  ArrivalTiming t;
+  FakeClock clock;
+  std::vector<proto::RankProgress> ranks = {beatless(0, 50), beatless(1, 48)};
+  t.update(ranks, 2, clock.now());
+  CHECK(t.probe().group.empty());  // what ran before (set-up, first steps) is never probed
+  clock.advance(ArrivalTiming::kProbeEvery);
+  ranks = {beatless(0, 90), beatless(1, 91)};
+  t.update(ranks, 2, clock.now());
+  CHECK(t.probe().group == "0");
+  CHECK(t.probe().first_seq == 49);  // after the least completed of the first look
+  CHECK(t.probe().last_seq == 90);   // what every rank completed
+  const auto first = t.probe();
+  ranks[0].arrivals = answer(first, 0.02, 0.02);
+  ranks[1].arrivals = answer(first, 0.02, 0.02);
+  clock.advance(std::chrono::seconds(1));
+  ranks[0].collectives["0"] = ranks[1].collectives["0"] = 120;
+  t.update(ranks, 2, clock.now());
+  CHECK(t.probe().group.empty());  // answered; the next one waits for kProbeEvery
+  clock.advance(ArrivalTiming::kProbeEvery);
+  t.update(ranks, 2, clock.now());
+  CHECK(t.probe().first_seq == 91);
+  CHECK(t.probe().last_seq == 120);
+}
+
+TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole and precisely", "[straggler]") {
+  FakeClock clock;
+  SECTION("offsets too uncertain for the collectives' pace") {
+    ArrivalTiming t;
+    run_probes(t, clock, {0.030, 0.020}, 2, 0.005);  // 5 ms per collective of 30 ms: > 10 %
+    CHECK(t.compute_s(0) == 0);
+    CHECK(t.imprecise() == 2);
+  }
+  SECTION("a rank's recorder lost part of the range") {
+    ArrivalTiming t;
+    std::vector<proto::RankProgress> ranks = {beatless(0, 10), beatless(1, 10)};
+    t.update(ranks, 2, clock.now());
+    clock.advance(ArrivalTiming::kProbeEvery);
+    ranks = {beatless(0, 110), beatless(1, 110)};
+    t.update(ranks, 2, clock.now());
+    ranks[0].arrivals = answer(t.probe(), 0.03, 0.03);
+    ranks[1].arrivals = answer(t.probe(), 0.02, 0.03);
+    ranks[1].arrivals.count -= 1;
+    t.update(ranks, 2, clock.now());
+    CHECK(t.compute_s(0) == 0);
+    CHECK(t.probe().group.empty());  // dropped: a newer range is asked next
+  }
+  SECTION("a rank never answers: the probe is given up") {
+    ArrivalTiming t;
+    std::vector<proto::RankProgress> ranks = {beatless(0, 10), beatless(1, 10)};
+    t.update(ranks, 2, clock.now());
+    clock.advance(ArrivalTiming::kProbeEvery);
+    ranks = {beatless(0, 110), beatless(1, 110)};
+    t.update(ranks, 2, clock.now());
+    ranks[0].arrivals = answer(t.probe(), 0.03, 0.03);
+    clock.advance(ArrivalTiming::kGiveUpAfter + std::chrono::seconds(1));
+    ranks[0].collectives["0"] = ranks[1].collectives["0"] = 400;
+    t.update(ranks, 2, clock.now());
+    CHECK(t.probe().first_seq == 111);  // a fresh probe at once
+    CHECK(t.probe().last_seq == 400);
+  }
+}
+
+TEST_CASE("stragglers: ranks without beats are judged on their arrival figures", "[straggler]") {
+  auto make = [](int rank, double arrival_compute, int64_t completed) {
+    proto::RankProgress p;
+    p.rank = rank;
+    p.collectives = {{"0", completed}};
+    p.arrival_compute_s = arrival_compute;
+    return HostedRank{"node" + std::to_string(rank), p};
+  };
+  const auto found = find_stragglers({make(0, 0.030, 100), make(1, 0.020, 100)}, 1.3);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].rank == 0);
+  CHECK(found[0].measure == proto::StragglerMeasure::kArrivals);
+  CHECK(found[0].median_seconds == Approx(0.020));
+
+  // One rank reports compute_s and the other does not: the measure all share (arrivals) is used.
+  auto beating = make(1, 0.020, 100);
+  beating.progress.phase = "train";
+  beating.progress.compute_s = 0.5;
+  CHECK(find_stragglers({make(0, 0.030, 100), beating}, 1.3).at(0).measure == proto::StragglerMeasure::kArrivals);
+
+  // Hysteresis counts collectives for this measure: named after kConfirm heartbeats over kSteps of them.
+  StragglerFilter filter;
+  filter.update({make(0, 0.030, 100), make(1, 0.020, 100)}, {0, 1}, 1.3);
+  filter.update({make(0, 0.030, 110), make(1, 0.020, 110)}, {0, 1}, 1.3);
+  CHECK(filter.named({make(0, 0.030, 110), make(1, 0.020, 110)}, 1.3).empty());
+  filter.update({make(0, 0.030, 125), make(1, 0.020, 125)}, {0, 1}, 1.3);
+  const auto named = filter.named({make(0, 0.030, 125), make(1, 0.020, 125)}, 1.3);
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].rank == 0);
+}
