@@ -41,8 +41,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 LAUNCHER_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
                    libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 python3)
 # Everything else: the trainer, the fuzzer and linters, the cluster tests (faketime: a node whose clock is
-# off), and man-db/zsh for the packaging
-# tests (man -l, groff, zsh -n).
+# off), and man-db/zsh for the packaging tests (man -l, groff, zsh -n).
 PACKAGES=("${LAUNCHER_PACKAGES[@]}" git
           clang clang-format clang-tidy libclang-rt-14-dev python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
