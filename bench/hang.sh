@@ -5,13 +5,17 @@
 # (the culprit's own clock, tests/cluster/hang_job.py) to the verdict line on the first node that printed
 # it. Then torchrun on the same fault: what it has printed after the same wall time. Then the hook's cost per
 # step: STEPS steps with the hook (default) and without (--hang-timeout off), REPEATS runs each.
-#   bench/hang.sh                   (env TRIALS=10 DEFAULT_TRIALS=3 STEPS=400 REPEATS=3)
+# The hook run includes the daemon's arrival probes (stragglers from arrival times) every 3 s.
+#   bench/hang.sh                   (env TRIALS=10 DEFAULT_TRIALS=3 STEPS=400 REPEATS=3
+#                                        PARTS="verdicts torchrun cost": the sections to run)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
 VENV_BIN=$ROOT/.venv/bin
 JOB=$ROOT/tests/cluster/hang_job.py
 TRIALS=${TRIALS:-10} DEFAULT_TRIALS=${DEFAULT_TRIALS:-3} STEPS=${STEPS:-400} REPEATS=${REPEATS:-3}
+PARTS=" ${PARTS:-verdicts torchrun cost} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 source "$ROOT/tests/cluster/cluster.sh"
 mc_init 2
 W=$MC_DIR/bench; mkdir -p "$W"
@@ -61,8 +65,8 @@ trial() {   # trial CLASS N: prints "ok|wrong SECONDS"
   awk -v v=$verdict -v a="$at" -v f="$fault_at" 'BEGIN { printf "%s %.1f\n", v, (a > 0 && f > 0) ? a - f : -1 }'
 }
 
-echo "== verdicts: fault class, correct/N, seconds from the fault to the verdict (min / median / max)"
-for class in skip stop spin mismatch subgroup defaults; do
+part verdicts && echo "== verdicts: fault class, correct/N, seconds from the fault to the verdict (min / median / max)"
+part verdicts && for class in skip stop spin mismatch subgroup defaults; do
   n=$TRIALS; [ "$class" = defaults ] && n=$DEFAULT_TRIALS
   : > "$W/$class.results"
   for t in $(seq "$n"); do trial "$class" "$t" >> "$W/$class.results"; done
@@ -71,8 +75,10 @@ for class in skip stop spin mismatch subgroup defaults; do
     printf "%-9s %d/%d correct; fault -> verdict %.1f / %.1f / %.1f s\n", c, ok, NR, t[1], t[int((NR + 1) / 2)], t[NR] }'
 done
 
+if part torchrun; then
 echo "== torchrun, the same fault (skip), after the same wall time as meshrun's slowest skip verdict"
 wait_s=$(sort -n -k2 "$W/skip.results" | tail -1 | awk '{ printf "%d", $2 + 5 }')
+wait_s=${wait_s:-20}   # no verdict trials in this run
 rm -rf "$W/torchrun"; mkdir -p "$W/torchrun/out"
 for i in 0 1; do
   mc_spawn "$i" "$W/torchrun/node$i.log" "$VENV_BIN/torchrun" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
@@ -82,7 +88,9 @@ for _ in $(seq 600); do [ -f "$W/torchrun/out/fault" ] && break; sleep 0.1; done
 sleep "$wait_s"
 echo "torchrun, ${wait_s} s after the fault: $(cat "$W/torchrun"/node?.log | grep -vc '^\s*$') lines of output, $(cat "$W/torchrun"/node?.log | grep -iEc 'hang|timeout|rank 3') about a hang, a timeout or rank 3; workers still running: $(pgrep -fc "python.*hang_job.py $W/torchrun")"
 for p in $(ip netns pids "$(mc_ns 0)") $(ip netns pids "$(mc_ns 1)"); do kill -9 "$p" 2> /dev/null; done
+fi
 
+part cost || exit 0
 echo "== the hook's cost per step: $STEPS steps (matmul + all_reduce + 20 ms sleep), $REPEATS runs each"
 for r in $(seq "$REPEATS"); do
   for mode in hook off; do

@@ -117,9 +117,58 @@ def straggler_steps(meshrun, daemon, job, factor):
         return named
 
 
+def watch_stragglers(meshrun, daemon, job_argv, seconds, stop_when_named):
+    """Runs one meshrun (2 ranks) on a fresh daemon, polling status: (seconds until a rank was first flagged
+    or None, the flagged rank's entry, polls, polls that flagged a rank, whether the job ended by itself)."""
+    d = subprocess.Popen([daemon, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"],
+                         stdout=subprocess.PIPE, text=True)
+    endpoint = d.stdout.readline().split("listening on ")[1].strip()
+    argv = [meshrun, "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+            "--rdzv-id", "arrivals", *job_argv]
+    job_proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first, entry, polls, flagged, t0 = None, None, 0, 0, time.time()
+    while time.time() - t0 < seconds and job_proc.poll() is None:
+        status = json.loads(subprocess.run([daemon, "status", "--endpoint", endpoint, "--json"],
+                                           capture_output=True, text=True).stdout or "{}")
+        slow = [r for run in status.get("runs", []) for n in run.get("nodes", []) for r in n.get("ranks", [])
+                if r.get("straggler")]
+        polls += 1
+        if slow:
+            flagged += 1
+            if first is None:
+                first, entry = time.time() - t0, slow[0]
+                if stop_when_named:
+                    break
+        time.sleep(0.2)
+    ended = job_proc.poll() is not None
+    job_proc.terminate()
+    job_proc.wait(timeout=60)
+    d.terminate()
+    d.wait(timeout=30)
+    return first, entry, polls, flagged, ended
+
+
+def straggler_arrivals(meshrun, daemon, arrival_job):
+    """A script with no beats: a 1.5x slow rank named from arrival times, and a healthy run that names none."""
+    with tempfile.TemporaryDirectory() as out:
+        # 40 ms of compute per step (two collectives), rank 1 at 1.5x: steps of 60 ms.
+        first, entry, _, _, _ = watch_stragglers(meshrun, daemon, [arrival_job, out, "100000", "40", "1", "1.5"],
+                                                 120, True)
+        if first is None:
+            sys.exit("straggler from arrival times: a 1.5x slow rank was not named within 120 s")
+        steps = entry["collectives"]["0"] // 2
+        print(f"straggler without beats: a 1.5x slow rank (rank {entry['rank']}) named {first:.1f} s after the "
+              f"start, at about step {steps}; its figure {entry['arrival_compute_s'] * 1e3:.1f} ms of compute per "
+              "collective (expected 30 ms against 20 ms)")
+    with tempfile.TemporaryDirectory() as out:
+        _, _, polls, flagged, ended = watch_stragglers(meshrun, daemon, [arrival_job, out, "300", "40"], 180, False)
+        print(f"healthy without beats, 300 steps of 40 ms: {flagged} of {polls} status polls flagged a straggler "
+              f"(goal: 0); the job ended by itself: {ended}")
+
+
 def main():
     p = argparse.ArgumentParser()
-    for flag in ("--meshrun", "--daemon", "--torchrun", "--job"):
+    for flag in ("--meshrun", "--daemon", "--torchrun", "--job", "--arrival-job"):
         p.add_argument(flag, required=True)
     a = p.parse_args()
     # The workers' python is the venv's (torch), as for torchrun.
@@ -140,6 +189,7 @@ def main():
         sys.exit("straggler: a 1.5x slow rank was not named within 120 s")
     print(f"straggler: a 1.5x slow rank named at its step {r['step']} (goal: within 50 steps); "
           f"compute {r['compute_s']:.3f} s per step")
+    straggler_arrivals(a.meshrun, a.daemon, a.arrival_job)
 
 
 if __name__ == "__main__":
