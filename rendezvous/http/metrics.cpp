@@ -113,6 +113,15 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
               x.sample({{"run", r.run_id}, {"node", node}, {"host", n.host}}, n.since_heartbeat_s);
             }
           });
+  per_run(e, s, "meshrun_node_clock_offset_seconds", "gauge",
+          "The node's wall clock minus the daemon's, as its agent measured it (nodes not measured yet: absent)",
+          [](Exposition& x, const proto::RunStatus& r) {
+            for (const auto& n : r.nodes) {
+              if (!n.clock.measured) continue;
+              const std::string node = n.group_rank >= 0 ? std::to_string(n.group_rank) : n.node_id;
+              x.sample({{"run", r.run_id}, {"node", node}, {"host", n.host}}, n.clock.offset_s);
+            }
+          });
 }
 
 void rank_families(Exposition& e, const LiveSnapshot& s) {
@@ -135,6 +144,9 @@ void rank_families(Exposition& e, const LiveSnapshot& s) {
       {"meshrun_rank_hung", "1 when the rank's agent judged it hung", [](const auto& p) { return p.hung ? 1.0 : 0.0; }},
       {"meshrun_rank_straggler", "1 when the daemon names the rank a straggler",
        [](const auto& p) { return p.straggler ? 1.0 : 0.0; }},
+      {"meshrun_rank_arrival_compute_seconds",
+       "Compute per collective derived from collective arrival times (0: not measured)",
+       [](const auto& p) { return p.arrival_compute_s; }},
   };
   bool any = false;
   for (const auto& run : s.status.runs) {

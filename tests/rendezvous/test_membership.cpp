@@ -331,3 +331,54 @@ TEST_CASE("hangs are counted by the verdict's kind for status and /metrics", "[m
   hang.hang_kind = "mismatch";
   CHECK(nlohmann::json(hang).get<proto::FailureReport>().hang_kind == "mismatch");
 }
+
+TEST_CASE("heartbeats carry arrival probes out and answers in: a slow rank without beats is named",
+          "[membership][straggler]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("host-a", 2, 2, 1));
+  const auto b = m.join(node("host-b", 2, 2, 1));
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  REQUIRE(m.poll("job", b).status == proto::AwaitStatus::kAssigned);
+  const int rank_a = m.poll("job", a).assignment.rank_offset;
+  // Rank `rank` completed `done` collectives of group 0; with `probe`, its answer: it computes `own` s per
+  // collective and the slowest 0.03 s, so it enters each that much earlier than the slowest.
+  const auto progress = [](int rank, int64_t done, const proto::ArrivalProbe& probe, double own) {
+    proto::RankProgress p;
+    p.rank = rank;
+    p.collectives = {{"0", done}};
+    if (!probe.group.empty()) {
+      const auto n = probe.last_seq - probe.first_seq + 1;
+      p.arrivals = proto::ArrivalBlock{.group = probe.group,
+                                       .first_seq = probe.first_seq,
+                                       .last_seq = probe.last_seq,
+                                       .count = n,
+                                       .mean_unix_s = 1.795e9 - (0.03 - own),
+                                       .span_s = 0.03 * static_cast<double>(n - 1),
+                                       .uncertainty_s = 1e-5};
+    }
+    return std::vector<proto::RankProgress>{p};
+  };
+  proto::ArrivalProbe probe;
+  int64_t done = 10;
+  std::vector<proto::Straggler> named;
+  for (int beat = 0; beat < 40 && named.empty(); ++beat) {
+    clock.advance(seconds(1));
+    done += 30;
+    // Host a's rank computes 1.5x: 30 ms per collective against 20 ms. Host a's clock reading is shown.
+    m.heartbeat("job", a, progress(rank_a, done, probe, 0.03), proto::ClockReading{true, 7.0, 0.001});
+    const auto reply = m.heartbeat("job", b, progress(1 - rank_a, done, probe, 0.02));
+    probe = reply.arrival_probe;
+    named = reply.stragglers;
+  }
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].rank == rank_a);
+  CHECK(named[0].host == "host-a");
+  CHECK(named[0].measure == proto::StragglerMeasure::kArrivals);
+  CHECK(named[0].seconds / named[0].median_seconds == Approx(1.5).epsilon(0.05));
+  const auto status = m.status("job").at(0);
+  const auto& node_a = status.nodes.at(0).host == "host-a" ? status.nodes.at(0) : status.nodes.at(1);
+  CHECK(node_a.clock.measured);
+  CHECK(node_a.clock.offset_s == Approx(7.0));
+  CHECK(node_a.ranks.at(0).arrival_compute_s == Approx(0.03).epsilon(0.05));
+}
