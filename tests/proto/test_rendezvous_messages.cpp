@@ -40,10 +40,13 @@ TEST_CASE("a heartbeat reply serialises to the same JSON as with string fields",
   beat.action = HeartbeatAction::kRestart;
   beat.reason = "b left";
   beat.cause = RestartCause::kNodeLeft;
-  CHECK(json(beat).dump() ==
-        R"({"action":"restart","cause":"node_left","reason":"b left","round":2,"stragglers":[],"waiting_nodes":0})");
-  CHECK(json(HeartbeatReply{}).dump() ==
-        R"({"action":"continue","cause":"","reason":"","round":0,"stragglers":[],"waiting_nodes":0})");
+  constexpr auto kNoProbe = R"("arrival_probe":{"first_seq":0,"group":"","last_seq":0})";
+  CHECK(json(beat).dump() == std::string(R"({"action":"restart",)") + kNoProbe +
+                                 R"(,"cause":"node_left","reason":"b left","round":2,"server_unix_ns":0,)"
+                                 R"("stragglers":[],"waiting_nodes":0})");
+  CHECK(json(HeartbeatReply{}).dump() == std::string(R"({"action":"continue",)") + kNoProbe +
+                                             R"(,"cause":"","reason":"","round":0,"server_unix_ns":0,)"
+                                             R"("stragglers":[],"waiting_nodes":0})");
   const auto back = json::parse(json(beat).dump()).get<HeartbeatReply>();
   CHECK(back.action == HeartbeatAction::kRestart);
   CHECK(back.cause == RestartCause::kNodeLeft);
@@ -63,4 +66,6 @@ TEST_CASE("an unknown enum string is refused with a clear protocol error", "[mes
   CHECK_THROWS_AS(json::parse(R"({"status":"pending"})").get<AwaitReply>(), ProtocolError);
   CHECK_THROWS_AS(json::parse(R"({"state":3})").get<RunStatus>(), ProtocolError);
   CHECK_THROWS_AS(from_string<RestartCause>("node_died"), ProtocolError);
+  CHECK_THROWS_AS(json::parse(R"({"measure":"vibes"})").get<Straggler>(), ProtocolError);
+  CHECK(json::parse(R"({"measure":"arrivals"})").get<Straggler>().measure == StragglerMeasure::kArrivals);
 }
