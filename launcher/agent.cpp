@@ -144,6 +144,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
                                   .rdzv_endpoint = rdzv.endpoint_text(),
                                   .restart_count = static_cast<int>(assignment.round),
                                   .max_restarts = options_.max_restarts,
+                                  .signals_to_handle = options_.signals_to_handle_text,
                                   .group_rank = assignment.group_rank,
                                   .group_world_size = assignment.group_world_size,
                                   .world_size = assignment.world_size,

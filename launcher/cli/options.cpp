@@ -554,6 +554,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   o.node_rank_given = node_rank_opt->count() > 0;
   if (master_port_opt->count() > 0) o.master_port = parse_port(master_port, "--master-port");
   o.signals_to_handle = signals.empty() ? default_forwarded_signals() : parse_signal_list(signals);
+  if (!signals.empty()) o.signals_to_handle_text = signals;  // torchrun passes its flag on as given
   if (shutdown_timeout) {
     o.shutdown_timeout_s = *shutdown_timeout;
   } else if (const auto v = env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {

@@ -76,9 +76,10 @@ struct LaunchOptions {
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
-  std::optional<uint16_t> master_port;   // static: unset means 29500 (or a free port when nnodes is 1)
-  std::string local_addr;                // the address other nodes reach this one at; empty = host name
-  std::vector<int> signals_to_handle;    // forwarded to workers
+  std::optional<uint16_t> master_port;  // static: unset means 29500 (or a free port when nnodes is 1)
+  std::string local_addr;               // the address other nodes reach this one at; empty = host name
+  std::vector<int> signals_to_handle;   // forwarded to workers
+  std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given: the workers' environment
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
   HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"

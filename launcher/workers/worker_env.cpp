@@ -10,7 +10,7 @@ namespace meshrun::launcher {
 namespace {
 
 // Keys the launcher owns; a stale value inherited from an outer launch must not leak through.
-constexpr std::array<std::string_view, 21> kOwnedKeys = {
+constexpr std::array<std::string_view, 22> kOwnedKeys = {
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, 21> kOwnedKeys = {
     "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
     "MESHRUN_PROGRESS",
     "MESHRUN_RDZV_ENDPOINT",
     "MESHRUN_RUN_ID",
@@ -72,6 +73,7 @@ WorkerEnvironment::WorkerEnvironment(const std::vector<std::string>& base, Attem
   common_.push_back(entry("TORCHELASTIC_RESTART_COUNT", std::to_string(s.restart_count)));
   common_.push_back(entry("TORCHELASTIC_MAX_RESTARTS", std::to_string(s.max_restarts)));
   common_.push_back(entry("TORCHELASTIC_RUN_ID", s.run_id));
+  common_.push_back(entry("TORCHELASTIC_SIGNALS_TO_HANDLE", s.signals_to_handle));
   // Workers connect to our store as clients instead of rank 0 hosting one (torch/distributed/rendezvous.py).
   common_.push_back(entry("TORCHELASTIC_USE_AGENT_STORE", "True"));
   if (!s.rdzv_endpoint.empty()) common_.push_back(entry("MESHRUN_RDZV_ENDPOINT", s.rdzv_endpoint));

@@ -18,6 +18,7 @@ struct AttemptSettings {
   std::string rdzv_endpoint;  // "host:port" of the rendezvous, for meshrun-trainer (MESHRUN_RDZV_ENDPOINT)
   int restart_count = 0;
   int max_restarts = 0;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun
   int group_rank = 0;
   int group_world_size = 1;
   int world_size = 1;

@@ -1,7 +1,7 @@
 """The workers' environment under meshrun, diffed against torchrun's for the same command line.
 
 For each mode (one node, --standalone, two nodes on a c10d endpoint, --nnodes MIN:MAX, -m module,
---no-python), both launchers run a worker that dumps its environment; the parent's environment is fixed
+--no-python, --signals-to-handle), both launchers run a worker that dumps its environment; the parent's environment is fixed
 (env -i), so every variable a worker has beyond it was set by the launcher. Then, per rank:
   - every variable torchrun sets, meshrun sets too;
   - a variable only meshrun sets is on the list of deliberate additions in docs/launcher.md;
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-MESHRUN, VENV_BIN, DOCS = sys.argv[1], sys.argv[2], sys.argv[3]
+MESHRUN, VENV_BIN, DOCS = (os.path.abspath(a) for a in sys.argv[1:4])
 RUN_SPECIFIC = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 DUMP = """import json, os, sys
 with open(os.path.join(sys.argv[1], os.environ["RANK"] + ".json"), "w") as f:
@@ -73,6 +73,7 @@ def modes(port):
         "MIN:MAX": [elastic + ["dump.py", "OUT"]],
         "module": [single + ["-m", "dump", "OUT"]],
         "no-python": [single + ["--no-python", os.path.join(VENV_BIN, "python"), "dump.py", "OUT"]],
+        "signals": [single + ["--signals-to-handle", "SIGTERM,SIGUSR1", "dump.py", "OUT"]],
     }
 
 

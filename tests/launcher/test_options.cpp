@@ -135,6 +135,9 @@ TEST_CASE("stream masks, rdzv-conf, nnodes ranges and signal lists", "[options]"
   CHECK(parse_nnodes("1:4") == std::pair<int, int>{1, 4});
   CHECK(parse_nnodes("3") == std::pair<int, int>{3, 3});
   CHECK(parse_signal_list("SIGTERM,usr1,INT") == std::vector<int>{SIGTERM, SIGUSR1, SIGINT});
+  // The workers see the flag as given (TORCHELASTIC_SIGNALS_TO_HANDLE), else torchrun's default.
+  CHECK(parse({"--signals-to-handle", "SIGTERM,SIGUSR1", "x"}).signals_to_handle_text == "SIGTERM,SIGUSR1");
+  CHECK(parse({"x"}).signals_to_handle_text == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
 }
 
 TEST_CASE("flag --standalone picks c10d and a random id, static takes the master from the flags", "[options]") {

@@ -64,6 +64,7 @@ TEST_CASE("the torchrun environment contract for each rank layout", "[worker_env
   CHECK(m.at("TORCHELASTIC_RUN_ID") == "job");
   CHECK(m.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
   CHECK(m.at("TORCHELASTIC_ERROR_FILE") == "/tmp/e.json");
+  CHECK(m.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");  // torchrun's default
   CHECK(m.at("MESHRUN_RDZV_ENDPOINT") == "10.0.0.1:29400");
   CHECK(m.at("OMP_NUM_THREADS") == "1");
 }
