@@ -114,6 +114,10 @@ void Agent::make_log_root(const std::string& run_id) {
   // Error files need a home even without --log-dir (torchrun uses a temporary folder too).
   log_root_ = temp_folder("meshrun-" + run_id + "-");
   temporary_root_ = true;
+  if (!options_.duplicate_stdout_filters.empty() || !options_.duplicate_stderr_filters.empty()) {
+    temporary_root_ = false;  // the filtered lines are what the user asked to keep
+    say("lines matching --duplicate-*-filters go to " + log_root_ + "/attempt_<n>/filtered_std{out,err}.log");
+  }
 }
 
 void Agent::make_progress_root() {
@@ -159,6 +163,8 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
   spec.log_files = !options_.log_dir.empty();
   spec.redirects = options_.redirects;
   spec.tee = options_.tee;
+  spec.duplicate_stdout_filters = options_.duplicate_stdout_filters;
+  spec.duplicate_stderr_filters = options_.duplicate_stderr_filters;
   spec.local_ranks_filter = options_.local_ranks_filter;
   spec.prefix_template = options_.log_line_prefix_template;
   spec.hostname = rdzv.hostname();

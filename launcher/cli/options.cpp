@@ -39,6 +39,12 @@ bool truthy(const std::string& v) {
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
+bool is_boolean(const std::string& v) {
+  std::string s = v;
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return truthy(s) || s == "0" || s == "false" || s == "no" || s == "off";
+}
+
 // One torchrun option: the dashed spelling (the underscore one is derived) and whether it is a flag.
 struct OptionName {
   const char* dashed;  // "--nproc-per-node"
@@ -283,13 +289,24 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     } else if (key == "token") {
       if (value.empty()) throw UsageError("--rdzv-conf token= is empty: give the job's join token (or leave it out)");
       conf.token = value;
-    } else if (key == "store_type" || key == "use_libuv" || key == "local_addr") {
-      // torchrun knobs of its own TCPStore; our daemon has one implementation, so they change nothing.
+    } else if (key == "local_addr") {
+      if (value.empty()) throw UsageError("--rdzv-conf local_addr= is empty: give this node's address");
+      conf.local_addr = value;
+    } else if (key == "store_type") {
+      // torchrun's c10d backend over a TCPStore ("tcp") or a FileStore ("file"); the daemon is a TCP store.
+      if (value != "tcp") {
+        throw UsageError("--rdzv-conf store_type=" + value +
+                         ": meshrun's rendezvous is a TCP store only; drop store_type (or use store_type=tcp)");
+      }
+    } else if (key == "use_libuv") {
+      // Which server PyTorch's own TCPStore would use; under meshrun the daemon is the server, so there is
+      // no choice to make. Still a boolean, as for torchrun.
+      if (!is_boolean(value)) throw UsageError("--rdzv-conf use_libuv='" + value + "': expected true/false or 1/0");
     } else {
       throw UsageError(
           "--rdzv-conf: unknown key '" + key +
           "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
-          "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, store_type, use_libuv)");
+          "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, local_addr, store_type, use_libuv)");
     }
   }
   return conf;
@@ -321,6 +338,44 @@ std::vector<int> parse_signal_list(const std::string& text) {
     if (std::find(out.begin(), out.end(), sig) == out.end()) out.push_back(sig);
   }
   return out;
+}
+
+std::vector<std::string> parse_filter_list(std::string_view text) {
+  std::vector<std::string> out(1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      out.back() += text[i];
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      out.back() += ',';
+      ++i;
+    } else {
+      out.emplace_back();
+    }
+  }
+  return out;
+}
+
+// torchrun flags that load Python plugins or need what meshrun does not do: refused with what to use
+// instead, never accepted and silently ignored.
+void refuse_python_only_flags(const std::string& event_log_handler, const std::string& logs_specs,
+                              const std::string& numa_binding) {
+  if (event_log_handler != "null") {
+    throw UsageError("--event-log-handler " + event_log_handler +
+                     ": meshrun has no Python event handlers; its events are on the console, in "
+                     "`meshrun-rendezvous status --json`, the live page and /metrics (drop the flag)");
+  }
+  if (!logs_specs.empty()) {
+    throw UsageError(
+        "--logs-specs " + logs_specs +
+        ": a torchrun.logs_specs Python entry point, which meshrun cannot load; drop it and choose "
+        "the logs with --log-dir, --redirects, --tee, --local-ranks-filter and --duplicate-stdout-filters");
+  }
+  if (!numa_binding.empty()) {
+    throw UsageError("--numa-binding " + numa_binding +
+                     ": not implemented by meshrun; drop it and bind each worker yourself, e.g. --no-python "
+                     "with a wrapper that runs `numactl --cpunodebind=N --membind=N python train.py` (N from "
+                     "LOCAL_RANK)");
+  }
 }
 
 std::vector<int> default_forwarded_signals() { return {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}; }
@@ -403,10 +458,11 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
       ->default_str("0");
   app.add_option(both_spellings("--monitor-interval"), o.monitor_interval_s, "Seconds between worker checks")
       ->default_str("0.1");
-  app.add_option(both_spellings("--start-method"), start_method, "Accepted for torchrun compatibility (no effect)")
+  app.add_option(both_spellings("--start-method"), start_method,
+                 "spawn, fork or forkserver: as in torchrun, a script always starts in a fresh process")
       ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
   app.add_option(both_spellings("--event-log-handler"), event_log_handler,
-                 "Accepted for torchrun compatibility (no effect)");
+                 "Only null: meshrun's events go to the console, the daemon's status and /metrics");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME)")->default_str("default");
   auto* module_opt = app.add_flag("-m,--module", o.module, "Run ENTRYPOINT as `python -m ENTRYPOINT`");
   auto* nopy_opt = app.add_flag(both_spellings("--no-python"), o.no_python, "Execute ENTRYPOINT directly");
@@ -419,9 +475,10 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
                  "Console line prefix; ${rank} ${local_rank} ${role_name} ${hostname}; default [rank${rank}]:");
   app.add_option(both_spellings("--local-ranks-filter"), filter, "Only show these local ranks on the console: 0,1");
   app.add_option(both_spellings("--duplicate-stdout-filters"), dup_out,
-                 "Accepted for torchrun compatibility (ignored)");
+                 "Also copy every rank's stdout lines that contain one of these comma-separated strings (\",,\": a "
+                 "comma) to <log dir>/<run>/attempt_<n>/filtered_stdout.log");
   app.add_option(both_spellings("--duplicate-stderr-filters"), dup_err,
-                 "Accepted for torchrun compatibility (ignored)");
+                 "The same for stderr lines, to filtered_stderr.log");
   auto* node_rank_opt =
       app.add_option(both_spellings("--node-rank"), o.node_rank, "This node's rank (static backend; c10d: requested)")
           ->check(CLI::NonNegativeNumber);
@@ -431,8 +488,10 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   auto* master_port_opt = app.add_option(both_spellings("--master-port"), master_port,
                                          "Static backend: the daemon's port on node 0 (29500)");
   app.add_option(both_spellings("--local-addr"), o.local_addr, "The address other nodes reach this node at");
-  app.add_option(both_spellings("--logs-specs"), logs_specs, "Accepted for torchrun compatibility (ignored)");
-  app.add_option(both_spellings("--numa-binding"), numa_binding, "Accepted for torchrun compatibility (ignored)");
+  app.add_option(both_spellings("--logs-specs"), logs_specs,
+                 "Refused: a Python plugin of torchrun's; use --log-dir, --redirects, --tee, --local-ranks-filter");
+  app.add_option(both_spellings("--numa-binding"), numa_binding,
+                 "Refused: not implemented; bind workers with numactl from a --no-python wrapper");
   app.add_option(both_spellings("--signals-to-handle"), signals,
                  "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)");
   app.add_option(
@@ -537,7 +596,8 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   }
   o.run_id = run_id;
   o.rdzv_conf = parse_rdzv_conf(conf);
-  o.master_addr = strip_brackets(o.master_addr);  // "[fd00::1]" as in an endpoint
+  if (o.local_addr.empty()) o.local_addr = o.rdzv_conf.local_addr;  // --local-addr wins, as in torchrun
+  o.master_addr = strip_brackets(o.master_addr);                    // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);
   require_positive(o.monitor_interval_s, "--monitor-interval");
   o.redirects = parse_stream_mask(redirects, "--redirects");
@@ -634,14 +694,9 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   if (!print_completion.empty()) {
     throw UsageError("--print-completion is not supported by meshrun");
   }
-  if (event_log_handler != "null") {
-    result.warnings.push_back("--event-log-handler " + event_log_handler + " is ignored by meshrun");
-  }
-  if (!logs_specs.empty()) result.warnings.push_back("--logs-specs is a Python plugin hook; meshrun ignores it");
-  if (!numa_binding.empty()) result.warnings.push_back("--numa-binding is not implemented by meshrun; ignored");
-  if (!dup_out.empty() || !dup_err.empty()) {
-    result.warnings.push_back("--duplicate-stdout/stderr-filters are not implemented by meshrun; ignored");
-  }
+  refuse_python_only_flags(event_log_handler, logs_specs, numa_binding);
+  if (!dup_out.empty()) o.duplicate_stdout_filters = parse_filter_list(dup_out);
+  if (!dup_err.empty()) o.duplicate_stderr_filters = parse_filter_list(dup_err);
   if (o.standalone) o.run_id.clear();  // the agent picks a random id, as torchrun does
   return result;
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/endpoint.hpp"
@@ -38,7 +39,8 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;        // force (or forbid) hosting the daemon under c10d
   std::optional<uint16_t> http_port;  // the hosted daemon's HTTP live view (meshrun-rendezvous --http-port)
-  std::string token;  // the join token (never printed): token=..., else $MESHRUN_RDZV_TOKEN; empty: none
+  std::string token;       // the join token (never printed): token=..., else $MESHRUN_RDZV_TOKEN; empty: none
+  std::string local_addr;  // torchrun's local_addr: as --local-addr when that is not given
 };
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.
@@ -72,7 +74,9 @@ struct LaunchOptions {
   std::string log_dir;  // empty: no per-rank log files unless --redirects/--tee ask for them
   StreamMask redirects;
   StreamMask tee;
-  std::optional<std::set<int>> local_ranks_filter;  // unset: every local rank reaches the console
+  std::optional<std::set<int>> local_ranks_filter;    // unset: every local rank reaches the console
+  std::vector<std::string> duplicate_stdout_filters;  // lines containing one also go to <attempt>/filtered_stdout.log
+  std::vector<std::string> duplicate_stderr_filters;
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
@@ -128,6 +132,8 @@ StreamMask parse_stream_mask(const std::string& text, const std::string& flag);
 RdzvConf parse_rdzv_conf(const std::string& text);
 /// "SIGTERM,SIGINT,USR1,15" -> signal numbers.
 std::vector<int> parse_signal_list(const std::string& text);
+/// torchrun's list syntax for --duplicate-*-filters: comma-separated, ",," stands for a comma in a filter.
+std::vector<std::string> parse_filter_list(std::string_view text);
 /// N | auto | gpu | cpu | xpu -> a worker count.
 int resolve_nproc_per_node(const std::string& spec, const HostInfo& host);
 

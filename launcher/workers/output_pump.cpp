@@ -60,24 +60,36 @@ std::string expand_prefix(const std::string& tmpl, int rank, int local_rank, con
   return out;
 }
 
-OutputPump::OutputPump(UniqueFd pipe, std::string prefix, int console_fd, UniqueFd file, size_t tail_lines)
+void LineDuplicator::offer(std::string_view line, std::string_view prefixed) const {
+  for (const auto& filter : filters_) {
+    if (line.find(filter) != std::string_view::npos) {
+      write_all(file_.get(), prefixed.data(), prefixed.size());  // one write: whole lines from each worker
+      return;
+    }
+  }
+}
+
+OutputPump::OutputPump(UniqueFd pipe, std::string prefix, int console_fd, UniqueFd file, size_t tail_lines,
+                       std::shared_ptr<const LineDuplicator> duplicate)
     : pipe_(std::move(pipe)),
       prefix_(std::move(prefix)),
       console_fd_(console_fd),
       file_(std::move(file)),
-      tail_lines_(tail_lines) {
+      tail_lines_(tail_lines),
+      duplicate_(std::move(duplicate)) {
   const int flags = ::fcntl(pipe_.get(), F_GETFL);
   ::fcntl(pipe_.get(), F_SETFL, flags | O_NONBLOCK);
 }
 
 void OutputPump::emit_line(const char* data, size_t size, bool add_newline) {
-  if (console_fd_ >= 0) {
+  if (console_fd_ >= 0 || duplicate_) {
     // One write per line: lines of different workers never interleave mid-line.
     std::string line;
     line.reserve(prefix_.size() + size + 1);
     line.append(prefix_).append(data, size);
     if (add_newline) line.push_back('\n');
-    write_all(console_fd_, line.data(), line.size());
+    if (console_fd_ >= 0) write_all(console_fd_, line.data(), line.size());
+    if (duplicate_) duplicate_->offer(std::string_view(data, size), line);
   }
   if (tail_lines_ > 0) {
     std::string kept(data, std::min(size, kMaxTailLineBytes));

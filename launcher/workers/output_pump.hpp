@@ -4,17 +4,37 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/unique_fd.hpp"
 
 namespace meshrun::launcher {
 
+/// torchrun's --duplicate-stdout-filters / --duplicate-stderr-filters: the lines of every worker's stream
+/// that contain one of the filters, copied with their prefix into one file of the attempt
+/// (<attempt>/filtered_stdout.log, filtered_stderr.log). Shared by the pumps of one stream.
+class LineDuplicator {
+ public:
+  LineDuplicator(UniqueFd file, std::vector<std::string> filters)
+      : file_(std::move(file)), filters_(std::move(filters)) {}
+  /// Copies `prefixed` when `line` (the same line without its prefix) contains a filter.
+  void offer(std::string_view line, std::string_view prefixed) const;
+
+ private:
+  UniqueFd file_;
+  std::vector<std::string> filters_;
+};
+
 class OutputPump {
  public:
   /// `pipe` is the read end (made non-blocking here). `console_fd` < 0: not shown on the console.
-  /// `file` may be empty: no log file. `tail_lines` = lines kept for tail().
-  OutputPump(UniqueFd pipe, std::string prefix, int console_fd, UniqueFd file, size_t tail_lines);
+  /// `file` may be empty: no log file. `tail_lines` = lines kept for tail(). `duplicate`: where lines
+  /// matching the --duplicate-*-filters go, if any.
+  OutputPump(UniqueFd pipe, std::string prefix, int console_fd, UniqueFd file, size_t tail_lines,
+             std::shared_ptr<const LineDuplicator> duplicate = nullptr);
 
   /// The pipe's read end, to poll; -1 after EOF.
   int fd() const { return pipe_.get(); }
@@ -34,6 +54,7 @@ class OutputPump {
   int console_fd_;
   UniqueFd file_;
   size_t tail_lines_;
+  std::shared_ptr<const LineDuplicator> duplicate_;
   std::string partial_;  // bytes after the last newline
   std::deque<std::string> tail_;
 };

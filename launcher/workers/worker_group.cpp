@@ -28,6 +28,15 @@ UniqueFd open_log(const std::string& path) {
   return fd;
 }
 
+// The shared copy of the lines matching `filters` (nothing without filters), in the attempt's folder.
+std::shared_ptr<const LineDuplicator> make_duplicator(const std::string& attempt_dir, const char* name,
+                                                      const std::vector<std::string>& filters) {
+  if (filters.empty()) return nullptr;
+  std::error_code ec;
+  std::filesystem::create_directories(attempt_dir, ec);
+  return std::make_shared<const LineDuplicator>(open_log(attempt_dir + "/" + name), filters);
+}
+
 std::pair<UniqueFd, UniqueFd> make_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -64,6 +73,8 @@ WorkerGroup::WorkerGroup(const GroupSpec& spec)
   UniqueFd dev_null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
   // A terminal stays with the launcher: workers run in background process groups, where reading it would stop them.
   const int stdin_fd = ::isatty(0) ? -1 : 0;
+  const auto duplicate_out = make_duplicator(spec.attempt_dir, "filtered_stdout.log", spec.duplicate_stdout_filters);
+  const auto duplicate_err = make_duplicator(spec.attempt_dir, "filtered_stderr.log", spec.duplicate_stderr_filters);
   try {
     for (int lr = 0; lr < n; ++lr) {
       Worker& w = workers_[static_cast<size_t>(lr)];
@@ -93,15 +104,16 @@ WorkerGroup::WorkerGroup(const GroupSpec& spec)
                             UniqueFd& child_end, int& spec_fd) {
         const StreamRoute r = route(spec, lr, bit);
         const bool keep_tail = (bit == 2);
+        const auto& duplicate = bit == 1 ? duplicate_out : duplicate_err;
         UniqueFd file;
         if (r.file) {
           log_path = w.dir + (bit == 1 ? "/stdout.log" : "/stderr.log");
           file = open_log(log_path);
         }
-        if (r.console || (keep_tail && !r.file)) {
+        if (r.console || (keep_tail && !r.file) || duplicate) {
           auto [read_end, write_end] = make_pipe();
           pump = std::make_unique<OutputPump>(std::move(read_end), prefix, r.console ? console_fd : -1, std::move(file),
-                                              keep_tail ? kTailLines : 0);
+                                              keep_tail ? kTailLines : 0, duplicate);
           child_end = std::move(write_end);
         } else if (r.file) {
           child_end = std::move(file);  // file only: the worker writes it directly

@@ -43,6 +43,10 @@ struct GroupSpec {
   std::string hostname;
   sigset_t child_sigmask{};
   std::vector<std::string> progress_sockets;  // MESHRUN_PROGRESS per local rank (ProgressMonitor::socket_paths)
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: matching lines of every rank also go to
+  // <attempt_dir>/filtered_stdout.log / filtered_stderr.log (empty: no file).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
 };
 
 struct Worker {

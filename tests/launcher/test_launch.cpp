@@ -254,6 +254,24 @@ TEST_CASE("bad flags: a message naming the option, exit 2", "[launch]") {
   CHECK_THAT(out, Catch::Contains("/no/such/program"));
 }
 
+TEST_CASE("flag --duplicate-stdout-filters copies matching lines of every rank to the attempt's file", "[launch]") {
+  TempDir dir;
+  auto [code, out] = meshrun::testing::run(
+      meshrun_cmd({"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path() + "/logs",
+                   "--duplicate-stdout-filters", "loss,,", "--redirects", "1", "--no-python", "/bin/sh", "-c",
+                   "echo step-$RANK; echo loss, $RANK; echo other loss $RANK >&2"}),
+      {}, dir.path() + "/out");
+  INFO(out);
+  REQUIRE(code == 0);
+  auto [c, path] = meshrun::testing::run(
+      {"/bin/sh", "-c", "ls " + dir.path() + "/logs/*/attempt_0/filtered_stdout.log"}, {}, dir.path() + "/ls");
+  REQUIRE(c == 0);
+  const std::string filtered = read_file(path.substr(0, path.find('\n')));
+  // The filter is "loss," (",," is a comma); stdout only; every rank, even with stdout kept off the console.
+  CHECK_THAT(filtered, Catch::Contains("[rank0]:loss, 0\n") && Catch::Contains("[rank1]:loss, 1\n"));
+  CHECK_THAT(filtered, !Catch::Contains("step") && !Catch::Contains("other"));
+}
+
 TEST_CASE("flag --log-dir keeps per-attempt, per-rank files, --redirects keeps them off the console", "[launch]") {
   TempDir dir;
   auto [code, out] = meshrun::testing::run(

@@ -138,6 +138,26 @@ TEST_CASE("stream masks, rdzv-conf, nnodes ranges and signal lists", "[options]"
   // The workers see the flag as given (TORCHELASTIC_SIGNALS_TO_HANDLE), else torchrun's default.
   CHECK(parse({"--signals-to-handle", "SIGTERM,SIGUSR1", "x"}).signals_to_handle_text == "SIGTERM,SIGUSR1");
   CHECK(parse({"x"}).signals_to_handle_text == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+
+  CHECK(parse_filter_list("loss,step") == std::vector<std::string>{"loss", "step"});
+  CHECK(parse_filter_list("a,,b,c") == std::vector<std::string>{"a,b", "c"});  // torchrun's escape
+  CHECK(parse({"--duplicate-stdout-filters", "loss", "x"}).duplicate_stdout_filters ==
+        std::vector<std::string>{"loss"});
+  CHECK(parse({"x"}).duplicate_stderr_filters.empty());
+}
+
+TEST_CASE("torchrun flags meshrun cannot honour are refused with what to use, never ignored", "[options]") {
+  CHECK_THAT(error_of({"--numa-binding", "node", "x"}), Catch::Contains("numactl"));
+  CHECK_THAT(error_of({"--logs-specs", "mine", "x"}), Catch::Contains("--log-dir"));
+  CHECK_THAT(error_of({"--event-log-handler", "console", "x"}), Catch::Contains("status --json"));
+  CHECK(error_of({"--event-log-handler", "null", "--start-method", "fork", "x"}).empty());
+  CHECK_THAT(error_of({"--start-method", "thread", "x"}), Catch::Contains("start-method"));
+  CHECK_THAT(error_of({"--rdzv-conf", "store_type=file", "x"}), Catch::Contains("TCP store"));
+  CHECK_THAT(error_of({"--rdzv-conf", "use_libuv=maybe", "x"}), Catch::Contains("use_libuv"));
+  CHECK(error_of({"--rdzv-conf", "store_type=tcp,use_libuv=0", "x"}).empty());
+  // local_addr in --rdzv-conf is --local-addr, which wins when both are given.
+  CHECK(parse({"--rdzv-conf", "local_addr=10.0.0.7", "x"}).local_addr == "10.0.0.7");
+  CHECK(parse({"--local-addr", "10.0.0.8", "--rdzv-conf", "local_addr=10.0.0.7", "x"}).local_addr == "10.0.0.8");
 }
 
 TEST_CASE("flag --standalone picks c10d and a random id, static takes the master from the flags", "[options]") {

@@ -33,6 +33,24 @@ TEST_CASE("worker output is prefixed per line, split reads included, file copy u
   CHECK(pump.tail().back() == "last line without newline");
 }
 
+TEST_CASE("lines matching a duplicate filter go to the shared file with their prefix", "[output]") {
+  meshrun::testing::TempDir dir;
+  const std::string filtered = dir.path() + "/filtered_stdout.log";
+  const auto duplicate = std::make_shared<const LineDuplicator>(
+      UniqueFd(::open(filtered.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)), std::vector<std::string>{"loss", "a,b"});
+  for (int rank = 0; rank < 2; ++rank) {
+    int in[2];
+    REQUIRE(::pipe(in) == 0);
+    OutputPump pump(UniqueFd{in[0]}, "[rank" + std::to_string(rank) + "]:", -1, UniqueFd{}, 0, duplicate);
+    const std::string text = "step 1\nloss 0.5\nx a,b y\nno match";
+    REQUIRE(::write(in[1], text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    ::close(in[1]);
+    while (pump.on_readable()) {}
+  }
+  CHECK(meshrun::testing::read_file(filtered) ==
+        "[rank0]:loss 0.5\n[rank0]:x a,b y\n[rank1]:loss 0.5\n[rank1]:x a,b y\n");
+}
+
 TEST_CASE("prefix templates expand torchrun's macros", "[output]") {
   CHECK(expand_prefix("[${role_name}${local_rank}]:", 5, 1, "default", "h") == "[default1]:");
   CHECK(expand_prefix("${hostname}:${rank}: ", 12, 0, "r", "node7") == "node7:12: ");
