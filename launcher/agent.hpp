@@ -90,8 +90,8 @@ class Agent {
                               HangExchange& exchange, const std::string& suspicion, bool requested_here);
   /// Stops the workers (TERM, --shutdown-timeout, KILL) with heartbeats going on meanwhile.
   void stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, int first_signal = 15);
-  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, ProgressMonitor& progress,
-                                            RendezvousBackend& rdzv, HeartbeatSchedule& schedule);
+  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                                            HeartbeatSchedule& schedule);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
   void report_stragglers(const std::vector<proto::Straggler>& stragglers);
   /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed.

@@ -1,7 +1,8 @@
 #!/bin/bash
 # meshrun under a real SLURM (slurmctld on node0, one slurmd per node namespace): `srun -N3` starting meshrun
 # with no rendezvous flags gives 3 nodes x 2 workers with unique ranks and the right WORLD_SIZE; scancel
-# stops everything with no process left behind; scripts/sbatch_fsdp.sbatch runs (in an allocation).
+# stops everything with no process left behind; scripts/sbatch_fsdp.sbatch, submitted with sbatch as a batch
+# job, completes with its output file written.
 # Usage: slurm_test.sh MESHRUN REPO_ROOT   (root; exits 77 when namespaces cannot be made)
 MESHRUN=$1 ROOT=$2
 WORKER=$(cd "$(dirname "$0")" && pwd)/worker.sh
@@ -47,16 +48,27 @@ mc_expect_gone MC_JOB=$J 20 && echo "== $J: nothing left on any node $(mc_elapse
 for _ in $(seq 100); do [ -z "$(mc_on 0 squeue -h)" ] && break; sleep 0.2; done
 [ -z "$(mc_on 0 squeue -h)" ] || mc_fail "$J: jobs still queued 20 s after scancel: $(mc_on 0 squeue -h)"
 
-# 3. The sbatch example's body inside a 3-node allocation, with a stand-in for meshrun-trainer.
+# 3. The sbatch example submitted as a batch job (sbatch --wait), with a stand-in for meshrun-trainer. The
+#    command line overrides what these nodes lack (GPUs, 32 CPUs); the script's other directives stand.
 J=sbatch; D=$W/$J; mkdir -p "$D"; touch "$D/finish"
 printf '#!/bin/sh\n# stands in for meshrun-trainer --config ...\nexec %s %s\n' "$WORKER" "$D" > "$W/fake_trainer"
 chmod +x "$W/fake_trainer"
 mc_spawn 0 "$W/$J.log" env MC_JOB=$J MESHRUN="$MESHRUN" TRAINER="$W/fake_trainer" MESHRUN_ARGS="--nproc-per-node 2" \
-  salloc -N3 bash "$ROOT/scripts/sbatch_fsdp.sbatch"
-mc_wait_exit $MC_PID 90; echo "== $J (rc=$MC_RC)"; cat "$W/$J.log"
-[ "$MC_RC" = 0 ] || mc_fail "$J: exit status $MC_RC"
+  sbatch --wait -N3 --gpus-per-node=0 --cpus-per-task=1 --output="$W/$J-%j.out" --chdir="$W" \
+  "$ROOT/scripts/sbatch_fsdp.sbatch"
+mc_wait_exit $MC_PID 120; echo "== $J (sbatch rc=$MC_RC)"; cat "$W/$J.log"
+[ "$MC_RC" = 0 ] || mc_fail "$J: sbatch --wait exit status $MC_RC"
+BATCH_ID=$(sed -n 's/^Submitted batch job //p' "$W/$J.log")
+[ -n "$BATCH_ID" ] || mc_fail "$J: sbatch did not submit a job"
+OUT=$W/$J-$BATCH_ID.out
+echo "-- $OUT"; cat "$OUT" 2> /dev/null
+grep -q "^job $BATCH_ID: 3 node(s)" "$OUT" 2> /dev/null || mc_fail "$J: the job's output file $OUT lacks its first line"
+STATE=$(mc_on 0 scontrol show job "$BATCH_ID" 2> /dev/null | grep -o 'JobState=[A-Z]* .*ExitCode=[0-9:]*')
+echo "-- $STATE"
+case $STATE in JobState=COMPLETED*ExitCode=0:0) ;; *) mc_fail "$J: job $BATCH_ID ended as '$STATE'" ;; esac
 [ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || mc_fail "$J: expected 6 workers: $(ls "$D")"
 grep -qx "WORLD_SIZE=6" "$D/a0.r5" 2> /dev/null || mc_fail "$J: rank 5 lacks WORLD_SIZE=6"
+grep -qx "TORCHELASTIC_RUN_ID=$BATCH_ID" "$D/a0.r0" 2> /dev/null || mc_fail "$J: the run id is not the batch job's id"
 mc_expect_gone MC_JOB=$J 10
 
 echo "$MC_FAILS failure(s)"

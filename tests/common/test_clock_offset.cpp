@@ -31,7 +31,7 @@ TEST_CASE("clock offset: the shortest round trip wins, whatever a slow answer cl
   CHECK(e->uncertainty_s == Approx(0.001).margin(1e-9));
 }
 
-TEST_CASE("clock offset: an answer before its request is dropped; old samples age out", "[clock]") {
+TEST_CASE("clock offset: an answer before its request is dropped, old samples age out", "[clock]") {
   ClockOffset c;
   c.add(kEpoch, kEpoch, kEpoch - 1);
   CHECK_FALSE(c.estimate());

@@ -1,0 +1,97 @@
+"""Every way a script ends, under torchrun and meshrun side by side: the job's outcome must mean the same.
+
+Each scenario is a 2-rank Gloo script run by both launchers (--standalone). Compared: whether the job
+succeeded (exit 0) or failed, and for a failure the exit code meshrun documents (the first failed
+worker's code; torchrun always says 1), plus, where the scenario says so, that nothing the script started
+is left running. Usage: exit_parity_test.py MESHRUN VENV_BIN
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MESHRUN, VENV_BIN = (os.path.abspath(a) for a in sys.argv[1:3])
+
+PRELUDE = """import os, sys, time, subprocess
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(8)
+for _ in range(3):
+    dist.all_reduce(t)
+"""
+# name -> (script body after the prelude, expected: "ok" or the failed worker's exit code)
+SCENARIOS = {
+    "destroy right after the last collective": ("dist.destroy_process_group()\n", "ok"),
+    "no destroy at all": ("", "ok"),
+    "sys.exit(3) on one rank": ("dist.barrier()\nif rank == 1:\n    sys.exit(3)\ntime.sleep(1)\n", 3),
+    "os._exit(0) on every rank": ("dist.barrier()\nos._exit(0)\n", "ok"),
+    "os._exit(5) on one rank": ("dist.barrier()\nif rank == 0:\n    os._exit(5)\ntime.sleep(1)\n", 5),
+    "an exception after the last collective": (
+        "dist.barrier()\nif rank == 1:\n    raise RuntimeError('late failure')\ntime.sleep(1)\n", 1),
+    "a rank that finishes much earlier": ("if rank == 0:\n    time.sleep(4)\n", "ok"),
+    "a worker that daemonizes a child": (
+        "if rank == 0:\n"
+        "    subprocess.Popen(['sleep', '300'], start_new_session=True, stdout=subprocess.DEVNULL,\n"
+        "                     stderr=subprocess.DEVNULL, env=dict(os.environ, EXIT_PARITY_MARK=os.environ['MARK']))\n",
+        "ok"),
+}
+
+
+def leftovers(mark):
+    """Processes still carrying `mark` in their environment."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"EXIT_PARITY_MARK={mark}".encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def run(launcher, script, mark):
+    env = {"PATH": VENV_BIN + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "MARK": mark}
+    p = subprocess.run(launcher + ["--standalone", "--nproc-per-node", "2", script], env=env,
+                       capture_output=True, text=True, timeout=240)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    launchers = {"torchrun": [os.path.join(VENV_BIN, "torchrun")], "meshrun": [MESHRUN]}
+    problems = []
+    with tempfile.TemporaryDirectory() as work:
+        for i, (name, (body, expected)) in enumerate(SCENARIOS.items()):
+            script = os.path.join(work, f"s{i}.py")
+            with open(script, "w") as f:
+                f.write(PRELUDE + body)
+            codes = {}
+            for launcher, argv in launchers.items():
+                mark = f"{launcher}-{i}-{os.getpid()}"
+                codes[launcher], out = run(argv, script, mark)
+                time.sleep(0.5)
+                left = leftovers(mark)
+                for pid in left:
+                    os.kill(pid, 9)
+                if launcher == "meshrun" and left:
+                    problems.append(f"{name}: meshrun left {len(left)} process(es) of the job running")
+                if launcher == "meshrun" and "terminate called" in out:
+                    problems.append(f"{name}: a rank aborted under meshrun: {out[-400:]}")
+            ok_t, ok_m = codes["torchrun"] == 0, codes["meshrun"] == 0
+            print(f"{name}: torchrun {codes['torchrun']}, meshrun {codes['meshrun']} (expected "
+                  f"{'0' if expected == 'ok' else expected})")
+            if ok_t != ok_m:
+                problems.append(f"{name}: torchrun exited {codes['torchrun']}, meshrun {codes['meshrun']}")
+            if codes["meshrun"] != (0 if expected == "ok" else expected):
+                problems.append(f"{name}: meshrun exited {codes['meshrun']}, expected {expected}")
+    for p in problems:
+        print("FAILED:", p)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
