@@ -1,6 +1,6 @@
 # How most scripts end, for bench/teardown.sh: a few all_reduces, then destroy_process_group() right after
-# the last one, and a normal interpreter exit. VARIANT: "plain" (the default group only) or "mesh" (a 1-D
-# DeviceMesh over the world first, as FSDP2 scripts have).
+# the last one, and a normal interpreter exit. VARIANT: "plain" (the default group only), "mesh" (a 1-D
+# DeviceMesh over the world first, as FSDP2 scripts have) or "nodestroy" (plain, without the destroy).
 import sys
 
 import torch
@@ -15,4 +15,5 @@ if variant == "mesh":
 t = torch.ones(1024)
 for _ in range(5):
     dist.all_reduce(t)
-dist.destroy_process_group()
+if variant != "nodestroy":
+    dist.destroy_process_group()

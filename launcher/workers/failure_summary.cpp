@@ -1,5 +1,7 @@
 #include "launcher/workers/failure_summary.hpp"
 
+#include <algorithm>
+#include <csignal>
 #include <ctime>
 #include <deque>
 #include <fstream>
@@ -56,6 +58,13 @@ std::vector<std::string> read_tail(const std::string& path, size_t lines) {
   return {tail.begin(), tail.end()};
 }
 
+bool aborted_at_teardown(const FailureInfo& f) {
+  if (!f.status.signaled || f.status.signal != SIGABRT) return false;
+  return std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(), [](const std::string& line) {
+    return line.find("terminate called without an active exception") != std::string::npos;
+  });
+}
+
 std::string format_failure_summary(const FailureInfo& f) {
   std::ostringstream out;
   const bool hung = !f.hang_reason.empty();
@@ -86,6 +95,12 @@ std::string format_failure_summary(const FailureInfo& f) {
   }
   if (f.status.signaled && f.status.signal == 9) {
     out << "  hint:       SIGKILL often means the kernel's OOM killer (check `dmesg`) or a scheduler limit\n";
+  }
+  if (aborted_at_teardown(f)) {
+    out << "  hint:       PyTorch aborted while the interpreter exited: a thread of its process group was still\n"
+           "              running (a PyTorch teardown race, pytorch/pytorch#190489; torchrun shows it too).\n"
+           "              Call dist.destroy_process_group() after the last collective has completed; see\n"
+           "              docs/launcher.md, \"Ending a script\"\n";
   }
   return out.str();
 }

@@ -41,6 +41,10 @@ inline bool checkpointed_on_signal(const ExitStatus& s) { return !s.signaled && 
 /// The multi-line summary (ends with a newline).
 std::string format_failure_summary(const FailureInfo& info);
 
+/// True when the worker died of std::terminate at interpreter exit (SIGABRT, "terminate called without an
+/// active exception" in its stderr): PyTorch's teardown race, which the summary names with what to do.
+bool aborted_at_teardown(const FailureInfo& info);
+
 /// Renders an error file written by torch.distributed.elastic's @record (message + traceback); falls back to
 /// the raw text when it is not that JSON.
 std::string render_error_file(const std::string& contents);

@@ -63,7 +63,7 @@ BATCH_ID=$(sed -n 's/^Submitted batch job //p' "$W/$J.log")
 OUT=$W/$J-$BATCH_ID.out
 echo "-- $OUT"; cat "$OUT" 2> /dev/null
 grep -q "^job $BATCH_ID: 3 node(s)" "$OUT" 2> /dev/null || mc_fail "$J: the job's output file $OUT lacks its first line"
-STATE=$(mc_on 0 scontrol show job "$BATCH_ID" 2> /dev/null | grep -o 'JobState=[A-Z]* .*ExitCode=[0-9:]*')
+STATE=$(mc_on 0 scontrol -o show job "$BATCH_ID" 2> /dev/null | grep -o 'JobState=[A-Z]* .*ExitCode=[0-9:]*')
 echo "-- $STATE"
 case $STATE in JobState=COMPLETED*ExitCode=0:0) ;; *) mc_fail "$J: job $BATCH_ID ended as '$STATE'" ;; esac
 [ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || mc_fail "$J: expected 6 workers: $(ls "$D")"

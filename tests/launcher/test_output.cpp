@@ -72,6 +72,15 @@ TEST_CASE("the failure summary names rank, host, pid, exit and the cause", "[fai
   CHECK_THAT(s, Catch::Contains("exit code 3"));
   CHECK_THAT(s, Catch::Contains("ValueError: bad"));
 
+  SECTION("an abort at interpreter exit is named as PyTorch's teardown race, with what to do") {
+    f.status = ExitStatus{.signaled = true, .code = 0, .signal = 6};
+    f.stderr_tail = {"[rank5]: done", "terminate called without an active exception"};
+    CHECK_THAT(format_failure_summary(f),
+               Catch::Contains("pytorch/pytorch#190489") && Catch::Contains("destroy_process_group()"));
+    f.stderr_tail = {"Fatal Python error: Aborted"};  // another abort: no such hint
+    CHECK_THAT(format_failure_summary(f), !Catch::Contains("190489"));
+  }
+
   SECTION("signals by name, error files rendered") {
     f.status = ExitStatus{.signaled = true, .code = 0, .signal = 9};
     f.error_file_contents =

@@ -23,6 +23,7 @@ KEEP_RETIRED = 4  # finished collectives kept per group in a dump, besides the o
 MAX_ENTRIES = 64
 MAX_FRAMES = 6
 MAX_DATAGRAM = 3500
+SETTLE_S = 0.02
 
 _started = False
 # Set at exit: the watcher stops calling into torch before the interpreter finalises. A daemon thread
@@ -269,3 +270,9 @@ def _stop(thread, listen, path):
     except OSError:
         pass
     thread.join(2.0)
+    if "torch.distributed" in sys.modules:
+        # PyTorch's Gloo threads go on releasing the last collective for a few milliseconds after it returned;
+        # an interpreter that finalises meanwhile aborts ("terminate called without an active exception",
+        # pytorch/pytorch#190489: half the scripts that end without destroy_process_group(), under torchrun).
+        # Leaving them SETTLE_S closes that window (bench/teardown.sh).
+        time.sleep(SETTLE_S)
