@@ -1,0 +1,112 @@
+"""PyTorch's own elastic agent (torchrun --rdzv-backend c10d) with meshrun-rendezvous as its store, side by
+side with PyTorch's own TCPStore (hosted by the first agent) on the same jobs: two agents, one Gloo worker
+each.
+  ok       the job runs to its end: both agents exit 0, ranks 0 and 1 of 2, the all-reduce sums to 2
+  fail     rank 1 exits 3, --max-restarts 0: both agents exit 1 (torchrun's code for a failed job)
+  restart  the same failure with --max-restarts 1: both agents re-rendezvous and start attempt 1 (its
+           workers mark their start). How attempt 1 ends is not compared: with torch 2.15 it succeeds,
+           fails or hangs by chance on either store (docs/daemon.md, "torchrun's own agent").
+Usage: torchrun_agent_test.py DAEMON VENV_BIN
+"""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+DAEMON, VENV_BIN = (os.path.abspath(a) for a in sys.argv[1:3])
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_agent_job.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agents(endpoint, out, mode, restarts, run_id):
+    env = {"PATH": VENV_BIN + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    argv = [os.path.join(VENV_BIN, "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, "--max-restarts", str(restarts),
+            "--monitor-interval", "0.5", JOB, out, "ok" if mode == "ok" else "fail"]
+    return [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)]
+
+
+def finish(procs, timeout):
+    codes, outputs = [], []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        codes.append(p.returncode)
+        outputs.append(out)
+    return codes, outputs
+
+
+def scenario(store, endpoint, mode, work):
+    out = tempfile.mkdtemp(dir=work)
+    restarts = 1 if mode == "restart" else 0
+    procs = agents(endpoint, out, mode, restarts, f"{mode}-{os.path.basename(out)}")
+    if mode == "restart":  # wait for attempt 1 to start on both nodes, then stop (its end is torch's luck)
+        deadline = time.time() + 90
+        while time.time() < deadline and not all(os.path.exists(f"{out}/start.{r}.1") for r in (0, 1)):
+            if all(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.2)
+        started = sorted(f for f in os.listdir(out) if f.startswith("start."))
+        for p in procs:
+            p.terminate()
+        _, outputs = finish(procs, 30)
+        return started, outputs
+    codes, outputs = finish(procs, 120)
+    return codes, outputs, sorted(os.listdir(out)), out
+
+
+def main():
+    problems = []
+    with tempfile.TemporaryDirectory() as work:
+        port = free_port()
+        daemon = subprocess.Popen([DAEMON, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warn"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        daemon.stdout.readline()  # "listening on ..."
+        try:
+            stores = {"meshrun-rendezvous": f"127.0.0.1:{port}"}
+            for store in ("meshrun-rendezvous", "torch TCPStore"):
+                for mode in ("ok", "fail", "restart"):
+                    # PyTorch's own store: the first agent hosts it on a fresh port each time.
+                    endpoint = stores.get(store) or f"127.0.0.1:{free_port()}"
+                    result = scenario(store, endpoint, mode, work)
+                    if mode == "restart":
+                        started, outputs = result
+                        print(f"{store}, restart: started {started}")
+                        if not {"start.0.1", "start.1.1"} <= set(started):
+                            problems.append(f"{store}: attempt 1 did not start on both nodes ({started}): "
+                                            + outputs[0][-800:])
+                        continue
+                    codes, outputs, files, out = result
+                    print(f"{store}, {mode}: agents exited {codes}; files {files}")
+                    expected = [0, 0] if mode == "ok" else [1, 1]
+                    if codes != expected:
+                        problems.append(f"{store}, {mode}: agents exited {codes}, expected {expected}: "
+                                        + outputs[0][-600:])
+                    if mode == "ok":
+                        sums = [open(f"{out}/done.{r}.0").read() if os.path.exists(f"{out}/done.{r}.0") else ""
+                                for r in (0, 1)]
+                        if sums != ["2", "2"] or any(open(f"{out}/start.{r}.0").read() != "2" for r in (0, 1)):
+                            problems.append(f"{store}, ok: ranks 0 and 1 of 2 did not both end ({files}, {sums})")
+                    if mode == "fail" and not any("exitcode: 3" in o for o in outputs):
+                        problems.append(f"{store}, fail: no agent reported the worker's exit code 3")
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+    for p in problems:
+        print("FAILED:", p)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
