@@ -25,8 +25,10 @@ CPU: Gloo. CUDA (--device cuda): NCCL. Either: fsdp.param_dtype for compute and 
 reduction, through a MixedPrecisionPolicy when either is not fp32 (both default to fp32). Prints one JSON
 line per rank:
   {"rank", "strategy", "world_size", "tokens_per_step", "tokens_per_s" (median, first 5 steps skipped),
-   "final_loss", "start_rss_bytes", "peak_rss_bytes", "step_times_s" and "losses" (every step),
-   "device_peak_allocated_bytes" (CUDA)}
+   "final_loss", "start_rss_bytes", "peak_rss_bytes", "step_times_s" and "losses" (every step; rounded, and
+   "losses_exact" unrounded), "device_peak_allocated_bytes" (CUDA)}
+For step-by-step parity (tests/trainer/pytorch_parity_test.py): --init-from starts from meshrun-trainer's
+exported initial weights, --save-final writes the trained ones in the same names.
 """
 import argparse
 import contextlib
@@ -171,6 +173,62 @@ def sample_micro_batch(data, seed, step_index, first_seq, global_batch, seq_len,
         rows.append(data.window(h % (span + 1), seq_len + 1))
     both = torch.from_numpy(np.stack(rows))
     return both[:, :-1], both[:, 1:]
+
+
+# --- weights in Hugging Face names (meshrun-trainer's `export`, and its model.init_from) ----------------------
+
+HF_LAYER_NAMES = {"input_layernorm": "attention_norm", "self_attn.q_proj": "wq", "self_attn.k_proj": "wk",
+                  "self_attn.v_proj": "wv", "self_attn.o_proj": "wo", "post_attention_layernorm": "ffn_norm",
+                  "mlp.gate_proj": "w1", "mlp.up_proj": "w3", "mlp.down_proj": "w2"}
+HF_ROOT_NAMES = {"model.embed_tokens.weight": "tok_embeddings.weight", "model.norm.weight": "norm.weight",
+                 "lm_head.weight": "output.weight"}
+
+
+def module_name(hf_name):
+    """model.layers.3.self_attn.q_proj.weight -> layers.3.wq.weight (ValueError for a name we do not model)."""
+    if hf_name in HF_ROOT_NAMES:
+        return HF_ROOT_NAMES[hf_name]
+    parts = hf_name.split(".")
+    if parts[:2] == ["model", "layers"] and parts[-1] == "weight":
+        inner = ".".join(parts[3:-1])
+        if inner in HF_LAYER_NAMES:
+            return f"layers.{parts[2]}.{HF_LAYER_NAMES[inner]}.weight"
+    raise ValueError(f"{hf_name}: not a tensor of this model")
+
+
+def load_hf_weights(model, path, tied):
+    """The full weights of a .safetensors file into the (possibly sharded) model; every rank reads the file."""
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    full = {module_name(k): v.float() for k, v in load_file(path).items()}
+    if tied:
+        full["output.weight"] = full["tok_embeddings.weight"]
+    target = model.module if isinstance(model, DistributedDataParallel) else model
+    set_model_state_dict(target, full, options=StateDictOptions(full_state_dict=True, strict=True))
+
+
+def save_hf_weights(model, path, tied):
+    """The trained weights gathered to rank 0 and written with Hugging Face names (as `export` writes them)."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    target = model.module if isinstance(model, DistributedDataParallel) else model
+    full = get_model_state_dict(target, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() != 0:
+        return
+    names = {v: k for k, v in HF_ROOT_NAMES.items()}
+    out = {}
+    for name, tensor in full.items():
+        if name == "output.weight" and tied:
+            continue
+        if name in names:
+            out[names[name]] = tensor.contiguous()
+            continue
+        _, index, short, _ = name.split(".")
+        hf = next(k for k, v in HF_LAYER_NAMES.items() if v == short)
+        out[f"model.layers.{index}.{hf}.weight"] = tensor.contiguous()
+    save_file(out, path)
 
 
 # --- model ---------------------------------------------------------------------------------------------------
@@ -319,6 +377,9 @@ def main():
     p.add_argument("--adamw", choices=["fused", "foreach", "for-loop"], default="",
                    help="AdamW implementation (default fused, as meshrun-trainer; for-loop with --cpu-offload)")
     p.add_argument("--profile", action="store_true", help="print where GPU (CPU: host) time goes in the last 3 steps")
+    p.add_argument("--init-from", default="", help="start from these weights (.safetensors, Hugging Face names: "
+                   "meshrun-trainer's export) instead of the reference's own initialisation")
+    p.add_argument("--save-final", default="", help="write the trained weights there (.safetensors, rank 0)")
     a = p.parse_args()
     cfg = load_config(a.config, a.set)
     m, t, fs = cfg["model"], cfg["train"], cfg.get("fsdp", {})
@@ -352,6 +413,8 @@ def main():
         shard_args["offload_policy"] = CPUOffloadPolicy()
     ac_every = 1 if a.activation_checkpointing else int(fs.get("activation_checkpointing", 0))
     model = build_model(m, seq, strategy, mesh, device, seed, ac_every, shard_args)
+    if a.init_from:
+        load_hf_weights(model, a.init_from, m.get("tie_embeddings", True))
     # CUDA with CPU offload: the for-loop AdamW on the host, as scripts/gpu_kit.sh's offload figures were taken.
     impl = a.adamw or ("for-loop" if cuda and "offload_policy" in shard_args else "fused")
     opt = build_optimizer(model.parameters(), t, impl)
@@ -395,9 +458,12 @@ def main():
     result = {"rank": rank, "strategy": strategy, "world_size": world, "tokens_per_step": tokens,
               "tokens_per_s": tokens / statistics.median(steady), "final_loss": losses[-1],
               "start_rss_bytes": start_rss, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-              "step_times_s": [round(s, 6) for s in times], "losses": [round(v, 5) for v in losses]}
+              "step_times_s": [round(s, 6) for s in times], "losses": [round(v, 5) for v in losses],
+              "losses_exact": losses}
     if cuda:
         result["device_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    if a.save_final:
+        save_hf_weights(model, a.save_final, m.get("tie_embeddings", True))
     print(json.dumps(result), flush=True)
     dist.destroy_process_group()
     # NOTE: with a DeviceMesh on Gloo, torch 2.15 sometimes aborts during interpreter teardown after a clean
