@@ -54,6 +54,17 @@ void run_probes(ArrivalTiming& t, FakeClock& clock, const std::vector<double>& c
   }
 }
 
+// Two ranks seen at collective 10, then at 110 a probe later: the probe [11, 110] is open.
+std::vector<proto::RankProgress> open_probe(ArrivalTiming& t, FakeClock& clock) {
+  std::vector<proto::RankProgress> ranks = {beatless(0, 10), beatless(1, 10)};
+  t.update(ranks, 2, clock.now());
+  clock.advance(ArrivalTiming::kProbeEvery);
+  ranks = {beatless(0, 110), beatless(1, 110)};
+  t.update(ranks, 2, clock.now());
+  REQUIRE(t.probe().first_seq == 11);
+  return ranks;
+}
+
 }  // namespace
 
 TEST_CASE("arrival timing: the rank the others wait for computes 1.5x, on any clock offset", "[straggler]") {
@@ -100,11 +111,7 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
   }
   SECTION("a rank's recorder lost part of the range") {
     ArrivalTiming t;
-    std::vector<proto::RankProgress> ranks = {beatless(0, 10), beatless(1, 10)};
-    t.update(ranks, 2, clock.now());
-    clock.advance(ArrivalTiming::kProbeEvery);
-    ranks = {beatless(0, 110), beatless(1, 110)};
-    t.update(ranks, 2, clock.now());
+    auto ranks = open_probe(t, clock);
     ranks[0].arrivals = answer(t.probe(), 0.03, 0.03);
     ranks[1].arrivals = answer(t.probe(), 0.02, 0.03);
     ranks[1].arrivals.count -= 1;
@@ -114,11 +121,7 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
   }
   SECTION("a rank never answers: the probe is given up") {
     ArrivalTiming t;
-    std::vector<proto::RankProgress> ranks = {beatless(0, 10), beatless(1, 10)};
-    t.update(ranks, 2, clock.now());
-    clock.advance(ArrivalTiming::kProbeEvery);
-    ranks = {beatless(0, 110), beatless(1, 110)};
-    t.update(ranks, 2, clock.now());
+    auto ranks = open_probe(t, clock);
     ranks[0].arrivals = answer(t.probe(), 0.03, 0.03);
     clock.advance(ArrivalTiming::kGiveUpAfter + std::chrono::seconds(1));
     ranks[0].collectives["0"] = ranks[1].collectives["0"] = 400;
