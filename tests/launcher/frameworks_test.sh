@@ -1,6 +1,7 @@
 #!/bin/bash
 # Frameworks built on torchrun, unchanged, under meshrun (--standalone, 2 CPU workers): PyTorch Lightning
-# (DDP), Hugging Face Accelerate and the transformers Trainer. Each must take meshrun's torchrun environment
+# (DDP, and sharded: ModelParallelStrategy with fully_shard), Hugging Face Accelerate and the transformers
+# Trainer. Each must take meshrun's torchrun environment
 # as its own: both ranks report the job's 2 processes and their rank from the framework's own API, run in
 # the process meshrun spawned (no processes of the framework's own), finish their steps and end with the
 # same weights. Usage: frameworks_test.sh FRAMEWORK MESHRUN VENV_BIN
@@ -9,6 +10,9 @@ HERE=$(cd "$(dirname "$0")/frameworks" && pwd)
 OUT=$(mktemp -d); trap 'rm -rf "$OUT"' EXIT
 case $FRAMEWORK in
   lightning) JOB=lightning_job.py; EXPECT='r["environment"] == "TorchElasticEnvironment" and r["steps"] == 6' ;;
+  lightning_sharded)  # FSDP2 under Lightning's ModelParallelStrategy: each rank holds 8 of the 16 rows
+    JOB=lightning_sharded_job.py
+    EXPECT='r["environment"] == "TorchElasticEnvironment" and r["steps"] == 6 and r["local_rows"] == 8' ;;
   accelerate) JOB=accelerate_job.py; EXPECT='r["distributed_type"].endswith("MULTI_CPU") and r["steps"] == 8' ;;
   hf_trainer) JOB=hf_trainer_job.py; EXPECT='r["parallel_mode"].endswith("DISTRIBUTED") and r["steps"] == 4' ;;
   *) echo "unknown framework $FRAMEWORK"; exit 2 ;;
