@@ -371,9 +371,8 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     it->second.clock = clock;
     std::set<int> fresh;
     for (const auto& p : it->second.progress) fresh.insert(p.rank);
-    const auto ranks = hosted_ranks(*run);
-    std::vector<proto::RankProgress> all;
-    for (const auto& r : ranks) all.push_back(r.progress);
+    std::vector<proto::RankProgress> all;  // the arrival answers in; then the figures they gave, for the filter
+    for (const auto& r : hosted_ranks(*run)) all.push_back(r.progress);
     run->arrivals.update(all, run->world_size, clock_.now());
     run->stragglers.update(hosted_ranks(*run), fresh, straggler_threshold(*run));
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
