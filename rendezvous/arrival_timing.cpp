@@ -15,10 +15,10 @@ double median(std::vector<double> values) {
 
 // The group every rank reports that has completed the most collectives on all of them (the one the job
 // synchronises on: the default group for DDP and 1-D FSDP), and the last collective all of them completed.
-std::optional<std::pair<std::string, int64_t>> common_group(const std::vector<proto::RankProgress>& ranks) {
+std::optional<std::pair<std::string, int64_t>> common_group(const std::vector<HostedRank>& ranks) {
   std::map<std::string, std::pair<size_t, int64_t>> seen;  // group -> ranks reporting it, least completed
   for (const auto& r : ranks) {
-    for (const auto& [group, completed] : r.collectives) {
+    for (const auto& [group, completed] : r.progress.collectives) {
       auto [it, fresh] = seen.try_emplace(group, 0, std::numeric_limits<int64_t>::max());
       ++it->second.first;
       it->second.second = std::min(it->second.second, completed);
@@ -34,15 +34,15 @@ std::optional<std::pair<std::string, int64_t>> common_group(const std::vector<pr
 
 }  // namespace
 
-void ArrivalTiming::update(const std::vector<proto::RankProgress>& ranks, int world_size, TimePoint now) {
+void ArrivalTiming::update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now) {
   if (!probe_.group.empty()) {
     std::vector<const proto::ArrivalBlock*> answers;
     std::vector<int> answered;
     for (const auto& r : ranks) {
-      const auto& a = r.arrivals;
+      const auto& a = r.progress.arrivals;
       if (a.group != probe_.group || a.first_seq != probe_.first_seq || a.last_seq != probe_.last_seq) continue;
       answers.push_back(&a);
-      answered.push_back(r.rank);
+      answered.push_back(r.progress.rank);
     }
     if (world_size > 1 && static_cast<int>(answers.size()) == world_size) {
       evaluate(answers, answered);
@@ -54,7 +54,7 @@ void ArrivalTiming::update(const std::vector<proto::RankProgress>& ranks, int wo
   if (probe_.group.empty() && now - opened_at_ >= kProbeEvery) open_next(ranks, world_size, now);
 }
 
-void ArrivalTiming::open_next(const std::vector<proto::RankProgress>& ranks, int world_size, TimePoint now) {
+void ArrivalTiming::open_next(const std::vector<HostedRank>& ranks, int world_size, TimePoint now) {
   if (world_size < 2 || static_cast<int>(ranks.size()) != world_size) return;
   const auto group = common_group(ranks);
   if (!group) return;

@@ -23,6 +23,7 @@
 
 #include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
+#include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -39,7 +40,7 @@ class ArrivalTiming {
   const proto::ArrivalProbe& probe() const { return probe_; }
   /// Reads the answers in `ranks` (every rank of the run): evaluates the probe once all `world_size` ranks
   /// answered it, and opens the next one when due.
-  void update(const std::vector<proto::RankProgress>& ranks, int world_size, TimePoint now);
+  void update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now);
   /// The rank's compute per collective (seconds), a median over the window; 0 while unknown.
   double compute_s(int rank) const;
   /// Probes answered but not counted because the clock offsets were too uncertain.
@@ -47,7 +48,7 @@ class ArrivalTiming {
 
  private:
   void evaluate(const std::vector<const proto::ArrivalBlock*>& blocks, const std::vector<int>& ranks);
-  void open_next(const std::vector<proto::RankProgress>& ranks, int world_size, TimePoint now);
+  void open_next(const std::vector<HostedRank>& ranks, int world_size, TimePoint now);
 
   proto::ArrivalProbe probe_;
   TimePoint opened_at_{};

@@ -371,10 +371,10 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     it->second.clock = clock;
     std::set<int> fresh;
     for (const auto& p : it->second.progress) fresh.insert(p.rank);
-    std::vector<proto::RankProgress> all;  // the arrival answers in; then the figures they gave, for the filter
-    for (const auto& r : hosted_ranks(*run)) all.push_back(r.progress);
-    run->arrivals.update(all, run->world_size, clock_.now());
-    run->stragglers.update(hosted_ranks(*run), fresh, straggler_threshold(*run));
+    auto ranks = hosted_ranks(*run);
+    run->arrivals.update(ranks, run->world_size, clock_.now());
+    for (auto& r : ranks) r.progress.arrival_compute_s = run->arrivals.compute_s(r.progress.rank);  // fresh figures
+    run->stragglers.update(ranks, fresh, straggler_threshold(*run));
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
     if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);

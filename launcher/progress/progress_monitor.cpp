@@ -161,7 +161,7 @@ std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vecto
 std::string ProgressMonitor::request_dump(size_t lr, const std::string& path) {
   if (!watches_[lr].hooked()) return "it has no hook";
   watches_[lr].clear_dump_answer();
-  const std::string hook = sockets_[lr].path() + ".hook";
+  const std::string hook = hook_path(lr);
   int error = 0;
   for (int attempt = 0; attempt < 20; ++attempt) {
     error = sockets_[lr].send_to(hook, "dump " + path);
@@ -171,10 +171,11 @@ std::string ProgressMonitor::request_dump(size_t lr, const std::string& path) {
   return error == 0 ? std::string() : "cannot reach the hook's socket " + hook + ": " + std::strerror(error);
 }
 
+std::string ProgressMonitor::hook_path(size_t lr) const { return sockets_[lr].path() + ".hook"; }
+
 void ProgressMonitor::ask_clocks() {
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (watches_[lr].hooked())
-      sockets_[lr].send_to(sockets_[lr].path() + ".hook", "clock " + std::to_string(unix_time_ns()));
+    if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), "clock " + std::to_string(unix_time_ns()));
   }
 }
 
@@ -183,7 +184,7 @@ void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe) {
   asked_ = probe;
   const std::string request = fmt::format("arrivals {} {} {}", probe.first_seq, probe.last_seq, probe.group);
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (watches_[lr].hooked()) sockets_[lr].send_to(sockets_[lr].path() + ".hook", request);
+    if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), request);
   }
 }
 

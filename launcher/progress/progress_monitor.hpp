@@ -75,6 +75,8 @@ class ProgressMonitor {
 
  private:
   std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
+  /// Where local rank `lr`'s hook listens for the agent's requests.
+  std::string hook_path(size_t lr) const;
   std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
 
   HangPolicy policy_;

@@ -10,11 +10,11 @@ namespace {
 
 constexpr double kT0 = 1'795'000'000.0;  // unix seconds
 
-proto::RankProgress beatless(int rank, int64_t completed) {
+HostedRank beatless(int rank, int64_t completed) {
   proto::RankProgress p;
   p.rank = rank;
   p.collectives = {{"0", completed}};
-  return p;
+  return HostedRank{"node" + std::to_string(rank), p};
 }
 
 // Rank `r`'s answer to `probe` in a lockstep job: `count` collectives, each preceded by `compute` seconds
@@ -37,26 +37,27 @@ void run_probes(ArrivalTiming& t, FakeClock& clock, const std::vector<double>& c
                 double uncertainty = 1e-5) {
   const double slowest = *std::max_element(compute.begin(), compute.end());
   int64_t completed = 10;
-  std::vector<proto::RankProgress> ranks;
+  std::vector<HostedRank> ranks;
   for (size_t r = 0; r < compute.size(); ++r) ranks.push_back(beatless(static_cast<int>(r), completed));
   const int world = static_cast<int>(compute.size());
   t.update(ranks, world, clock.now());  // learns the group; the first probe starts after what ran so far
   for (int i = 0; i < probes; ++i) {
     clock.advance(ArrivalTiming::kProbeEvery);
     completed += 100;
-    for (auto& r : ranks) r = beatless(r.rank, completed);
+    for (auto& r : ranks) r = beatless(r.progress.rank, completed);
     t.update(ranks, world, clock.now());
     const auto probe = t.probe();
     REQUIRE_FALSE(probe.group.empty());
     CHECK(probe.last_seq == completed);
-    for (size_t r = 0; r < ranks.size(); ++r) ranks[r].arrivals = answer(probe, compute[r], slowest, uncertainty);
+    for (size_t r = 0; r < ranks.size(); ++r)
+      ranks[r].progress.arrivals = answer(probe, compute[r], slowest, uncertainty);
     t.update(ranks, world, clock.now());
   }
 }
 
 // Two ranks seen at collective 10, then at 110 a probe later: the probe [11, 110] is open.
-std::vector<proto::RankProgress> open_probe(ArrivalTiming& t, FakeClock& clock) {
-  std::vector<proto::RankProgress> ranks = {beatless(0, 10), beatless(1, 10)};
+std::vector<HostedRank> open_probe(ArrivalTiming& t, FakeClock& clock) {
+  std::vector<HostedRank> ranks = {beatless(0, 10), beatless(1, 10)};
   t.update(ranks, 2, clock.now());
   clock.advance(ArrivalTiming::kProbeEvery);
   ranks = {beatless(0, 110), beatless(1, 110)};
@@ -79,7 +80,7 @@ TEST_CASE("arrival timing: the rank the others wait for computes 1.5x, on any cl
 TEST_CASE("arrival timing: probes tile the group's history, one at a time, after the warm-up", "[straggler]") {
   ArrivalTiming t;
   FakeClock clock;
-  std::vector<proto::RankProgress> ranks = {beatless(0, 50), beatless(1, 48)};
+  std::vector<HostedRank> ranks = {beatless(0, 50), beatless(1, 48)};
   t.update(ranks, 2, clock.now());
   CHECK(t.probe().group.empty());  // what ran before (set-up, first steps) is never probed
   clock.advance(ArrivalTiming::kProbeEvery);
@@ -89,10 +90,10 @@ TEST_CASE("arrival timing: probes tile the group's history, one at a time, after
   CHECK(t.probe().first_seq == 49);  // after the least completed of the first look
   CHECK(t.probe().last_seq == 90);   // what every rank completed
   const auto first = t.probe();
-  ranks[0].arrivals = answer(first, 0.02, 0.02);
-  ranks[1].arrivals = answer(first, 0.02, 0.02);
+  ranks[0].progress.arrivals = answer(first, 0.02, 0.02);
+  ranks[1].progress.arrivals = answer(first, 0.02, 0.02);
   clock.advance(std::chrono::seconds(1));
-  ranks[0].collectives["0"] = ranks[1].collectives["0"] = 120;
+  ranks[0].progress.collectives["0"] = ranks[1].progress.collectives["0"] = 120;
   t.update(ranks, 2, clock.now());
   CHECK(t.probe().group.empty());  // answered; the next one waits for kProbeEvery
   clock.advance(ArrivalTiming::kProbeEvery);
@@ -112,9 +113,9 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
   SECTION("a rank's recorder lost part of the range") {
     ArrivalTiming t;
     auto ranks = open_probe(t, clock);
-    ranks[0].arrivals = answer(t.probe(), 0.03, 0.03);
-    ranks[1].arrivals = answer(t.probe(), 0.02, 0.03);
-    ranks[1].arrivals.count -= 1;
+    ranks[0].progress.arrivals = answer(t.probe(), 0.03, 0.03);
+    ranks[1].progress.arrivals = answer(t.probe(), 0.02, 0.03);
+    ranks[1].progress.arrivals.count -= 1;
     t.update(ranks, 2, clock.now());
     CHECK(t.compute_s(0) == 0);
     CHECK(t.probe().group.empty());  // dropped: a newer range is asked next
@@ -122,9 +123,9 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
   SECTION("a rank never answers: the probe is given up") {
     ArrivalTiming t;
     auto ranks = open_probe(t, clock);
-    ranks[0].arrivals = answer(t.probe(), 0.03, 0.03);
+    ranks[0].progress.arrivals = answer(t.probe(), 0.03, 0.03);
     clock.advance(ArrivalTiming::kGiveUpAfter + std::chrono::seconds(1));
-    ranks[0].collectives["0"] = ranks[1].collectives["0"] = 400;
+    ranks[0].progress.collectives["0"] = ranks[1].progress.collectives["0"] = 400;
     t.update(ranks, 2, clock.now());
     CHECK(t.probe().first_seq == 111);  // a fresh probe at once
     CHECK(t.probe().last_seq == 400);

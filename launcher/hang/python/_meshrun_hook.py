@@ -67,20 +67,22 @@ def _group_names():
     return names
 
 
-def _learn_names(c10d):
+def _full_dump(c10d):
+    """The recorder's entries (no stack traces); the group names they show are learned on the way."""
     import pickle
 
     dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
     for e in dump.get("entries", []):
         if e.get("process_group"):
             _names_by_uid[str(e.get("pg_id"))] = str(e["process_group"][0])
+    return dump
 
 
 def _status(c10d):
     summary = json.loads(c10d._dump_fr_trace_json(includeCollectives=False))
     if any(pg not in _names_by_uid for pg in summary.get("pg_status", {})):
         # A group PyTorch lists once it ran a collective: its entries name it (once per new group).
-        _learn_names(c10d)
+        _full_dump(c10d)
     names = _group_names()
     parts = []
     for pg, s in sorted(summary.get("pg_status", {}).items()):
@@ -132,12 +134,7 @@ def _entry(e):
 
 
 def _record(c10d):
-    import pickle
-
-    dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
-    for e in dump.get("entries", []):
-        if e.get("process_group"):
-            _names_by_uid[str(e.get("pg_id"))] = str(e["process_group"][0])
+    dump = _full_dump(c10d)
     names = _group_names()
     entries = [_entry(e) for e in dump.get("entries", []) if not e.get("is_p2p", False)]
     open_entries = [e for e in entries if not e["retired"]]
@@ -179,21 +176,17 @@ def _dump(path):
 
 def _arrivals(first, last, group):
     # When this rank entered each collective of the range (the recorder's time_created_ns, this host's
-    # wall clock): their count, mean and span, which the daemon compares across ranks.
-    c10d = _c10d()
-    if c10d is None or _fr_off():
-        return f"fr arrivals {first} {last} 0 0 0 {group}"
-    import pickle
-
-    dump = pickle.loads(c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+    # wall clock): their count, mean and span, which the daemon compares across ranks (count 0: none known).
+    c10d = None if _fr_off() else _c10d()
     times = []
-    for e in dump.get("entries", []):
-        pg = e.get("process_group") or ("", "")
-        if str(pg[0]) == group and not e.get("is_p2p", False) and first <= int(e.get("collective_seq_id", -1)) <= last:
-            times.append(int(e.get("time_created_ns", 0)))
-    if not times:
-        return f"fr arrivals {first} {last} 0 0 0 {group}"
-    return f"fr arrivals {first} {last} {len(times)} {sum(times) // len(times)} {max(times) - min(times)} {group}"
+    if c10d is not None:
+        for e in _full_dump(c10d).get("entries", []):
+            pg = e.get("process_group") or ("", "")
+            seq = int(e.get("collective_seq_id", -1))
+            if str(pg[0]) == group and not e.get("is_p2p", False) and first <= seq <= last:
+                times.append(int(e.get("time_created_ns", 0)))
+    mean, span = (sum(times) // len(times), max(times) - min(times)) if times else (0, 0)
+    return f"fr arrivals {first} {last} {len(times)} {mean} {span} {group}"
 
 
 def _answer(listen, send):
@@ -207,7 +200,7 @@ def _answer(listen, send):
         first, last, group = request[9:].split(" ", 2)
         try:
             send(_arrivals(int(first), int(last), group))
-        except Exception:
+        except Exception:  # the group torn down meanwhile...: no times known
             send(f"fr arrivals {first} {last} 0 0 0 {group}")
     elif request.startswith("dump "):
         path = request[5:]
