@@ -87,6 +87,20 @@ const CollectiveEntry* first_entry(const OpenCollective& c, const RecordIndex& i
   return nullptr;
 }
 
+// When the first waiting rank entered the open collective (0: no entry has a time).
+int64_t waiting_since(const OpenCollective& c, const RecordIndex& index) {
+  int64_t since = 0;
+  for (int w : c.waiting) {
+    if (const auto* e = index.at(w)->entry(c.group, c.seq); e && e->created_unix_ms > 0) {
+      if (since == 0 || e->created_unix_ms < since) since = e->created_unix_ms;
+    }
+  }
+  return since;
+}
+
+// A known time is older than an unknown one.
+bool older(int64_t a_unix_ms, int64_t b_unix_ms) { return a_unix_ms > 0 && (b_unix_ms == 0 || a_unix_ms < b_unix_ms); }
+
 void describe_collective(HangVerdict& v, const OpenCollective& c, const RecordIndex& index) {
   v.group = c.group;
   v.group_ranks = c.members;
@@ -96,13 +110,7 @@ void describe_collective(HangVerdict& v, const OpenCollective& c, const RecordIn
     v.op = e->op;
     if (!e->frames.empty()) v.call_site = e->frames.front();
   }
-  for (int w : c.waiting) {
-    if (const auto* e = index.at(w)->entry(c.group, c.seq); e && e->created_unix_ms > 0) {
-      if (v.waiting_since_unix_ms == 0 || e->created_unix_ms < v.waiting_since_unix_ms) {
-        v.waiting_since_unix_ms = e->created_unix_ms;
-      }
-    }
-  }
+  v.waiting_since_unix_ms = waiting_since(c, index);
 }
 
 std::string collective_text(const HangVerdict& v) {
@@ -266,10 +274,12 @@ HangVerdict judge(const std::vector<RankRecord>& ranks, const std::optional<Fall
     if (r.state == ProcessState::kStopped) return stopped(r, open, index);
   }
   // A rank that waits for nobody and is waited for: the culprit. Where it is waited for in several groups,
-  // the group whose waiting ranks hold up others (the first link of the chain) is the one named.
+  // the group whose waiting ranks hold up others (the first link of the chain) is the one named; between
+  // equals, the oldest wait: a healthy group caught between two ranks' entries is younger than the hang.
   const OpenCollective* named = nullptr;
   std::vector<int> named_roots;
   int named_links = -1;
+  int64_t named_since = 0;
   for (const auto& c : open) {
     std::vector<int> roots;
     for (int a : c.absent) {
@@ -281,10 +291,12 @@ HangVerdict judge(const std::vector<RankRecord>& ranks, const std::optional<Fall
         return std::find(o.absent.begin(), o.absent.end(), w) != o.absent.end();
       });
     }));
-    if (links > named_links) {
+    const int64_t since = waiting_since(c, index);
+    if (links > named_links || (links == named_links && older(since, named_since))) {
       named = &c;
       named_roots = roots;
       named_links = links;
+      named_since = since;
     }
   }
   if (named != nullptr) return never_entered(*named, named_roots, index);

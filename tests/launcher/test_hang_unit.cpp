@@ -112,7 +112,7 @@ TEST_CASE("a mismatch names the minority: another op, or another size", "[hang][
 
 TEST_CASE("a subgroup hang is named in its group, also when the default group waits on it", "[hang][verdict]") {
   // Pair groups "1" = {0,1} and "2" = {2,3}; rank 3 never enters #7 of group 2; rank 2 waits there.
-  auto pair_rank = [](int rank, int64_t enq, int64_t done) {
+  auto pair_rank = [](int rank, int64_t enq, int64_t done, int64_t created_unix_ms = 1) {
     RankRecord r = lockstep_rank(rank, 0, 0);
     r.groups.clear();
     r.entries.clear();
@@ -123,7 +123,7 @@ TEST_CASE("a subgroup hang is named in its group, also when the default group wa
                                         .op = "all_reduce",
                                         .sizes = "[[4]]",
                                         .dtypes = "Float",
-                                        .created_unix_ms = 1,
+                                        .created_unix_ms = created_unix_ms,
                                         .retired = enq <= done,
                                         .frames = {}});
     return r;
@@ -144,6 +144,17 @@ TEST_CASE("a subgroup hang is named in its group, also when the default group wa
   v = judge_hang(with_default, std::nullopt);
   CHECK(v.culprits == std::vector<int>{3});
   CHECK(v.group == "2");
+
+  // Group 1 keeps training: its records caught rank 1 inside #256 before rank 0 entered it. That wait
+  // began long after group 2's and is not the hang (seen in CI: the healthy pair was named).
+  std::vector<RankRecord> live_pair = {pair_rank(0, 255, 255, 5000), pair_rank(1, 256, 255, 5000),
+                                       pair_rank(2, 7, 6, 1000), pair_rank(3, 6, 6, 1000)};
+  for (int order = 0; order < 2; ++order) {
+    if (order == 1) std::reverse(live_pair.begin(), live_pair.end());
+    v = judge_hang(live_pair, std::nullopt);
+    CHECK(v.group == "2");
+    CHECK(v.culprits == std::vector<int>{3});
+  }
 }
 
 TEST_CASE("ranks without a record are named with the reason, and never hide a recorded culprit", "[hang][verdict]") {
