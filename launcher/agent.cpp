@@ -16,6 +16,7 @@
 #include "launcher/hang/python_hook.hpp"
 #include "launcher/heartbeat_keeper.hpp"
 #include "launcher/net/route_interface.hpp"
+#include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/rendezvous_backend.hpp"
 #include "launcher/workers/job_token.hpp"
@@ -56,7 +57,11 @@ std::string temp_folder(const std::string& prefix) {
 }  // namespace
 
 Agent::Agent(const LaunchOptions& options, WorkerCommand command, SignalSet& signals)
-    : options_(options), command_(std::move(command)), signals_(signals), grace_(to_ms(options.shutdown_timeout_s)) {}
+    : options_(options),
+      command_(std::move(command)),
+      signals_(signals),
+      grace_(to_ms(options.shutdown_timeout_s)),
+      fault_grace_(to_ms(std::min(options.fault_stop_timeout_s, options.shutdown_timeout_s))) {}
 
 Agent::~Agent() {
   std::error_code ec;
@@ -94,7 +99,9 @@ int Agent::run() {
       HangExchange exchange(
           Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
           assignment->round, assignment->group_rank, assignment->group_world_size);
-      result = supervise(group, progress, rdzv, exchange);
+      AttemptClock attempt(assignment->round, static_cast<size_t>(options_.nproc_per_node),
+                           std::chrono::steady_clock::now());
+      result = supervise(group, progress, rdzv, exchange, attempt);
       progress_ = nullptr;
     } catch (const SpawnError& e) {
       progress_ = nullptr;
@@ -174,7 +181,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
 }
 
 Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                      HangExchange& exchange) {
+                                      HangExchange& exchange, AttemptClock& attempt) {
   using Clock = std::chrono::steady_clock;
   const Ms monitor = to_ms(options_.monitor_interval_s);
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
@@ -184,6 +191,7 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
     const Ms until_beat = std::max(Ms(0), std::chrono::duration_cast<Ms>(heartbeats.next - Clock::now()));
     const auto signals = group.wait(signals_, std::min(monitor, until_beat), progress.fds());
     progress.drain(Clock::now());
+    if (!attempt.settled()) attempt.observe(progress.summaries(Clock::now()), Clock::now());
     if (auto r = on_signals(group, signals, rdzv)) return *r;
     if (auto r = on_worker_exits(group, rdzv)) return *r;
     if (Clock::now() >= next_hang_check) {
@@ -192,7 +200,7 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
     }
     if (Clock::now() < heartbeats.next) continue;
     heartbeats.next = Clock::now() + keep_alive;
-    if (auto r = on_heartbeat(group, progress, rdzv, heartbeats)) return *r;
+    if (auto r = on_heartbeat(group, progress, rdzv, heartbeats, attempt)) return *r;
   }
 }
 
@@ -206,7 +214,7 @@ std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const 
       continue;
     }
     say("got " + signal_name(sig) + ": forwarding it to the workers and stopping them");
-    stop_workers(group, rdzv, sig);
+    stop_workers(group, rdzv, grace_, sig);
     AttemptResult result{AttemptResult::Kind::kSignaled, 128 + sig, "launcher got " + signal_name(sig)};
     for (const auto& w : group.workers()) {
       if (w.process && w.process->status() && checkpointed_on_signal(*w.process->status())) {
@@ -227,7 +235,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
     group.drain_output(*failed);  // its last words (the traceback) before the report
     const FailureInfo first = group.failure_info(*failed);
     if (checkpointed_on_signal(first.status)) {
-      stop_workers(group, rdzv);
+      stop_workers(group, rdzv, grace_);
       // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
       say("checkpointed on signal: rank " + std::to_string(first.rank) + " wrote a checkpoint and stopped (exit " +
           std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
@@ -235,7 +243,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
     }
     // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
     rdzv.record_failure(failure_report(first, group.attempt()));
-    stop_workers(group, rdzv);
+    stop_workers(group, rdzv, fault_grace_);
     const FailureInfo info = group.failure_info(*failed);  // with all the output, now that the group stopped
     std::fputs(format_failure_summary(info).c_str(), stderr);
     return AttemptResult{
@@ -243,7 +251,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
         "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe(), found};
   }
   if (group.all_exited()) {
-    stop_workers(group, rdzv);  // reaps, kills leftovers of the workers' groups, drains output
+    stop_workers(group, rdzv, grace_);  // reaps, kills leftovers of the workers' groups, drains output
     return AttemptResult{AttemptResult::Kind::kSucceeded, 0, "all workers exited 0"};
   }
   return std::nullopt;
@@ -335,7 +343,7 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
                  group.attempt(), format_stack_groups(stacks).c_str());
   }
   say("hang verdict written to " + inquiry.verdict_file());
-  group.stop(signals_, grace_);
+  group.stop(signals_, fault_grace_);
   if (reporter) {
     FailureInfo info = with_hang(group.failure_info(static_cast<size_t>(local - workers.begin())));
     for (const auto& s : stacks) {
@@ -351,35 +359,38 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
   return result;
 }
 
-void Agent::stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, int first_signal) {
+void Agent::stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, Ms grace, int first_signal) {
   if (group.all_exited()) {
-    group.stop(signals_, grace_, first_signal);  // reaps and sweeps at once: nothing to wait for
+    group.stop(signals_, grace, first_signal);  // reaps and sweeps at once: nothing to wait for
     return;
   }
   const auto progress = progress_ != nullptr ? progress_->summaries(std::chrono::steady_clock::now())
                                              : std::vector<proto::RankProgress>{};
   const HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress);
-  group.stop(signals_, grace_, first_signal);
+  group.stop(signals_, grace, first_signal);
 }
 
 std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, ProgressMonitor& progress,
-                                                        RendezvousBackend& rdzv, HeartbeatSchedule& schedule) {
+                                                        RendezvousBackend& rdzv, HeartbeatSchedule& schedule,
+                                                        const AttemptClock& attempt) {
   try {
-    const auto beat = rdzv.heartbeat(progress.summaries(std::chrono::steady_clock::now(), rdzv.clock_offset()));
+    const auto now = std::chrono::steady_clock::now();
+    const auto beat = rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), attempt.milestones(now));
     schedule.failures = 0;
     report_stragglers(beat.stragglers);
+    report_recovery(beat);
     progress.ask_clocks();  // the answers come before the next heartbeat, which carries what they allow
     progress.ask_arrivals(beat.arrival_probe);
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
-      stop_workers(group, rdzv);
+      stop_workers(group, rdzv, beat.cause == proto::RestartCause::kScaleUp ? grace_ : fault_grace_);
       const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
                                                                     : AttemptResult::Kind::kRemoteRestart;
       return AttemptResult{kind, 1, beat.reason};
     }
     if (beat.action == proto::HeartbeatAction::kFail) {
       say("the run failed: " + beat.reason + "; stopping the workers");
-      stop_workers(group, rdzv);
+      stop_workers(group, rdzv, fault_grace_);
       return AttemptResult{AttemptResult::Kind::kRunFailed, 1, beat.reason};
     }
     return std::nullopt;
@@ -397,9 +408,15 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
                                  ? "are the etcd members up and reachable from this node?"
                                  : "is the rendezvous host up? see `meshrun ping " + endpoint + "`";
     say(reason + "; stopping the workers (" + hint + ")");
-    group.stop(signals_, grace_);
+    group.stop(signals_, fault_grace_);
     return AttemptResult{AttemptResult::Kind::kRendezvousLost, 1, reason};
   }
+}
+
+void Agent::report_recovery(const proto::HeartbeatReply& beat) {
+  if (beat.recovered_round <= recovery_printed_) return;
+  recovery_printed_ = beat.recovered_round;
+  say("recovery of round " + std::to_string(beat.recovered_round) + ": " + proto::describe(beat.recovery));
 }
 
 void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
@@ -438,10 +455,12 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, int64_t round, const Attem
   // A hang verdict names the culprit on every node; its node's report is known to be coming: wait for it.
   const int expected = result.kind == Kind::kWorkerHung ? result.expected_report_rank : -1;
   const auto expected_by = std::chrono::steady_clock::now() + kExpectedReportWait;
+  // Still beating while it waits: a node silent for its keep-alive after a restart is taken for dead.
+  HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), {});
   std::vector<proto::FailureReport> failures;
   for (;;) {
     failures.clear();
-    for (const auto& f : rdzv.failures()) {
+    for (const auto& f : keeper.with_rendezvous([](RendezvousBackend& r) { return r.failures(); })) {
       if (f.round == round) failures.push_back(f);
     }
     const bool has_expected = expected < 0 || std::any_of(failures.begin(), failures.end(),

@@ -23,6 +23,7 @@
 
 #include "launcher/cli/options.hpp"
 #include "launcher/workers/worker_command.hpp"
+#include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::proto {
 struct Assignment;
@@ -31,6 +32,7 @@ struct Straggler;
 
 namespace meshrun::launcher {
 
+class AttemptClock;
 class RendezvousBackend;
 class HangExchange;
 class ProgressMonitor;
@@ -79,7 +81,7 @@ class Agent {
                        const ProgressMonitor& progress) const;
   /// Supervises one attempt's workers until it ends.
   AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                          HangExchange& exchange);
+                          HangExchange& exchange, AttemptClock& attempt);
   std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals, RendezvousBackend& rdzv);
   std::optional<AttemptResult> on_worker_exits(WorkerGroup& group, RendezvousBackend& rdzv);
   std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
@@ -88,10 +90,13 @@ class Agent {
   /// workers stopped. `suspicion` is the first request (this node's or another's): "<node> <rank> <why>".
   AttemptResult conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
                               HangExchange& exchange, const std::string& suspicion, bool requested_here);
-  /// Stops the workers (TERM, --shutdown-timeout, KILL) with heartbeats going on meanwhile.
-  void stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, int first_signal = 15);
+  /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
+  void stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, std::chrono::milliseconds grace,
+                    int first_signal = 15);
   std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                            HeartbeatSchedule& schedule);
+                                            HeartbeatSchedule& schedule, const AttemptClock& attempt);
+  /// Prints a restart's recovery ledger once the daemon has it complete (once per restart).
+  void report_recovery(const proto::HeartbeatReply& beat);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
   void report_stragglers(const std::vector<proto::Straggler>& stragglers);
   /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed.
@@ -102,7 +107,8 @@ class Agent {
   const LaunchOptions& options_;
   WorkerCommand command_;
   SignalSet& signals_;
-  std::chrono::milliseconds grace_;  // --shutdown-timeout: TERM to KILL when stopping workers
+  std::chrono::milliseconds grace_;        // --shutdown-timeout: TERM to KILL when stopping workers
+  std::chrono::milliseconds fault_grace_;  // --fault-stop-timeout: the same when a fault ends the attempt
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
@@ -113,6 +119,7 @@ class Agent {
   int group_rank_ = 0;                // this node in the current attempt
   int group_world_size_ = 1;          // the attempt's, for the heartbeats sent while stopping
   std::vector<int> straggler_ranks_;  // as last reported by the daemon
+  int64_t recovery_printed_ = 0;      // the last round whose recovery ledger was printed
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.
   int restarts_used_ = 0;

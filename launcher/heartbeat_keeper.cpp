@@ -29,7 +29,7 @@ void HeartbeatKeeper::run() {
   while (!wake_.wait_for(lock, every_, [this] { return stop_; })) {
     try {
       // The reply's action waits for the agent's loop: it is busy ending this attempt anyway.
-      rdzv_.heartbeat(progress_);
+      rdzv_.heartbeat(progress_, {});
       ++sent_;
     } catch (const std::exception& e) {  // nothing may escape this thread
       spdlog::warn("heartbeat while the agent was busy failed: {}", e.what());

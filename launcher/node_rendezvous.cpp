@@ -25,6 +25,11 @@ constexpr auto kAwaitSlice = 1s;
 constexpr auto kProgressEvery = 5s;
 
 std::string describe_waiting(const proto::AwaitReply& r) {
+  if (r.spare) {
+    return "hot spare: the round has its " + std::to_string(r.joined.size()) + " nodes (--nnodes " +
+           std::to_string(r.min_nodes) + ":" + std::to_string(r.max_nodes) +
+           "); waiting, with no timeout, to take the node rank of a node lost";
+  }
   std::string have;
   for (const auto& n : r.joined) {
     if (!have.empty()) have += ", ";
@@ -200,6 +205,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   node_id_ = client_->join(req);
 
   auto next_note = std::chrono::steady_clock::now() + kProgressEvery;
+  bool told_spare = false;
   while (true) {
     const proto::AwaitReply reply = client_->await(run_id_, node_id_, kAwaitSlice);
     if (reply.status == proto::AwaitStatus::kAssigned) {
@@ -211,14 +217,18 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
       throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.reason);
     }
     if (check_signals()) return std::nullopt;
-    if (std::chrono::steady_clock::now() >= next_note) {
+    // A spare says so once (it may wait for hours); a joiner reports its progress every few seconds.
+    const bool note = reply.spare ? !told_spare : std::chrono::steady_clock::now() >= next_note;
+    told_spare = reply.spare;
+    if (note) {
       std::fprintf(stderr, "meshrun: %s\n", describe_waiting(reply).c_str());
       next_note = std::chrono::steady_clock::now() + kProgressEvery;
     }
   }
 }
 
-proto::HeartbeatReply NodeRendezvous::heartbeat(const std::vector<proto::RankProgress>& progress) {
+proto::HeartbeatReply NodeRendezvous::heartbeat(const std::vector<proto::RankProgress>& progress,
+                                                const proto::AttemptMilestones& attempt) {
   const Duration bound = from_seconds(options_.rdzv_conf.keep_alive_interval_s);
   try {
     if (!beat_client_) {
@@ -234,7 +244,7 @@ proto::HeartbeatReply NodeRendezvous::heartbeat(const std::vector<proto::RankPro
           proto::ClockReading{.measured = true, .offset_s = known->offset_s, .uncertainty_s = known->uncertainty_s};
     }
     const int64_t sent = unix_time_ns();
-    auto reply = beat_client_->heartbeat(run_id_, node_id_, progress, std::nullopt, reading);
+    auto reply = beat_client_->heartbeat(run_id_, node_id_, progress, std::nullopt, reading, attempt);
     if (reply.server_unix_ns > 0) clock_.add(sent, reply.server_unix_ns, unix_time_ns());
     return reply;
   } catch (const RemoteError&) {

@@ -40,7 +40,8 @@ class NodeRendezvous final : public RendezvousBackend {
   std::optional<proto::Assignment> join() override;
   /// A heartbeat on a connection of its own with a short deadline (keep_alive_interval); the next call
   /// reconnects after a failed one.
-  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) override;
+  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress,
+                                  const proto::AttemptMilestones& attempt) override;
   std::optional<OffsetEstimate> clock_offset() const override;
   void report_failure(const std::string& reason, proto::RestartCause cause) override;
   void record_failure(const proto::FailureReport& failure) override;

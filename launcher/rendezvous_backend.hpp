@@ -27,7 +27,8 @@ class RendezvousBackend {
   virtual std::optional<proto::Assignment> join() = 0;
   /// One keep-alive carrying this node's ranks' progress; the reply says whether to go on, restart or
   /// fail. Throws NetworkError/TimeoutError when the rendezvous does not answer in time.
-  virtual proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) = 0;
+  virtual proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress,
+                                          const proto::AttemptMilestones& attempt) = 0;
   /// This node's clock minus the rendezvous's, measured from the heartbeats' round trips; nullopt until
   /// measured, or when the backend has no clock of its own to compare with (etcd).
   virtual std::optional<OffsetEstimate> clock_offset() const { return std::nullopt; }

@@ -48,10 +48,11 @@ AwaitReply RendezvousClient::await(const std::string& run_id, const std::string&
 
 HeartbeatReply RendezvousClient::heartbeat(const std::string& run_id, const std::string& node_id,
                                            const std::vector<RankProgress>& progress, std::optional<Duration> timeout,
-                                           const ClockReading& clock) {
+                                           const ClockReading& clock, const AttemptMilestones& attempt) {
   nlohmann::json j = {{"op", "heartbeat"}, {"run_id", run_id}, {"node_id", node_id}};
   if (!progress.empty()) j["progress"] = progress;
   if (clock.measured) j["clock"] = clock;
+  if (attempt.round >= 0) j["attempt"] = attempt;
   return client_.meshrun(j, timeout).get<HeartbeatReply>();
 }
 

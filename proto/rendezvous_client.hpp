@@ -25,7 +25,8 @@ class RendezvousClient {
   /// bounds the exchange (default: the connection's op timeout).
   HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
                            const std::vector<RankProgress>& progress = {},
-                           std::optional<Duration> timeout = std::nullopt, const ClockReading& clock = {});
+                           std::optional<Duration> timeout = std::nullopt, const ClockReading& clock = {},
+                           const AttemptMilestones& attempt = {});
   /// Reports a local worker failure (cause kWorkerFailed or kHung): the daemon opens a new round for every
   /// node of the run.
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,

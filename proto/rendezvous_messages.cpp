@@ -3,6 +3,7 @@
 #include "proto/rendezvous_messages.hpp"
 
 #include <array>
+#include <cstdio>
 #include <utility>
 
 #include "common/error.hpp"
@@ -92,6 +93,23 @@ std::string_view to_string(AwaitStatus value) { return name_of(value); }
 std::string_view to_string(HeartbeatAction value) { return name_of(value); }
 std::string_view to_string(RestartCause value) { return name_of(value); }
 std::string_view to_string(RunState value) { return name_of(value); }
+
+std::string describe(const RecoveryLedger& l) {
+  const std::pair<const char*, double> phases[] = {
+      {"detect", l.detect_s}, {"stop", l.stop_s}, {"rendezvous", l.rendezvous_s}, {"start", l.start_s},
+      {"init", l.init_s},     {"load", l.load_s}, {"first step", l.first_step_s}};
+  std::string parts;
+  for (const auto& [name, seconds] : phases) {
+    if (seconds < 0) break;
+    char part[48];
+    std::snprintf(part, sizeof part, "%s%s %.1f s", parts.empty() ? "" : ", ", name, seconds);
+    parts += part;
+  }
+  char head[96];
+  std::snprintf(head, sizeof head, l.complete ? "%.1f s from the fault to the first step: " : "%.1f s so far: ",
+                l.total_s < 0 ? 0.0 : l.total_s);
+  return head + (parts.empty() ? std::string("nothing reached yet") : parts);
+}
 
 template <>
 AwaitStatus from_string<AwaitStatus>(std::string_view text) {

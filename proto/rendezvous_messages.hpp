@@ -4,7 +4,8 @@
 //   hello      {}                                  -> Hello
 //   join       JoinRequest                         -> {"node_id", "round"}     (returns at once)
 //   await      {run_id, node_id, timeout_s}        -> AwaitReply: waiting | assigned | failed
-//   heartbeat  {run_id, node_id, progress?, clock?} -> HeartbeatReply  (progress: [RankProgress], clock: ClockReading)
+//   heartbeat  {run_id, node_id, progress?, clock?, attempt?} -> HeartbeatReply  (progress: [RankProgress],
+//              clock: ClockReading, attempt: AttemptMilestones)
 //   fail       {run_id, node_id, reason, cause?}   -> {}  (a worker failed or hung: every node re-rendezvouses)
 //   failure    {run_id, node_id, failure}          -> {}  (FailureReport: recorded for the root cause, sent
 //                                                          at once, before `fail`/`leave`)
@@ -182,6 +183,36 @@ struct NodeInfo {
   std::vector<RankProgress> ranks;  // status only: the progress its agent last sent (empty without beats)
 };
 
+/// How far one node's attempt got since its workers started, as ages (seconds before the heartbeat left,
+/// so no clock agreement is needed; -1: not reached). The daemon times each restart's phases from them.
+struct AttemptMilestones {
+  int64_t round = -1;             // the round whose workers these are
+  double spawned_age_s = -1;      // every local worker spawned
+  double initialized_age_s = -1;  // every local rank beat or completed its first collective
+  double loaded_age_s = -1;       // every rank that beat "load" beat "ready" or a step after it
+  double first_step_age_s = -1;   // every local rank beat its first step (a rank without beats: its
+                                  // second collective completed, the first after the one that set it up)
+  bool load_beats = false;        // some rank beat "load" (meshrun-trainer restoring a checkpoint)
+};
+
+/// One restart's cost, phase by phase (seconds; -1: not reached, or not known for this job), from the
+/// fault to the first step after it. docs/daemon.md#the-recovery-ledger says where each boundary is read.
+struct RecoveryLedger {
+  double detect_s = -1;      // fault -> the first agent or the daemon knows it
+  double stop_s = -1;        // -> the workers are gone on every node (the last survivor re-joined)
+  double rendezvous_s = -1;  // -> the next round closed
+  double start_s = -1;       // -> every node spawned its workers
+  double init_s = -1;        // -> every rank's first beat or first collective
+  double load_s = -1;        // -> every rank restored its checkpoint (phase beats; 0 when none loads)
+  double first_step_s = -1;  // -> every rank beat its first step (without beats: its second collective)
+  double total_s = -1;       // fault -> the last phase reached
+  bool complete = false;     // every phase that can be told was reached
+};
+
+/// "6.2 s from the fault to the first step: detect 0.1 s, stop 0.8 s, ..."; a ledger still going names
+/// the phases reached so far.
+std::string describe(const RecoveryLedger& ledger);
+
 /// What an agent learns when its round closes.
 struct Assignment {
   int64_t round = 0;
@@ -203,6 +234,7 @@ struct AwaitReply {
   std::vector<int> missing_ranks;  // requested ranks < min_nodes not yet seen
   double waited_s = 0;
   double join_timeout_s = 0;
+  bool spare = false;  // the round is closed with max_nodes: this node waits as a hot spare (no timeout)
   // assigned:
   Assignment assignment;
   // failed: why (named "reason", not "error": an "error" member marks a refused request)
@@ -218,6 +250,8 @@ struct HeartbeatReply {
   std::vector<Straggler> stragglers;  // the run's slow ranks now (empty: none, or too few beats to tell)
   ArrivalProbe arrival_probe;         // the collectives whose arrival times the daemon wants (empty: none)
   int64_t server_unix_ns = 0;         // the daemon's wall clock as it answered (the agent's clock reading)
+  int64_t recovered_round = 0;        // the latest round whose recovery ledger is complete (0: none)
+  RecoveryLedger recovery;            // ... and that ledger
 };
 
 /// A failed (or hung) worker, as its agent reports it at once. The daemon orders a round's reports by
@@ -246,6 +280,8 @@ struct RestartRecord {
   RestartCause cause = RestartCause::kNone;
   std::string reason;
   double since_s = 0;
+  RecoveryLedger recovery;  // partial until the first step after it (or a further restart cut it short)
+  std::string replaced;     // the spare that took a lost or evicted node's rank ("host (pid N) for node 2")
 };
 
 struct RunStatus {
@@ -255,7 +291,8 @@ struct RunStatus {
   int min_nodes = 0;
   int max_nodes = 0;
   std::vector<NodeInfo> nodes;
-  std::vector<NodeInfo> waiting;
+  std::vector<NodeInfo> waiting;  // joined while the round was closed: spares when the round is full
+  int spares = 0;                 // of `waiting`, those that wait as hot spares (the round has max_nodes)
   std::vector<int> missing_ranks;
   std::vector<std::string> duplicate_ranks;  // "rank 1: host-a, host-b"
   std::string last_event;
@@ -303,18 +340,22 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Straggler, rank, host, seconds, 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClockReading, measured, offset_s, uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
                                                 requested_rank, since_heartbeat_s, alive, pid, clock, ranks)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptMilestones, round, spawned_age_s, initialized_age_s,
+                                                loaded_age_s, first_step_age_s, load_beats)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RecoveryLedger, detect_s, stop_s, rendezvous_s, start_s, init_s, load_s,
+                                                first_step_s, total_s, complete)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
                                                 rank_offset, master_addr, master_port, nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
-                                                waited_s, join_timeout_s, assignment, reason)
+                                                waited_s, join_timeout_s, spare, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers,
-                                                arrival_probe, server_unix_ns)
+                                                arrival_probe, server_unix_ns, recovered_round, recovery)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, local_rank, host, node_id, age_s, unix_ms,
                                                 cause, exit, error, step, traceback, hang_kind)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s, recovery, replaced)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
-                                                missing_ranks, duplicate_ranks, last_event, master_port, keys, restarts,
-                                                restarts_by_cause, hangs_by_kind, failures)
+                                                spares, missing_ranks, duplicate_ranks, last_event, master_port, keys,
+                                                restarts, restarts_by_cause, hangs_by_kind, failures)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

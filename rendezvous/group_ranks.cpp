@@ -10,16 +10,17 @@ std::vector<int> assign_group_ranks(const std::vector<RankRequest>& requests) {
   const size_t n = requests.size();
   std::vector<int> ranks(n, -1);
   std::vector<bool> taken(n, false);
+  const auto take = [&](size_t i, int want) {
+    if (want < 0 || static_cast<size_t>(want) >= n || taken[static_cast<size_t>(want)]) return false;
+    ranks[i] = want;
+    taken[static_cast<size_t>(want)] = true;
+    return true;
+  };
   std::vector<size_t> unranked;
   for (size_t i = 0; i < n; ++i) {
-    const int want = requests[i].requested_rank;
-    if (want >= 0 && static_cast<size_t>(want) < n && !taken[static_cast<size_t>(want)]) {
-      ranks[i] = want;
-      taken[static_cast<size_t>(want)] = true;
-    } else {
-      unranked.push_back(i);
-    }
+    if (!take(i, requests[i].requested_rank)) unranked.push_back(i);
   }
+  std::erase_if(unranked, [&](size_t i) { return take(i, requests[i].previous_rank); });
   std::stable_sort(unranked.begin(), unranked.end(), [&](size_t a, size_t b) {
     return std::tie(requests[a].host, requests[a].pid) < std::tie(requests[b].host, requests[b].pid);
   });

@@ -1,6 +1,7 @@
 // Node ranks for a closing round, shared by the daemon's Membership and the launcher's etcd backend so
-// both assign the same way: requested ranks first (when in range and not taken), then the rest in
-// (host, pid) order for determinism.
+// both assign the same way: requested ranks first (when in range and not taken), then the ranks survivors
+// of the last round held (a restart moves no node; a spare takes the rank of the node it replaces), then
+// the rest in (host, pid) order for determinism.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@ namespace meshrun::rendezvous {
 
 struct RankRequest {
   int requested_rank = -1;  // --node-rank, or -1
+  int previous_rank = -1;   // its node rank in the last round (a survivor), or -1
   std::string host;
   int64_t pid = 0;
 };

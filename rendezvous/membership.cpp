@@ -21,6 +21,9 @@ using proto::RestartCause;
 constexpr double kJoinerGapGraceSeconds = 10.0;
 // A survivor of an invalidated round stops its workers before it re-joins; that takes up to the
 // launcher's SIGTERM -> SIGKILL grace (--shutdown-timeout, 30 s by default), on top of its keep-alive.
+// Only a survivor heard from since the restart gets it: one silent since before it is dead (a node
+// killed with its workers makes the others' workers fail first; its silence is counted from its last
+// heartbeat, so the next round does not wait for it).
 constexpr double kSurvivorStopGraceSeconds = 30.0;
 
 std::string describe(const proto::JoinRequest& r) { return fmt::format("{} (pid {})", r.host, r.pid); }
@@ -110,11 +113,15 @@ void Membership::check_duplicate_rank(Run& run, const proto::JoinRequest& reques
   }
 }
 
-void Membership::survivor_returned(Run& run, const proto::JoinRequest& request) {
+int Membership::survivor_returned(Run& run, const proto::JoinRequest& request) {
   auto it = run.survivors.find(identity(request));
-  if (it == run.survivors.end()) return;
+  if (it == run.survivors.end()) return -1;
   it->second.last_seen = clock_.now();
+  it->second.heard_since_restart = true;
+  if (run.recovery) run.recovery->survivor_back(clock_.now());
+  const int previous_rank = it->second.rejoins_expected == 1 ? it->second.previous_rank : -1;
   if (--it->second.rejoins_expected == 0) run.survivors.erase(it);
+  return previous_rank;
 }
 
 std::string Membership::join(const proto::JoinRequest& request) {
@@ -134,7 +141,7 @@ std::string Membership::join(const proto::JoinRequest& request) {
   } else {
     run.participants.push_back(id);
     run.nodes.at(id).participant = true;
-    survivor_returned(run, request);
+    run.nodes.at(id).previous_rank = survivor_returned(run, request);
     run.last_event = fmt::format("{} joined round {}", describe(request), run.round);
     if (static_cast<int>(run.participants.size()) >= run.min_nodes) {
       run.last_call_deadline = now + from_seconds(request.last_call_timeout_s);
@@ -160,8 +167,10 @@ void Membership::close_round(Run& run) {
   for (const auto& id : run.participants) nodes.push_back(&run.nodes.at(id));
   std::vector<RankRequest> requests;
   for (const Node* node : nodes) {
-    requests.push_back(
-        {.requested_rank = node->request.requested_rank, .host = node->request.host, .pid = node->request.pid});
+    requests.push_back({.requested_rank = node->request.requested_rank,
+                        .previous_rank = node->previous_rank,
+                        .host = node->request.host,
+                        .pid = node->request.pid});
   }
   const std::vector<int> ranks = assign_group_ranks(requests);
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->group_rank = ranks[i];
@@ -177,12 +186,21 @@ void Membership::close_round(Run& run) {
   ++version_;
   run.survivors.clear();
   run.last_call_deadline.reset();
+  run.fault_at.reset();
+  run.fault_known_at.reset();
   run.last_event = fmt::format("round {} closed with {} node(s)", run.round, n);
+  if (run.round > 0 && !run.restarts.empty() && run.restarts.back().first.round == run.round) {
+    run.restarts.back().first.replaced = replacements(run);
+    if (!run.restarts.back().first.replaced.empty()) run.last_event += "; " + run.restarts.back().first.replaced;
+  }
+  if (run.recovery) run.recovery->closed(clock_.now(), run.participants);
 }
 
 void Membership::invalidate(Run& run, RestartCause cause, const std::string& reason, std::string lost_node) {
   // Survivors of the closed round must re-join; late joiners carry over into the new round.
   const auto now = clock_.now();
+  const auto lost = run.nodes.find(lost_node);
+  start_recovery(run, lost != run.nodes.end() ? lost->second.last_seen : now);
   run.retired.clear();
   run.survivors.clear();
   for (const auto& id : run.participants) {
@@ -191,8 +209,9 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
       const std::string who = identity(node.request);
       Survivor& survivor = run.survivors[who];
       ++survivor.rejoins_expected;
-      survivor.last_seen = now;
+      survivor.last_seen = node.last_seen;
       survivor.keep_alive_timeout_s = node.request.keep_alive_timeout_s;
+      survivor.previous_rank = node.group_rank;
       run.retired[id] = who;
     }
     run.nodes.erase(id);
@@ -210,7 +229,11 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   run.last_event = reason;
   run.restart_cause = cause;
   run.restart_reason = reason;
-  run.restarts.push_back({proto::RestartRecord{.round = run.round, .cause = cause, .reason = reason}, now});
+  proto::RestartRecord record;
+  record.round = run.round;
+  record.cause = cause;
+  record.reason = reason;
+  run.restarts.emplace_back(std::move(record), now);
   if (run.restarts.size() > proto::kMaxRestartRecords) run.restarts.erase(run.restarts.begin());
   ++run.restarts_by_cause[std::string(proto::to_string(cause))];
   int alive = static_cast<int>(run.participants.size());
@@ -230,7 +253,8 @@ void Membership::expire_survivors(Run& run) {
   std::vector<std::string> lost;
   for (const auto& [who, survivor] : run.survivors) {
     const double silent = to_seconds(now - survivor.last_seen);
-    if (silent > survivor.keep_alive_timeout_s + kSurvivorStopGraceSeconds) lost.push_back(who);
+    const double grace = survivor.heard_since_restart ? kSurvivorStopGraceSeconds : 0.0;
+    if (silent > survivor.keep_alive_timeout_s + grace) lost.push_back(who);
   }
   if (lost.empty()) return;
   std::string names;
@@ -326,6 +350,7 @@ proto::AwaitReply Membership::poll(const std::string& run_id, const std::string&
     return reply;
   }
   reply.status = AwaitStatus::kWaiting;
+  reply.spare = run->closed && static_cast<int>(run->participants.size()) >= run->max_nodes;
   for (const auto& id : run->participants) reply.joined.push_back(info(run->nodes.at(id)));
   reply.missing_ranks = missing_ranks(*run);
   reply.waited_s = to_seconds(clock_.now() - self.joined_at);
@@ -356,7 +381,8 @@ void Membership::set_awaiting(const std::string& run_id, const std::string& node
 }
 
 proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std::string& node_id,
-                                            std::vector<proto::RankProgress> progress, proto::ClockReading clock) {
+                                            std::vector<proto::RankProgress> progress, proto::ClockReading clock,
+                                            const proto::AttemptMilestones& attempt) {
   proto::HeartbeatReply reply;  // continue
   Run* run = find_run(run_id);
   if (run == nullptr) return fail(reply, "run '" + run_id + "' is not known to this daemon (did it restart?)");
@@ -367,6 +393,11 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   const bool in_closed_round = it != run->nodes.end() && run->closed && run->has_participant(node_id);
   if (in_closed_round) {
     it->second.last_seen = clock_.now();
+    if (attempt.round == run->round) time_recovery(*run, node_id, attempt);
+    if (!run->restarts.empty() && run->restarts.back().first.recovery.complete) {
+      reply.recovered_round = run->restarts.back().first.round;
+      reply.recovery = run->restarts.back().first.recovery;
+    }
     it->second.progress = std::move(progress);
     it->second.clock = clock;
     std::set<int> fresh;
@@ -388,6 +419,7 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     // A node of the last round, alive and still stopping its workers: its re-join window restarts.
     if (auto survivor = run->survivors.find(retired->second); survivor != run->survivors.end()) {
       survivor->second.last_seen = clock_.now();
+      survivor->second.heard_since_restart = true;
     }
   }
   reply.action = HeartbeatAction::kRestart;
@@ -402,6 +434,11 @@ void Membership::record_failure(const std::string& run_id, const std::string& no
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
   failure.node_id = node_id;
+  if (run->closed) {
+    const TimePoint at = clock_.now() - std::chrono::milliseconds(std::max<int64_t>(0, now_unix_ms - failure.unix_ms));
+    if (!run->fault_at || at < *run->fault_at) run->fault_at = at;
+    if (!run->fault_known_at) run->fault_known_at = clock_.now();
+  }
   if (failure.cause == RestartCause::kHung)
     ++run->hangs_by_kind[failure.hang_kind.empty() ? "beats" : failure.hang_kind];
   if (failure.cause == RestartCause::kHung && failure.step >= 0) {
@@ -464,6 +501,38 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
              fmt::format("{} on node {} ({}): {}", what, it->second.group_rank, it->second.request.host, reason));
 }
 
+void Membership::start_recovery(Run& run, TimePoint lost_node_last_seen) {
+  const auto now = clock_.now();
+  if (run.recovery && !run.restarts.empty()) run.restarts.back().first.recovery = run.recovery->ledger();
+  // The fault: the first failure reported, else the lost node's last heartbeat (it died after it).
+  const TimePoint fault = run.fault_at.value_or(lost_node_last_seen);
+  run.recovery.emplace(fault, run.fault_known_at.value_or(now), now);
+  run.fault_at.reset();
+  run.fault_known_at.reset();
+}
+
+void Membership::time_recovery(Run& run, const std::string& node_id, const proto::AttemptMilestones& attempt) {
+  if (!run.recovery || run.restarts.empty() || run.restarts.back().first.round != run.round) return;
+  run.recovery->milestones(node_id, attempt, clock_.now());
+  auto& record = run.restarts.back().first;
+  if (record.recovery.complete) return;
+  record.recovery = run.recovery->ledger();
+  if (record.recovery.complete) {
+    run.last_event =
+        fmt::format("round {} recovered: the first step {:.1f} s after the fault", run.round, record.recovery.total_s);
+  }
+}
+
+std::string Membership::replacements(const Run& run) const {
+  std::string out;
+  for (const auto& id : run.participants) {
+    const Node& node = run.nodes.at(id);
+    if (node.previous_rank >= 0) continue;
+    out += fmt::format("{}{} took node rank {}", out.empty() ? "" : ", ", describe(node.request), node.group_rank);
+  }
+  return out;
+}
+
 std::vector<HostedRank> Membership::hosted_ranks(const Run& run) const {
   std::vector<HostedRank> ranks;
   for (const auto& id : run.participants) {
@@ -519,10 +588,28 @@ bool Membership::tick() {
   bool changed = false;
   for (auto& [id, run] : runs_) {
     if (!run.fatal_error.empty()) continue;
-    const bool run_changed = run.closed ? expire_participants(run) : tick_open_round(run);
+    const bool run_changed = run.closed ? expire_waiting(run) || expire_participants(run) : tick_open_round(run);
     changed = changed || run_changed;
   }
   return changed;
+}
+
+bool Membership::expire_waiting(Run& run) {
+  // A spare (or a node waiting for room) is alive while it is blocked in an await; a dead one must not be
+  // promoted into the next round, where the job would wait for it once more.
+  const auto now = clock_.now();
+  std::vector<std::string> gone;
+  for (const auto& node_id : run.waiting) {
+    const Node& node = run.nodes.at(node_id);
+    if (!node.awaiting && to_seconds(now - node.last_seen) > node.request.keep_alive_timeout_s) gone.push_back(node_id);
+  }
+  for (const auto& node_id : gone) {
+    run.last_event =
+        fmt::format("{} stopped waiting: gone (no await for {:.1f} s)", describe(run.nodes.at(node_id).request),
+                    to_seconds(now - run.nodes.at(node_id).last_seen));
+    remove_node(run, node_id);
+  }
+  return !gone.empty();
 }
 
 bool Membership::expire_participants(Run& run) {
@@ -611,6 +698,9 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
       s.nodes.push_back(std::move(n));
     }
     for (const auto& node_id : run.waiting) s.waiting.push_back(info(run.nodes.at(node_id)));
+    if (run.closed && static_cast<int>(run.participants.size()) >= run.max_nodes) {
+      s.spares = static_cast<int>(run.waiting.size());
+    }
     s.missing_ranks = missing_ranks(run);
     s.duplicate_ranks = run.duplicate_ranks;
     s.last_event = run.last_event;
@@ -619,6 +709,7 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
       s.restarts.push_back(record);
       s.restarts.back().since_s = to_seconds(clock_.now() - at);
     }
+    if (run.recovery && !s.restarts.empty()) s.restarts.back().recovery = run.recovery->ledger();  // so far
     s.restarts_by_cause = run.restarts_by_cause;
     s.hangs_by_kind = run.hangs_by_kind;
     s.failures = run.failures.reports();

@@ -22,6 +22,7 @@
 #include "proto/rendezvous_messages.hpp"
 #include "rendezvous/arrival_timing.hpp"
 #include "rendezvous/failure_log.hpp"
+#include "rendezvous/recovery_timeline.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
@@ -41,8 +42,10 @@ class Membership {
   void set_awaiting(const std::string& run_id, const std::string& node_id, bool awaiting);
   /// `progress`: the node's ranks as its agent sees them (kept for status and straggler detection);
   /// `clock`: how far the node's clock is from the daemon's (status only).
+  /// `attempt`: how far the node's workers got (times the phases of the restart that started them).
   proto::HeartbeatReply heartbeat(const std::string& run_id, const std::string& node_id,
-                                  std::vector<proto::RankProgress> progress = {}, proto::ClockReading clock = {});
+                                  std::vector<proto::RankProgress> progress = {}, proto::ClockReading clock = {},
+                                  const proto::AttemptMilestones& attempt = {});
   /// `cause` is kWorkerFailed or kHung.
   /// Records a failed worker of the node (`failure.unix_ms` set by the caller, whose clock reads
   /// `now_unix_ms`) for the root cause. A hang also names, from the heartbeats, a rank on another node
@@ -75,6 +78,7 @@ class Membership {
     bool awaiting = false;
     bool finished = false;  // left successfully: no more heartbeats expected
     int group_rank = -1;
+    int previous_rank = -1;                     // a survivor's node rank in the last round (kept when free)
     int rank_offset = 0;                        // global rank of its local rank 0, set when the round closes
     bool participant = false;                   // in `participants` (not waiting): an O(log n) test for every await
     std::string error;                          // set when this node's join failed (timeout, conflict)
@@ -84,9 +88,11 @@ class Membership {
   /// A node of the invalidated round that has not re-joined yet. Keyed by "host/pid": its node id
   /// changes when it re-joins, its host and pid do not.
   struct Survivor {
-    int rejoins_expected = 0;         // above 1 only when agents share a host and pid
-    TimePoint last_seen;              // last sign of life since the restart (heartbeat or re-join)
-    double keep_alive_timeout_s = 0;  // its own, from its join request
+    int rejoins_expected = 0;          // above 1 only when agents share a host and pid
+    TimePoint last_seen;               // its last sign of life (heartbeat or re-join), before the restart too
+    bool heard_since_restart = false;  // alive after the restart: stopping its workers, it gets the stop grace
+    double keep_alive_timeout_s = 0;   // its own, from its join request
+    int previous_rank = -1;            // its node rank in the last round: it keeps it
   };
   struct Run {
     std::string id;
@@ -108,6 +114,9 @@ class Membership {
     std::vector<std::pair<proto::RestartRecord, TimePoint>> restarts;  // the latest kMaxRestartRecords, for status
     std::map<std::string, int64_t> restarts_by_cause;                  // every restart, by cause wire name
     std::map<std::string, int64_t> hangs_by_kind;                      // every hang reported, by verdict kind
+    std::optional<TimePoint> fault_at;         // the closed round's first failure (its report's time)
+    std::optional<TimePoint> fault_known_at;   // ... when its report arrived
+    std::optional<RecoveryTimeline> recovery;  // the latest restart's phases, until its first step
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
@@ -123,14 +132,22 @@ class Membership {
   Run& run_for_join(const proto::JoinRequest& request);
   /// Refuses (RemoteError) a node rank that another node of the same round already requested.
   void check_duplicate_rank(Run& run, const proto::JoinRequest& request);
-  /// Counts a re-joining survivor of the last round as back.
-  void survivor_returned(Run& run, const proto::JoinRequest& request);
+  /// Counts a re-joining survivor of the last round as back. Returns the node rank it had (-1: none).
+  int survivor_returned(Run& run, const proto::JoinRequest& request);
   void maybe_close(Run& run);
+  /// Starts timing the restart `invalidate` opens; the one before keeps what it reached.
+  void start_recovery(Run& run, TimePoint lost_node_last_seen);
+  /// Feeds a node's milestones to the latest restart's timeline; the ledger goes to its record once complete.
+  void time_recovery(Run& run, const std::string& node_id, const proto::AttemptMilestones& attempt);
+  /// "spare host-d (pid 7) took node rank 1" for the nodes of a closing round that were not in the last one.
+  std::string replacements(const Run& run) const;
   void close_round(Run& run);
   /// Opens round+1 for `cause`. `lost_node` (dead or gone) is not counted among the survivors.
   void invalidate(Run& run, proto::RestartCause cause, const std::string& reason, std::string lost_node = "");
   /// Survivors that neither re-joined nor heartbeat within the re-join window are lost.
   void expire_survivors(Run& run);
+  /// Drops waiting nodes (spares) of a closed round that are neither in an await nor heard from lately.
+  bool expire_waiting(Run& run);
   /// Invalidates a closed round whose participant missed its keep-alive. True when it did.
   bool expire_participants(Run& run);
   /// Drops silent joiners, fails those past their join timeout, closes the round when it may.

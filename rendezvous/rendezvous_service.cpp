@@ -67,14 +67,19 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
       return json{{"error", "heartbeat carries " + std::to_string(progress.size()) + " progress entries; at most " +
                                 std::to_string(kMaxProgressEntries) + " (one per local rank)"}};
     }
-    auto reply =
-        membership_.heartbeat(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
-                              std::move(progress), request.value("clock", proto::ClockReading{}));
+    auto reply = membership_.heartbeat(
+        request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(), std::move(progress),
+        request.value("clock", proto::ClockReading{}), request.value("attempt", proto::AttemptMilestones{}));
     // The agent reads its clock's offset from this (the last thing done before the reply leaves).
     reply.server_unix_ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count();
-    return reply;
+    json out = reply;
+    if (reply.recovered_round == 0) {  // most replies: no ledger to carry (agents read the defaults)
+      out.erase("recovered_round");
+      out.erase("recovery");
+    }
+    return out;
   }
   if (op == "fail") {
     membership_.report_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),

@@ -60,6 +60,8 @@ void print_restarts(const proto::RunStatus& run, std::ostream& out) {
     const auto& last = run.restarts.back();
     out << fmt::format("; last: round {}, {}, {:.1f} s ago: {}", last.round, proto::to_string(last.cause), last.since_s,
                        last.reason);
+    if (!last.replaced.empty()) out << fmt::format("\n  spare: {}", last.replaced);
+    out << fmt::format("\n  recovery: {}", proto::describe(last.recovery));
   }
   out << "\n";
 }
@@ -89,7 +91,8 @@ void print_status_table(const proto::StatusReply& s, std::ostream& out) {
     print_nodes(run.nodes, out);
     print_ranks(run.nodes, out);
     if (!run.waiting.empty()) {
-      out << "  waiting for the next round:\n";
+      out << (run.spares > 0 ? "  hot spares (each takes the node rank of a node lost):\n"
+                             : "  waiting for the next round:\n");
       print_nodes(run.waiting, out);
     }
     out << "  missing node ranks: " << join_ints(run.missing_ranks) << "\n";

@@ -332,7 +332,9 @@ TrainSummary Trainer::run() {
   const TrainerConfig& c = config_;
   const bool rank0 = comm_->rank() == 0;
   TrainSummary summary;
+  beats_.phase(0, "load");  // the agent times a restart's load phase from these two beats
   summary.first_step = load();
+  beats_.phase(summary.first_step - 1, "ready");
   const auto start = Clock::now();
   for (int64_t step = summary.first_step; step <= c.train.steps; ++step) {
     const StepResult result = this->step(step);

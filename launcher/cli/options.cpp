@@ -497,6 +497,11 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   app.add_option(
       both_spellings("--shutdown-timeout"), shutdown_timeout,
       "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  app.add_option("--fault-stop-timeout", o.fault_stop_timeout_s,
+                 "Seconds between SIGTERM and SIGKILL when a fault ends the attempt (a node lost, a worker failed "
+                 "or hung here or elsewhere): the workers' peers are gone, so nothing collective can finish. At "
+                 "most --shutdown-timeout, which signals, ends and scale-ups keep")
+      ->default_str("3");
   std::string hang_timeout = "auto";
   app.add_option("--hang-timeout", hang_timeout,
                  "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
@@ -623,6 +628,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
     o.shutdown_timeout_s = *parsed;
   }
   if (o.shutdown_timeout_s < 0) throw UsageError("--shutdown-timeout must not be negative");
+  if (o.fault_stop_timeout_s < 0) throw UsageError("--fault-stop-timeout must not be negative");
   parse_hang_timeout(hang_timeout, o.progress);
   require_positive(o.progress.floor_s, "--hang-floor");
   require_positive(o.progress.phase_s, "--hang-phase-timeout");

@@ -85,6 +85,7 @@ struct LaunchOptions {
   std::vector<int> signals_to_handle;   // forwarded to workers
   std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given: the workers' environment
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
+  double fault_stop_timeout_s = 3;       // ... when a fault stops them (capped by shutdown_timeout_s)
   HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
   bool virtual_local_rank = false;       // LOCAL_RANK=0 and one CUDA device per worker

@@ -382,7 +382,8 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
   return std::nullopt;
 }
 
-proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankProgress>& /*progress*/) {
+proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankProgress>& /*progress*/,
+                                                const proto::AttemptMilestones& /*attempt*/) {
   renew_lease(true);
   const std::string prefix = keys_.round(assigned_round_);
   const etcd::TxnResult read =

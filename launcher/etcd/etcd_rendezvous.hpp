@@ -43,7 +43,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
 
   std::optional<proto::Assignment> join() override;
-  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress) override;
+  proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress,
+                                  const proto::AttemptMilestones& attempt) override;
   void report_failure(const std::string& reason, proto::RestartCause cause) override;
   void record_failure(const proto::FailureReport& failure) override;
   std::vector<proto::FailureReport> failures() override;

@@ -48,7 +48,8 @@ void to_json(nlohmann::json& j, const RunRecord& run) {
   j = nlohmann::json{{"round", run.round},         {"phase", kPhaseNames[static_cast<size_t>(run.phase)]},
                      {"min_nodes", run.min_nodes}, {"max_nodes", run.max_nodes},
                      {"cause", run.cause},         {"reason", run.reason},
-                     {"survivors", run.survivors}, {"members", run.members}};
+                     {"survivors", run.survivors}, {"previous_ranks", run.previous_ranks},
+                     {"members", run.members}};
 }
 
 void from_json(const nlohmann::json& j, RunRecord& run) {
@@ -59,6 +60,7 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
   run.cause = j.value("cause", proto::RestartCause::kNone);
   run.reason = j.value("reason", std::string());
   run.survivors = j.value("survivors", std::vector<std::string>{});
+  run.previous_ranks = j.value("previous_ranks", std::map<std::string, int>{});
   run.members = j.value("members", std::vector<proto::NodeInfo>{});
 }
 
@@ -79,7 +81,13 @@ std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, cons
   if (!close) return std::nullopt;
   std::vector<proto::NodeInfo> nodes(joined.begin(), joined.begin() + std::min(count, run.max_nodes));
   std::vector<rendezvous::RankRequest> requests;
-  for (const auto& node : nodes) requests.push_back({node.requested_rank, node.host, node.pid});
+  for (const auto& node : nodes) {
+    const auto previous = run.previous_ranks.find(survivor_key(node));
+    requests.push_back({.requested_rank = node.requested_rank,
+                        .previous_rank = previous == run.previous_ranks.end() ? -1 : previous->second,
+                        .host = node.host,
+                        .pid = node.pid});
+  }
   const std::vector<int> ranks = rendezvous::assign_group_ranks(requests);
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].group_rank = ranks[i];
   std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.group_rank < b.group_rank; });
@@ -107,7 +115,9 @@ RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const s
   next.cause = cause;
   next.reason = reason;
   for (const auto& node : closed.members) {
-    if (node.node_id != lost_node) next.survivors.push_back(survivor_key(node));
+    if (node.node_id == lost_node) continue;
+    next.survivors.push_back(survivor_key(node));
+    next.previous_ranks[survivor_key(node)] = node.group_rank;
   }
   if (static_cast<int>(next.survivors.size()) < closed.min_nodes) {
     next.phase = RoundPhase::kFailed;

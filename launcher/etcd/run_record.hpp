@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,6 +38,7 @@ struct RunRecord {
   proto::RestartCause cause = proto::RestartCause::kNone;  // why this round was opened
   std::string reason;                                      // ... in words; kFailed: why the run failed
   std::vector<std::string> survivors;                      // "host/pid" of the last round's nodes expected back
+  std::map<std::string, int> previous_ranks;               // "host/pid" -> node rank in the last round (kept)
   std::vector<proto::NodeInfo> members;                    // kClosed: the round's nodes, group-rank order
 };
 

@@ -93,6 +93,22 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
             x.sample({{"run", r.run_id}, {"state", "dead"}}, static_cast<double>(r.nodes.size()) - alive);
             x.sample({{"run", r.run_id}, {"state", "waiting"}}, static_cast<double>(r.waiting.size()));
           });
+  per_run(e, s, "meshrun_spare_nodes", "gauge", "Nodes waiting as hot spares (the round has its maximum)",
+          [](Exposition& x, const proto::RunStatus& r) {
+            x.sample({{"run", r.run_id}}, r.spares);
+          });
+  per_run(e, s, "meshrun_recovery_seconds", "gauge",
+          "The latest restart's recovery, by phase (fault to first step; only phases reached)",
+          [](Exposition& x, const proto::RunStatus& r) {
+            if (r.restarts.empty()) return;
+            const auto& l = r.restarts.back().recovery;
+            const std::pair<const char*, double> phases[] = {
+                {"detect", l.detect_s}, {"stop", l.stop_s}, {"rendezvous", l.rendezvous_s}, {"start", l.start_s},
+                {"init", l.init_s},     {"load", l.load_s}, {"first_step", l.first_step_s}, {"total", l.total_s}};
+            for (const auto& [phase, seconds] : phases) {
+              if (seconds >= 0) x.sample({{"run", r.run_id}, {"phase", phase}}, seconds);
+            }
+          });
   per_run(e, s, "meshrun_restarts_total", "counter", "Re-rendezvous of the run, by cause",
           [](Exposition& x, const proto::RunStatus& r) {
             for (const auto& [cause, count] : r.restarts_by_cause) {

@@ -195,6 +195,7 @@ EOF2
 
 # ---- faults ----
 mc_kill9() { kill -9 "$1"; }
+mc_kill_node() { ip netns pids "$(mc_ns "$1")" | xargs -r kill -9; }   # the whole node: every process in it
 mc_stop() { kill -STOP "$1"; }
 mc_cont() { kill -CONT "$1"; }
 mc_link_down() { ip -n "${MC_TAG}sw" link set "${MC_TAG}v$1" down; }   # cable pulled at the switch

@@ -15,9 +15,9 @@
 #   defaults  the default hang budget (auto, floor 60 s): a 12 s pause passes, then rank 0 skips: named
 #   etcd      the skip fault with the etcd-v3 backend (one real etcd member on node0, no meshrun daemon): the
 #             agents exchange their records through node rank 0's workers' store; both name rank 3
-#   native    a non-Python worker that ignores SIGTERM is stopped (SIGSTOP): with the default
-#             --shutdown-timeout (30 s) stopping it takes 30 s, and the node keeps heartbeating meanwhile:
-#             the job restarts (--nnodes 2 fixed) instead of failing for a lost node
+#   native    a non-Python worker that ignores SIGTERM is stopped (SIGSTOP): with --fault-stop-timeout 30
+#             stopping it takes 30 s, and the node keeps heartbeating meanwhile: the job restarts
+#             (--nnodes 2 fixed) instead of failing for a lost node
 # Every scenario but pause/nocoll/native runs with --max-restarts 0 and checks: the verdict line on both
 # nodes, the root cause on both naming the culprit, hang.json in the log folder, both agents exit 1, and
 # that no process of the job is left. Scenarios other than defaults use --hang-floor 3.
@@ -106,7 +106,7 @@ case $SCENARIO in
     job pause_skip 0 $STEP
     verdict "hang: rank 0 \(node0, local rank 0, $PID\) never entered all_reduce #$((STEP + 41)) of $ALL" 200 0 ;;
   native)
-    both --max-restarts 1 "${FLOOR[@]}" --no-python "$HERE/term_ignoring_worker.sh" "$D"
+    both --max-restarts 1 --fault-stop-timeout 30 "${FLOOR[@]}" --no-python "$HERE/term_ignoring_worker.sh" "$D"
     for _ in $(seq 300); do [ "$(mc_count_files "$D" '^a0\.')" -ge 4 ] && break; sleep 0.1; done
     t0=$(mc_now); kill -STOP "$(cat "$D/a0.3")"
     expect_exit 0 0 120; expect_exit 1 0 30

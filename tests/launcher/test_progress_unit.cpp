@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/error.hpp"
+#include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
 #include "proto/progress_beat.hpp"
@@ -87,4 +88,46 @@ TEST_CASE("hang budget: nothing before beats or warm-up, floor + 2x median after
   policy.mode = HangPolicy::Mode::kOff;
   CHECK_FALSE(policy.budget_s(t).has_value());
   CHECK_FALSE(policy.stopped_budget_s().has_value());
+}
+
+TEST_CASE("attempt clock: a node's marks are its last rank's, with load beats and without beats",
+          "[progress][recovery]") {
+  using namespace std::chrono_literals;
+  using launcher::AttemptClock;
+  const auto t0 = AttemptClock::Clock::time_point{} + 100s;
+  const auto rank = [](int r, const std::string& phase, int64_t collectives) {
+    proto::RankProgress p;
+    p.rank = r;
+    p.phase = phase;
+    if (collectives > 0) p.collectives["0"] = collectives;
+    return p;
+  };
+  SECTION("meshrun-trainer: load, ready, then steps") {
+    AttemptClock clock(3, 2, t0);
+    clock.observe({rank(0, "load", 0)}, t0 + 1s);
+    auto m = clock.milestones(t0 + 1s);
+    CHECK(m.round == 3);
+    CHECK(m.spawned_age_s == Approx(1.0));
+    CHECK(m.initialized_age_s == -1);  // rank 1 is not up yet
+    clock.observe({rank(0, "ready", 0), rank(1, "load", 0)}, t0 + 2s);
+    clock.observe({rank(0, "train", 0), rank(1, "ready", 0)}, t0 + 3s);
+    CHECK_FALSE(clock.settled());
+    clock.observe({rank(0, "train", 0), rank(1, "train", 0)}, t0 + 4s);
+    CHECK(clock.settled());
+    m = clock.milestones(t0 + 5s);
+    CHECK(m.load_beats);
+    CHECK(m.initialized_age_s == Approx(3.0));  // rank 1's first beat, at 2 s
+    CHECK(m.loaded_age_s == Approx(2.0));       // rank 1 ready at 3 s
+    CHECK(m.first_step_age_s == Approx(1.0));   // rank 1's first step at 4 s
+  }
+  SECTION("a script without beats: up at its first collective, a step at its second") {
+    AttemptClock clock(1, 1, t0);
+    clock.observe({rank(0, "", 1)}, t0 + 2s);
+    clock.observe({rank(0, "", 2)}, t0 + 3s);
+    const auto m = clock.milestones(t0 + 3s);
+    CHECK_FALSE(m.load_beats);
+    CHECK(m.initialized_age_s == Approx(1.0));
+    CHECK(m.loaded_age_s == Approx(1.0));  // nothing to load: the load phase is empty
+    CHECK(m.first_step_age_s == Approx(0.0));
+  }
 }

@@ -1,6 +1,8 @@
 // Rendezvous rounds driven by a FakeClock: no sleeps, every deadline is advanced explicitly.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "common/clock.hpp"
@@ -210,6 +212,29 @@ TEST_CASE("heartbeats tell survivors why the round restarted", "[membership]") {
 }
 
 TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[membership]") {
+  // Silent since before the restart (killed with its workers, whose peers failed first): lost once its
+  // keep-alive passed since its last heartbeat, not after the stop grace that live survivors get.
+  FakeClock clock;
+  Membership m(clock);
+  auto a_req = node("a", 2, 2);
+  auto b_req = node("b", 2, 2);
+  const auto a = m.join(a_req);
+  m.join(b_req);
+  clock.advance(seconds(1));
+  m.report_failure("job", a, "boom");
+  const auto a2 = m.join(a_req);  // a re-joins, b is dead and never comes back
+  m.set_awaiting("job", a2, true);
+  clock.advance(seconds(1));
+  m.tick();
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);  // 2 s since b's last sign: within 3 s
+  clock.advance(milliseconds(1100));
+  m.tick();
+  const auto reply = m.poll("job", a2);
+  CHECK(reply.status == proto::AwaitStatus::kFailed);
+  CHECK_THAT(reply.reason, Catch::Contains("b/100") && Catch::Contains("did not re-join"));
+}
+
+TEST_CASE("a survivor heard after the restart has the stop grace to re-join", "[membership]") {
   FakeClock clock;
   Membership m(clock);
   auto a_req = node("a", 2, 2);
@@ -217,12 +242,13 @@ TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[m
   const auto a = m.join(a_req);
   const auto b = m.join(b_req);
   m.report_failure("job", a, "boom");
-  const auto a2 = m.join(a_req);  // a re-joins, b is partitioned away and never comes back
+  const auto a2 = m.join(a_req);
   m.set_awaiting("job", a2, true);
+  m.heartbeat("job", b);  // b is alive, stopping its workers (then partitioned away)
   clock.advance(seconds(20));
   m.tick();
-  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);  // still inside the re-join window
-  m.heartbeat("job", b);  // b is alive (stopping its workers): window restarts
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);  // inside keep-alive + stop grace
+  m.heartbeat("job", b);                                            // still alive: the window restarts
   clock.advance(seconds(20));
   m.tick();
   CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);
@@ -231,6 +257,40 @@ TEST_CASE("a survivor that never re-joins after a restart is declared lost", "[m
   const auto reply = m.poll("job", a2);
   CHECK(reply.status == proto::AwaitStatus::kFailed);
   CHECK_THAT(reply.reason, Catch::Contains("b/100") && Catch::Contains("did not re-join"));
+}
+
+TEST_CASE("a spare takes the node rank of a lost node at once, survivors keep theirs", "[membership][spares]") {
+  FakeClock clock;
+  Membership m(clock);
+  std::map<std::string, std::string> ids;
+  for (const char* host : {"a", "b", "c", "d"}) ids[host] = m.join(node(host, 2, 3, 1));
+  // Three nodes are the world (--nnodes 2:3): a, b, c; d waits as a spare.
+  REQUIRE(m.poll("job", ids["c"]).status == proto::AwaitStatus::kAssigned);
+  CHECK(m.poll("job", ids["d"]).status == proto::AwaitStatus::kWaiting);
+  auto s = m.status("job").at(0);
+  REQUIRE(s.waiting.size() == 1);
+  CHECK(s.waiting.at(0).host == "d");
+  const int b_rank = m.poll("job", ids["b"]).assignment.group_rank;
+  const int c_rank = m.poll("job", ids["c"]).assignment.group_rank;
+  // b dies: a and c beat, b stays silent past its keep-alive. A spare waits, so no scale-up before.
+  clock.advance(seconds(2));
+  CHECK(m.heartbeat("job", ids["a"]).action == proto::HeartbeatAction::kContinue);
+  m.heartbeat("job", ids["c"]);
+  m.set_awaiting("job", ids["d"], true);
+  clock.advance(milliseconds(1500));
+  m.tick();
+  CHECK(m.heartbeat("job", ids["a"]).cause == proto::RestartCause::kNodeLost);
+  // The survivors re-join (any order): the round closes with the spare the moment they are back.
+  const auto c2 = m.join(node("c", 2, 3, 1));
+  const auto a2 = m.join(node("a", 2, 3, 1));
+  const auto d = m.poll("job", ids["d"]);
+  REQUIRE(d.status == proto::AwaitStatus::kAssigned);
+  CHECK(d.assignment.group_world_size == 3);
+  CHECK(d.assignment.group_rank == b_rank);
+  CHECK(m.poll("job", c2).assignment.group_rank == c_rank);
+  CHECK(m.poll("job", a2).assignment.group_rank == 3 - b_rank - c_rank);
+  s = m.status("job").at(0);
+  CHECK(s.waiting.empty());
 }
 
 TEST_CASE("status keeps a run's restarts with their causes, the latest ones and a count by cause", "[membership]") {
@@ -381,4 +441,60 @@ TEST_CASE("heartbeats carry arrival probes out and answers in: a slow rank witho
   CHECK(node_a.clock.measured);
   CHECK(node_a.clock.offset_s == Approx(7.0));
   CHECK(node_a.ranks.at(0).arrival_compute_s == Approx(0.03).epsilon(0.05));
+}
+
+TEST_CASE("a restart is timed phase by phase, from the fault to every node's first step", "[membership][recovery]") {
+  FakeClock clock;
+  Membership m(clock);
+  std::map<std::string, std::string> ids;
+  for (const char* host : {"a", "b", "c", "d"}) ids[host] = m.join(node(host, 2, 3, 1));
+  REQUIRE(m.poll("job", ids["a"]).status == proto::AwaitStatus::kAssigned);
+  m.set_awaiting("job", ids["d"], true);  // the spare
+  clock.advance(milliseconds(9500));
+  for (const char* host : {"a", "b", "c"}) m.heartbeat("job", ids[host]);
+  // b is killed with its workers at 9.9 s; a's worker fails at once (its peer vanished), reported at 10.0 s.
+  clock.advance(milliseconds(500));
+  proto::FailureReport failure;
+  failure.rank = 0;
+  failure.host = "a";
+  failure.unix_ms = 1'000'000 - 100;
+  m.record_failure("job", ids["a"], failure, 1'000'000);
+  clock.advance(milliseconds(600));
+  m.report_failure("job", ids["a"], "rank 0 exited with code 1");  // after a stops its workers
+  clock.advance(milliseconds(400));
+  m.join(node("a", 2, 3, 1));
+  clock.advance(milliseconds(500));  // 11.5 s
+  const auto c2 = m.join(node("c", 2, 3, 1));
+  // With the spare in, the round has its three nodes: it closes at once, without waiting for dead b.
+  REQUIRE(m.poll("job", c2).status == proto::AwaitStatus::kAssigned);
+  auto s = m.status("job").at(0);
+  CHECK_THAT(s.restarts.back().replaced, Catch::Contains("d (pid 100) took node rank"));
+  CHECK_FALSE(s.restarts.back().recovery.complete);
+  CHECK(s.restarts.back().recovery.rendezvous_s == Approx(0.0));
+  CHECK(s.restarts.back().recovery.start_s == -1);
+  // Every node reports its workers' milestones as ages at 14.0 s.
+  clock.advance(milliseconds(2500));
+  proto::AttemptMilestones done{.round = 1,
+                                .spawned_age_s = 1.3,
+                                .initialized_age_s = 0.5,
+                                .loaded_age_s = 0.3,
+                                .first_step_age_s = 0.1,
+                                .load_beats = true};
+  proto::HeartbeatReply reply;
+  const auto nodes = m.status("job").at(0).nodes;
+  for (const auto& n : nodes) reply = m.heartbeat("job", n.node_id, {}, {}, done);
+  s = m.status("job").at(0);
+  const auto& l = s.restarts.back().recovery;
+  CHECK(l.complete);
+  CHECK(l.detect_s == Approx(0.1));  // 9.9 -> 10.0
+  CHECK(l.stop_s == Approx(1.5));    // -> 11.5, c (the last survivor) re-joined and the round closed
+  CHECK(l.rendezvous_s == Approx(0.0));
+  CHECK(l.start_s == Approx(1.2));
+  CHECK(l.init_s == Approx(0.8));
+  CHECK(l.load_s == Approx(0.2));
+  CHECK(l.first_step_s == Approx(0.2));
+  CHECK(l.total_s == Approx(4.0));
+  CHECK(reply.recovered_round == 1);
+  CHECK(reply.recovery.total_s == Approx(4.0));
+  CHECK_THAT(proto::describe(l), Catch::StartsWith("4.0 s from the fault to the first step: detect 0.1 s, stop 1.5 s"));
 }

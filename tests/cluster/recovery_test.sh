@@ -1,0 +1,144 @@
+#!/bin/bash
+# Recovery with hot spares: meshrun-trainer (tiny config, one rank per node, checkpoints every 10 steps) on
+# 4 agent nodes with --nnodes 2:3 (three train, the fourth waits as a spare) and meshrun-rendezvous on a
+# fifth node outside the job. One scenario per run; no timing is asserted, only behaviour:
+#   spare      node rank 1's whole node is killed -9 (agent, workers): the spare takes node rank 1 at once,
+#              the job keeps its size (3), every survivor prints the restart's recovery ledger, the
+#              daemon's status has it complete, and the final loss equals a run without a fault
+#   rank0      the same for node rank 0 (it hosts rank 0 of the workers and writes the metrics)
+#   linkcut    node rank 2's link is cut: declared dead after its keep-alive, the spare takes its rank,
+#              the cut-off agent stops, naming the rendezvous it lost
+#   twofaults  node rank 1 is killed, then, once the spare trains, node rank 2: the first fault keeps the
+#              size (the spare), the second continues at 2 nodes (no spare left, --nnodes 2:3)
+#   sparedies  the spare's node is killed before any fault, then node rank 1: no spare is left, the job
+#              continues at 2 nodes
+# Each scenario checks that no process of the job is left on any node.
+# Usage: recovery_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
+SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
+source "$(dirname "$0")/cluster.sh"
+mc_init 5
+W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
+chmod 777 "$W"
+PORT=29712 DAEMON=4 STEPS=150
+MARKER="MC_JOB=recovery$$"
+declare -a A   # agent pid per node
+
+mc_spawn "$DAEMON" "$W/daemon.log" "$RDZV" --host 0.0.0.0 --port "$PORT"
+for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1; done
+
+# agent I RUN OUT: meshrun-trainer under meshrun on node I, in run RUN, writing to OUT; log in $W/node<I>.log.
+agent() {
+  mc_spawn "$1" "$W/node$1.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
+    --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$2" --nnodes 2:3 --nproc-per-node 1 --max-restarts 3 \
+    --log-level info --no-python "$TRAINER" \
+    --config "$CONFIGS/tiny.json" --set "output.dir=\"$3\"" --set train.sample_tokens=0 \
+    --set "train.steps=$STEPS" --set train.log_interval=1 --set train.global_batch_size=12 \
+    --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=10 --set system.timeout_s=30
+  A[$1]=$MC_PID
+}
+# step OUT: the last step whose loss rank 0 logged (0 before any).
+step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 | grep . || echo 0; }
+# wait_step OUT N: until rank 0 logged step N (<= 60 s).
+wait_step() {
+  for _ in $(seq 1200); do [ "$(step "$1")" -ge "$2" ] && return 0; sleep 0.05; done
+  mc_fail "$SCENARIO: step $2 not reached (at $(step "$1"))"; return 1
+}
+# final_loss OUT: the loss logged for the last step.
+final_loss() { grep "\"step\":$STEPS[,}]" "$1/metrics.jsonl" | grep -o '"loss":[-0-9.e]*' | tail -1 | cut -d: -f2; }
+expect_exit() {   # expect_exit NODE RC
+  mc_wait_exit "${A[$1]}" 120
+  [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
+}
+status_json() { mc_on "$DAEMON" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json; }
+show_logs() { local f; for f in "$W"/node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
+
+# The reference: the same job on three nodes without a fault.
+REF=$W/ref; mkdir -p "$REF"
+for i in 0 1 2; do agent "$i" ref "$REF"; done
+for i in 0 1 2; do expect_exit "$i" 0; done
+REF_LOSS=$(final_loss "$REF")
+[ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
+
+OUT=$W/job; mkdir -p "$OUT"; RUN=job
+for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
+wait_step "$OUT" 3
+agent 3 $RUN "$OUT"   # joins a full round: the spare
+mc_wait_for "$W/node3.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node3 did not wait as a spare"
+for _ in $(seq 100); do [ "$(status_json | jq '.runs[0].spares')" = 1 ] && break; sleep 0.1; done
+[ "$(status_json | jq '.runs[0].spares')" = 1 ] || mc_fail "$SCENARIO: the daemon's status shows no spare"
+
+# killed NODE RANK: the node's whole namespace is gone; the spare (node3) must take RANK.
+check_spare_took() {
+  mc_wait_for "$W/node3.log" "round 1: node $1 of 3" 60 > /dev/null ||
+    mc_fail "$SCENARIO: the spare did not take node rank $1: $(grep 'round 1' "$W/node3.log")"
+}
+check_ledger() {   # check_ledger NODE...: each prints the restart's recovery, the daemon has it complete
+  local i
+  for i in "$@"; do
+    mc_wait_for "$W/node$i.log" "recovery of round 1: " 60 > /dev/null || mc_fail "$SCENARIO: node$i printed no recovery ledger"
+  done
+  grep -h "recovery of round 1: " "$W/node$1.log" | sed "s/^/LEDGER $SCENARIO: /"
+  status_json | jq -e '.runs[0].restarts[0].recovery | .complete and .first_step_s >= 0 and .stop_s >= 0' > /dev/null ||
+    mc_fail "$SCENARIO: the daemon's status has no complete recovery ledger: $(status_json | jq -c '.runs[0].restarts')"
+}
+
+case $SCENARIO in
+  spare | rank0)
+    victim=1; [ "$SCENARIO" = rank0 ] && victim=0
+    wait_step "$OUT" 12
+    t0=$(mc_now); mc_kill_node $victim; echo "killed node$victim (node rank $victim) at step $(step "$OUT")"
+    check_spare_took $victim
+    survivors=(); for i in 0 1 2; do [ "$i" != "$victim" ] && survivors+=("$i"); done
+    check_ledger "${survivors[@]}" 3
+    for i in "${survivors[@]}" 3; do expect_exit "$i" 0; done
+    echo "RECOVERY $SCENARIO: job done $(mc_elapsed "$t0") s after the kill"
+    loss=$(final_loss "$OUT")
+    [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
+    grep -q "round 1: node [0-9] of 3" "$W/node0.log" "$W/node2.log" "$W/node3.log" ||
+      mc_fail "$SCENARIO: the job did not keep its size"
+    ;;
+  linkcut)
+    wait_step "$OUT" 12
+    mc_link_down 2
+    check_spare_took 2
+    check_ledger 0 1 3
+    mc_wait_for "$W/node2.log" "lost the rendezvous at node$DAEMON:$PORT" 60 > /dev/null ||
+      mc_fail "$SCENARIO: the cut-off agent did not name the rendezvous it lost"
+    expect_exit 2 1
+    for i in 0 1 3; do expect_exit "$i" 0; done
+    mc_link_up 2
+    loss=$(final_loss "$OUT")
+    [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
+    ;;
+  twofaults)
+    wait_step "$OUT" 12
+    mc_kill_node 1
+    check_spare_took 1
+    mc_wait_for "$W/node3.log" "recovery of round 1: " 60 > /dev/null || mc_fail "$SCENARIO: no recovery after the first fault"
+    mc_kill_node 2
+    for i in 0 3; do
+      mc_wait_for "$W/node$i.log" "round 2: node" 60 > /dev/null || mc_fail "$SCENARIO: node$i did not restart a second time"
+      grep -q "round 2: node [01] of 2" "$W/node$i.log" || mc_fail "$SCENARIO: node$i's round 2 is not 2 nodes"
+    done
+    for i in 0 3; do expect_exit "$i" 0; done
+    [ -n "$(final_loss "$OUT")" ] || mc_fail "$SCENARIO: the job did not finish its $STEPS steps"
+    ;;
+  sparedies)
+    mc_kill_node 3
+    for _ in $(seq 100); do [ "$(status_json | jq '.runs[0].spares')" = 0 ] && break; sleep 0.1; done
+    [ "$(status_json | jq '.runs[0].spares')" = 0 ] || mc_fail "$SCENARIO: the dead spare is still listed"
+    wait_step "$OUT" 12
+    mc_kill_node 1
+    for i in 0 2; do
+      mc_wait_for "$W/node$i.log" "round 1: node" 60 > /dev/null || mc_fail "$SCENARIO: node$i did not restart"
+      grep -q "round 1: node [01] of 2" "$W/node$i.log" || mc_fail "$SCENARIO: node$i's round 1 is not 2 nodes"
+    done
+    for i in 0 2; do expect_exit "$i" 0; done
+    [ -n "$(final_loss "$OUT")" ] || mc_fail "$SCENARIO: the job did not finish its $STEPS steps"
+    ;;
+  *) echo "unknown scenario $SCENARIO"; exit 2 ;;
+esac
+mc_expect_gone "$MARKER" 20 && echo "$SCENARIO: no process of the job left on any node"
+[ "$MC_FAILS" = 0 ] || show_logs
+echo "$MC_FAILS failure(s)"
+[ "$MC_FAILS" = 0 ]
