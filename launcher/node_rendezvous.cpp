@@ -197,6 +197,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   req.min_nodes = options_.min_nodes;
   req.max_nodes = options_.max_nodes;
   req.straggler_threshold = options_.progress.straggler;
+  req.evict_suspects = options_.evict_suspects;
   if (options_.backend == RdzvBackend::kStatic || options_.node_rank_given) req.requested_rank = options_.node_rank;
   req.last_call_timeout_s = options_.rdzv_conf.last_call_timeout_s;
   req.join_timeout_s = options_.rdzv_conf.join_timeout_s;

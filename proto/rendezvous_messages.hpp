@@ -104,6 +104,7 @@ struct JoinRequest {
   double keep_alive_timeout_s = 3;  // declared dead after this long without a heartbeat
   int64_t pid = 0;
   double straggler_threshold = 1.3;  // a rank this many times slower than the run's median is named; 0: off
+  bool evict_suspects = true;        // a hang verdict's suspect node makes way for a spare (--no-evict: false)
 };
 
 /// A range of one process group's collectives whose arrival times the daemon asks every rank for
@@ -329,7 +330,7 @@ void from_json(const nlohmann::json& j, StragglerMeasure& value);
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Hello, server, version, unix_time_ms, peer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr, local_world_size, min_nodes, max_nodes,
                                                 requested_rank, last_call_timeout_s, join_timeout_s,
-                                                keep_alive_timeout_s, pid, straggler_threshold)
+                                                keep_alive_timeout_s, pid, straggler_threshold, evict_suspects)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbe, group, first_seq, last_seq)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalBlock, group, first_seq, last_seq, count, mean_unix_s, span_s,
                                                 uncertainty_s)

@@ -135,9 +135,10 @@ std::string Membership::join(const proto::JoinRequest& request) {
   node.last_seen = now;
   const std::string id = node.id;
   run.nodes.emplace(id, std::move(node));
-  if (run.closed) {
+  if (run.closed || identity(request) == run.evicted) {
     run.waiting.push_back(id);
-    run.last_event = fmt::format("{} is waiting for the next round", describe(request));
+    run.last_event = fmt::format("{} is waiting for the next round{}", describe(request),
+                                 run.closed ? "" : " (evicted: a spare took its place)");
   } else {
     run.participants.push_back(id);
     run.nodes.at(id).participant = true;
@@ -154,7 +155,11 @@ std::string Membership::join(const proto::JoinRequest& request) {
 void Membership::maybe_close(Run& run) {
   if (run.closed) return;
   const int count = static_cast<int>(run.participants.size());
-  if (count >= run.max_nodes) return close_round(run);
+  // With spares in, max nodes may be there before every survivor is back: wait for the survivors known
+  // alive (heard since the restart), not for silent ones (dead, most likely: the spares replace them).
+  const bool live_survivor_due = std::any_of(run.survivors.begin(), run.survivors.end(),
+                                             [](const auto& s) { return s.second.heard_since_restart; });
+  if (count >= run.max_nodes && !live_survivor_due) return close_round(run);
   if (count < run.min_nodes) return;
   // Re-rendezvous after a restart: close as soon as every survivor is back.
   if (run.round > 0 && run.survivors.empty()) return close_round(run);
@@ -162,6 +167,17 @@ void Membership::maybe_close(Run& run) {
 }
 
 void Membership::close_round(Run& run) {
+  // More than max nodes (every survivor back, and spares promoted): the spares that joined last wait again.
+  for (auto it = run.participants.end(); static_cast<int>(run.participants.size()) > run.max_nodes;) {
+    it = std::find_if(run.participants.rbegin(), run.participants.rend(), [&](const std::string& id) {
+           return run.nodes.at(id).previous_rank < 0;
+         }).base();
+    if (it == run.participants.begin()) it = run.participants.end();  // no spare among them: the last joiner
+    const std::string id = *std::prev(it);
+    run.participants.erase(std::prev(it));
+    run.nodes.at(id).participant = false;
+    run.waiting.insert(run.waiting.begin(), id);
+  }
   const int n = static_cast<int>(run.participants.size());
   std::vector<Node*> nodes;
   for (const auto& id : run.participants) nodes.push_back(&run.nodes.at(id));
@@ -188,6 +204,7 @@ void Membership::close_round(Run& run) {
   run.last_call_deadline.reset();
   run.fault_at.reset();
   run.fault_known_at.reset();
+  run.evicted.clear();
   run.last_event = fmt::format("round {} closed with {} node(s)", run.round, n);
   if (run.round > 0 && !run.restarts.empty() && run.restarts.back().first.round == run.round) {
     run.restarts.back().first.replaced = replacements(run);
@@ -497,8 +514,16 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
   if (it == run->nodes.end()) return;
   if (!run->has_participant(node_id)) return;  // already restarting
   const char* what = cause == RestartCause::kHung ? "hung worker" : "worker failure";
-  invalidate(*run, cause == RestartCause::kHung ? RestartCause::kHung : RestartCause::kWorkerFailed,
-             fmt::format("{} on node {} ({}): {}", what, it->second.group_rank, it->second.request.host, reason));
+  std::string text =
+      fmt::format("{} on node {} ({}): {}", what, it->second.group_rank, it->second.request.host, reason);
+  const std::string evict = cause == RestartCause::kHung ? hang_suspect_to_evict(*run) : "";
+  if (!evict.empty()) {
+    const Node& suspect = run->nodes.at(evict);
+    run->evicted = identity(suspect.request);
+    text += fmt::format("; node {} ({}), the verdict's suspect, makes way for a spare", suspect.group_rank,
+                        describe(suspect.request));
+  }
+  invalidate(*run, cause == RestartCause::kHung ? RestartCause::kHung : RestartCause::kWorkerFailed, text, evict);
 }
 
 void Membership::start_recovery(Run& run, TimePoint lost_node_last_seen) {
@@ -531,6 +556,17 @@ std::string Membership::replacements(const Run& run) const {
     out += fmt::format("{}{} took node rank {}", out.empty() ? "" : ", ", describe(node.request), node.group_rank);
   }
   return out;
+}
+
+std::string Membership::hang_suspect_to_evict(const Run& run) const {
+  if (run.waiting.empty()) return "";             // no spare: the job keeps the node rather than shrink
+  for (const auto& r : run.failures.reports()) {  // ordered by time: the first hang report names the suspect
+    if (r.round != run.round || r.cause != RestartCause::kHung) continue;
+    const auto it = run.nodes.find(r.node_id);
+    if (it == run.nodes.end() || !it->second.participant || !it->second.request.evict_suspects) return "";
+    return r.node_id;
+  }
+  return "";
 }
 
 std::vector<HostedRank> Membership::hosted_ranks(const Run& run) const {

@@ -106,6 +106,7 @@ class Membership {
     std::map<std::string, Node> nodes;           // participants + waiting
     std::map<std::string, Survivor> survivors;   // "host/pid" -> survivor of the last round not back yet
     std::map<std::string, std::string> retired;  // node id in the last round -> its "host/pid"
+    std::string evicted;  // "host/pid" of the hang suspect that made way for a spare: it re-joins as a spare
     proto::RestartCause restart_cause = proto::RestartCause::kNone;  // why the current round was opened
     std::string restart_reason;
     FailureLog failures;                                               // the root cause and its consequences
@@ -142,8 +143,11 @@ class Membership {
   /// "spare host-d (pid 7) took node rank 1" for the nodes of a closing round that were not in the last one.
   std::string replacements(const Run& run) const;
   void close_round(Run& run);
-  /// Opens round+1 for `cause`. `lost_node` (dead or gone) is not counted among the survivors.
+  /// Opens round+1 for `cause`. `lost_node` (dead, gone or evicted) is not counted among the survivors.
   void invalidate(Run& run, proto::RestartCause cause, const std::string& reason, std::string lost_node = "");
+  /// The node a hang verdict of the closed round named (its agent reported the culprit), when it may make
+  /// way for a spare: its node id, or "".
+  std::string hang_suspect_to_evict(const Run& run) const;
   /// Survivors that neither re-joined nor heartbeat within the re-join window are lost.
   void expire_survivors(Run& run);
   /// Drops waiting nodes (spares) of a closed round that are neither in an await nor heard from lately.

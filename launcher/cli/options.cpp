@@ -502,6 +502,10 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
                  "or hung here or elsewhere): the workers' peers are gone, so nothing collective can finish. At "
                  "most --shutdown-timeout, which signals, ends and scale-ups keep")
       ->default_str("3");
+  bool no_evict = false;
+  app.add_flag("--no-evict", no_evict,
+               "Keep a hang verdict's suspect node in the job: by default it makes way for a hot spare when one "
+               "waits (docs/multi-node.md#hot-spares)");
   std::string hang_timeout = "auto";
   app.add_option("--hang-timeout", hang_timeout,
                  "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
@@ -629,6 +633,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   }
   if (o.shutdown_timeout_s < 0) throw UsageError("--shutdown-timeout must not be negative");
   if (o.fault_stop_timeout_s < 0) throw UsageError("--fault-stop-timeout must not be negative");
+  o.evict_suspects = !no_evict;
   parse_hang_timeout(hang_timeout, o.progress);
   require_positive(o.progress.floor_s, "--hang-floor");
   require_positive(o.progress.phase_s, "--hang-phase-timeout");

@@ -86,6 +86,7 @@ struct LaunchOptions {
   std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given: the workers' environment
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
   double fault_stop_timeout_s = 3;       // ... when a fault stops them (capped by shutdown_timeout_s)
+  bool evict_suspects = true;            // a hang verdict's suspect node makes way for a spare (--no-evict)
   HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
   bool virtual_local_rank = false;       // LOCAL_RANK=0 and one CUDA device per worker

@@ -7,6 +7,8 @@
 #   rank0   the agent of node rank 0 (which serves the workers' store) is killed -9, with --nnodes 2:3:
 #           the survivors re-rendezvous, a new node rank 0 serves a fresh store, the job resumes from its
 #           checkpoint with a world of 2 and completes
+#   rank0node the same with every process of node rank 0's node killed -9 (agent, workers, its etcd member)
+#   rank0link the same with node rank 0's link cut: the cut-off agent (its etcd member in the minority) stops
 #   nomember every member is killed: the agents stop with an error naming the endpoints
 # Each scenario checks that no process of the job is left on any node.
 # Usage: etcd_test.sh SCENARIO MESHRUN VENV_BIN   (root; exits 77 when namespaces cannot be made)
@@ -71,16 +73,29 @@ case $SCENARIO in
       grep -qx "3 0 0" "$D/done.$r" 2> /dev/null || mc_fail "member: rank $r: done '$(cat "$D/done.$r" 2> /dev/null)', expected '3 0 0' (world 3, no restart)"
     done
     ;;
-  rank0)
+  rank0 | rank0node | rank0link)
     STEPS=40
     agent 0 --nnodes 2:3 --max-restarts 1; agent 1 --nnodes 2:3 --max-restarts 1; agent 2 --nnodes 2:3 --max-restarts 1
     wait_step 5
     mc_wait_for "$W/node0.log" "serving the workers' store" 5 > /dev/null || mc_fail "rank0: node0 is not node rank 0"
-    t0=$(mc_now); mc_kill9 "${A[0]}"; echo "killed node0's agent (node rank 0) at step $(cat "$D/ckpt")"
+    t0=$(mc_now)
+    case $SCENARIO in
+      rank0) mc_kill9 "${A[0]}"; echo "killed node0's agent (node rank 0) at step $(cat "$D/ckpt")" ;;
+      rank0node) mc_kill_node 0; echo "killed every process of node0 (node rank 0, its etcd member too) at step $(cat "$D/ckpt")" ;;
+      rank0link) mc_link_down 0; echo "cut node0's link (node rank 0, its etcd member too) at step $(cat "$D/ckpt")" ;;
+    esac
     for i in 1 2; do expect_exit "$i" 0; done
+    if [ "$SCENARIO" = rank0link ]; then
+      expect_exit 0 1   # cut off with its etcd member in the minority: it stops, naming the endpoints
+      grep -q "lost the rendezvous at etcd" "$W/node0.log" || mc_fail "rank0link: node0 does not say it lost etcd"
+      mc_link_up 0
+    fi
     echo "survivors finished $(mc_elapsed "$t0") s after node rank 0 died"
-    # node1 is node rank 0 of the new round and served a fresh store; the job resumed with a world of 2.
-    grep -q "round [1-9]: serving the workers' store" "$W/node1.log" || mc_fail "rank0: node1 did not serve the new round's store"
+    # A survivor is node rank 0 of the new round (survivors keep their node ranks where they can: node2's
+    # rank 2 is out of range in a world of 2, so it takes rank 0) and served a fresh store; the job resumed
+    # with a world of 2.
+    grep -q "round [1-9]: serving the workers' store" "$W/node1.log" "$W/node2.log" ||
+      mc_fail "rank0: no survivor served the new round's store"
     for r in 0 1; do
       read -r world restarts first < "$D/done.$r" || { mc_fail "rank0: rank $r did not finish"; continue; }
       [ "$world" = 2 ] || mc_fail "rank0: rank $r finished in a world of $world, expected 2"

@@ -498,3 +498,51 @@ TEST_CASE("a restart is timed phase by phase, from the fault to every node's fir
   CHECK(reply.recovery.total_s == Approx(4.0));
   CHECK_THAT(proto::describe(l), Catch::StartsWith("4.0 s from the fault to the first step: detect 0.1 s, stop 1.5 s"));
 }
+
+TEST_CASE("a hang verdict's suspect makes way for a spare and waits as one, unless it asked not to",
+          "[membership][spares]") {
+  for (const bool evict : {true, false}) {
+    FakeClock clock;
+    Membership m(clock);
+    std::map<std::string, proto::JoinRequest> req;
+    std::map<std::string, std::string> ids;
+    for (const char* host : {"a", "b", "c", "d"}) {
+      req[host] = node(host, 2, 3, 1);
+      req[host].evict_suspects = evict;
+      ids[host] = m.join(req[host]);
+    }
+    REQUIRE(m.poll("job", ids["c"]).status == proto::AwaitStatus::kAssigned);
+    const int b_rank = m.poll("job", ids["b"]).assignment.group_rank;
+    // b's agent reports its rank as the verdict's culprit; a's agent then reports the hang.
+    proto::FailureReport hang;
+    hang.rank = b_rank;
+    hang.host = "b";
+    hang.cause = proto::RestartCause::kHung;
+    hang.hang_kind = "never_entered";
+    hang.unix_ms = 1'000;
+    m.record_failure("job", ids["b"], hang, 1'000);
+    m.report_failure("job", ids["a"], "rank 1 never entered all_reduce #7", proto::RestartCause::kHung);
+    INFO("evict " << evict);
+    CHECK((m.status("job").at(0).last_event.find("makes way for a spare") != std::string::npos) == evict);
+    m.heartbeat("job", ids["c"]);  // c is alive, stopping its workers: the round waits for it
+    const auto a2 = m.join(req["a"]);
+    const auto b2 = m.join(req["b"]);
+    const auto c2 = m.join(req["c"]);
+    if (evict) {
+      REQUIRE(m.poll("job", a2).status == proto::AwaitStatus::kAssigned);
+      const auto d = m.poll("job", ids["d"]);
+      REQUIRE(d.status == proto::AwaitStatus::kAssigned);
+      CHECK(d.assignment.group_rank == b_rank);  // the spare took the suspect's rank
+      const auto b = m.poll("job", b2);
+      CHECK(b.status == proto::AwaitStatus::kWaiting);
+      CHECK(b.spare);  // ... which waits as a spare now
+      CHECK(m.status("job").at(0).spares == 1);
+    } else {
+      // Kept: every survivor is back and keeps its rank; the spare waits again.
+      REQUIRE(m.poll("job", c2).status == proto::AwaitStatus::kAssigned);
+      CHECK(m.poll("job", b2).assignment.group_rank == b_rank);
+      CHECK(m.poll("job", ids["d"]).spare);
+      CHECK(m.status("job").at(0).spares == 1);
+    }
+  }
+}
