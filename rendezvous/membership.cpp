@@ -166,18 +166,19 @@ void Membership::maybe_close(Run& run) {
   if (run.last_call_deadline && clock_.now() >= *run.last_call_deadline) close_round(run);
 }
 
-void Membership::close_round(Run& run) {
-  // More than max nodes (every survivor back, and spares promoted): the spares that joined last wait again.
-  for (auto it = run.participants.end(); static_cast<int>(run.participants.size()) > run.max_nodes;) {
-    it = std::find_if(run.participants.rbegin(), run.participants.rend(), [&](const std::string& id) {
-           return run.nodes.at(id).previous_rank < 0;
-         }).base();
-    if (it == run.participants.begin()) it = run.participants.end();  // no spare among them: the last joiner
-    const std::string id = *std::prev(it);
-    run.participants.erase(std::prev(it));
+void Membership::trim_to_max(Run& run) {
+  while (static_cast<int>(run.participants.size()) > run.max_nodes) {
+    const auto spare = std::find_if(run.participants.rbegin(), run.participants.rend(),
+                                    [&](const std::string& id) { return run.nodes.at(id).previous_rank < 0; });
+    const std::string id = spare != run.participants.rend() ? *spare : run.participants.back();
+    std::erase(run.participants, id);
     run.nodes.at(id).participant = false;
     run.waiting.insert(run.waiting.begin(), id);
   }
+}
+
+void Membership::close_round(Run& run) {
+  trim_to_max(run);
   const int n = static_cast<int>(run.participants.size());
   std::vector<Node*> nodes;
   for (const auto& id : run.participants) nodes.push_back(&run.nodes.at(id));

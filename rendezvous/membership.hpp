@@ -136,6 +136,9 @@ class Membership {
   /// Counts a re-joining survivor of the last round as back. Returns the node rank it had (-1: none).
   int survivor_returned(Run& run, const proto::JoinRequest& request);
   void maybe_close(Run& run);
+  /// More than max nodes (every survivor back, with spares promoted): the spare that joined last waits
+  /// again (the last joiner when none of them is a spare), until the round has max nodes.
+  void trim_to_max(Run& run);
   /// Starts timing the restart `invalidate` opens; the one before keeps what it reached.
   void start_recovery(Run& run, TimePoint lost_node_last_seen);
   /// Feeds a node's milestones to the latest restart's timeline; the ledger goes to its record once complete.

@@ -50,6 +50,20 @@ expect_exit() {   # expect_exit NODE RC
   [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
 }
 status_json() { mc_on "$DAEMON" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json; }
+wait_spares() {   # wait_spares N: until the daemon's status counts N spares (<= 10 s)
+  for _ in $(seq 100); do [ "$(status_json | jq '.runs[0].spares')" = "$1" ] && return 0; sleep 0.1; done
+  return 1
+}
+# check_shrunk ROUND NODE...: the NODEs restarted into ROUND as a world of 2 (no spare left) and finished.
+check_shrunk() {
+  local round=$1 i; shift
+  for i in "$@"; do
+    mc_wait_for "$W/node$i.log" "round $round: node" 60 > /dev/null || mc_fail "$SCENARIO: node$i did not restart into round $round"
+    grep -q "round $round: node [01] of 2" "$W/node$i.log" || mc_fail "$SCENARIO: node$i's round $round is not 2 nodes"
+  done
+  for i in "$@"; do expect_exit "$i" 0; done
+  [ -n "$(final_loss "$OUT")" ] || mc_fail "$SCENARIO: the job did not finish its $STEPS steps"
+}
 show_logs() { local f; for f in "$W"/node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
 
 # The reference: the same job on three nodes without a fault.
@@ -64,8 +78,7 @@ for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
 agent 3 $RUN "$OUT"   # joins a full round: the spare
 mc_wait_for "$W/node3.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node3 did not wait as a spare"
-for _ in $(seq 100); do [ "$(status_json | jq '.runs[0].spares')" = 1 ] && break; sleep 0.1; done
-[ "$(status_json | jq '.runs[0].spares')" = 1 ] || mc_fail "$SCENARIO: the daemon's status shows no spare"
+wait_spares 1 || mc_fail "$SCENARIO: the daemon's status shows no spare"
 
 # killed NODE RANK: the node's whole namespace is gone; the spare (node3) must take RANK.
 check_spare_took() {
@@ -116,25 +129,14 @@ case $SCENARIO in
     check_spare_took 1
     mc_wait_for "$W/node3.log" "recovery of round 1: " 60 > /dev/null || mc_fail "$SCENARIO: no recovery after the first fault"
     mc_kill_node 2
-    for i in 0 3; do
-      mc_wait_for "$W/node$i.log" "round 2: node" 60 > /dev/null || mc_fail "$SCENARIO: node$i did not restart a second time"
-      grep -q "round 2: node [01] of 2" "$W/node$i.log" || mc_fail "$SCENARIO: node$i's round 2 is not 2 nodes"
-    done
-    for i in 0 3; do expect_exit "$i" 0; done
-    [ -n "$(final_loss "$OUT")" ] || mc_fail "$SCENARIO: the job did not finish its $STEPS steps"
+    check_shrunk 2 0 3
     ;;
   sparedies)
     mc_kill_node 3
-    for _ in $(seq 100); do [ "$(status_json | jq '.runs[0].spares')" = 0 ] && break; sleep 0.1; done
-    [ "$(status_json | jq '.runs[0].spares')" = 0 ] || mc_fail "$SCENARIO: the dead spare is still listed"
+    wait_spares 0 || mc_fail "$SCENARIO: the dead spare is still listed"
     wait_step "$OUT" 12
     mc_kill_node 1
-    for i in 0 2; do
-      mc_wait_for "$W/node$i.log" "round 1: node" 60 > /dev/null || mc_fail "$SCENARIO: node$i did not restart"
-      grep -q "round 1: node [01] of 2" "$W/node$i.log" || mc_fail "$SCENARIO: node$i's round 1 is not 2 nodes"
-    done
-    for i in 0 2; do expect_exit "$i" 0; done
-    [ -n "$(final_loss "$OUT")" ] || mc_fail "$SCENARIO: the job did not finish its $STEPS steps"
+    check_shrunk 1 0 2
     ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
 esac

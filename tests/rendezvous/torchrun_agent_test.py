@@ -99,7 +99,14 @@ def main():
                         if sums != ["2", "2"] or any(open(f"{out}/start.{r}.0").read() != "2" for r in (0, 1)):
                             problems.append(f"{store}, ok: ranks 0 and 1 of 2 did not both end ({files}, {sums})")
                     if mode == "fail" and not any("exitcode: 3" in o for o in outputs):
-                        problems.append(f"{store}, fail: no agent reported the worker's exit code 3")
+                        # PyTorch's store lives in the first agent: when that agent exits first, the other
+                        # may die on the lost store before it prints its summary (seen in CI). Our daemon
+                        # outlives the agents, so under it the summary must be there.
+                        if store == "meshrun-rendezvous":
+                            problems.append(f"{store}, fail: no agent reported the worker's exit code 3")
+                        else:
+                            print(f"{store}, fail: no agent printed exit code 3 (the store died with its host "
+                                  "agent first)")
         finally:
             daemon.terminate()
             daemon.wait(timeout=30)
