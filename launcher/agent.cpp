@@ -91,7 +91,7 @@ int Agent::run() {
     try {
       std::vector<int> ranks;
       for (int lr = 0; lr < options_.nproc_per_node; ++lr) ranks.push_back(assignment->rank_offset + lr);
-      ProgressMonitor progress(progress_root_, ranks, options_.progress);
+      ProgressMonitor progress(progress_root_, ranks, options_.progress, assignment->steps_done);
       progress_ = &progress;
       group_rank_ = assignment->group_rank;
       group_world_size_ = assignment->group_world_size;
@@ -102,10 +102,14 @@ int Agent::run() {
       AttemptClock attempt(assignment->round, static_cast<size_t>(options_.nproc_per_node),
                            std::chrono::steady_clock::now());
       result = supervise(group, progress, rdzv, exchange, attempt);
+      const auto ended = std::chrono::steady_clock::now();
+      progress.close_accounts(ended);
+      last_attempt_ = attempt.milestones(ended);
+      last_attempt_.steps = progress.step_account(ended);
       progress_ = nullptr;
     } catch (const SpawnError& e) {
       progress_ = nullptr;
-      rdzv.leave(std::string("cannot start workers: ") + e.what(), false);
+      rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
     if (assignment->group_world_size > 1) print_root_cause(rdzv, assignment->round, result);
@@ -242,7 +246,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
       return AttemptResult{AttemptResult::Kind::kSignaled, kCheckpointedOnSignalExit, "checkpointed on signal"};
     }
     // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
-    rdzv.record_failure(failure_report(first, group.attempt()));
+    rdzv.record_failure(failure_report(first, group.attempt()), account_now(group.attempt()));
     stop_workers(group, rdzv, fault_grace_);
     const FailureInfo info = group.failure_info(*failed);  // with all the output, now that the group stopped
     std::fputs(format_failure_summary(info).c_str(), stderr);
@@ -333,7 +337,8 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
     const auto lr = static_cast<size_t>(local - workers.begin());
     proto::FailureReport report = failure_report(with_hang(group.failure_info(lr)), group.attempt());
     report.hang_kind = std::string(to_string(verdict.kind));
-    keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(report); });
+    const proto::AttemptMilestones account = account_now(group.attempt());
+    keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(report, account); });
   }
   const auto stacks = inquiry.stacks();
   if (!stacks.empty()) {
@@ -375,7 +380,9 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
                                                         const AttemptClock& attempt) {
   try {
     const auto now = std::chrono::steady_clock::now();
-    const auto beat = rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), attempt.milestones(now));
+    proto::AttemptMilestones milestones = attempt.milestones(now);
+    milestones.steps = progress.step_account(now);
+    const auto beat = rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), milestones);
     schedule.failures = 0;
     report_stragglers(beat.stragglers);
     report_recovery(beat);
@@ -411,6 +418,25 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
     group.stop(signals_, fault_grace_);
     return AttemptResult{AttemptResult::Kind::kRendezvousLost, 1, reason};
   }
+}
+
+proto::AttemptMilestones Agent::account_now(int attempt) const {
+  proto::AttemptMilestones m;
+  m.round = attempt;
+  if (progress_ != nullptr) m.steps = progress_->step_account(std::chrono::steady_clock::now());
+  return m;
+}
+
+void Agent::leave(RendezvousBackend& rdzv, const std::string& reason, bool ok) {
+  const auto goodput = rdzv.leave(reason, ok, last_attempt_);
+  if (!goodput || goodput->wall_s <= 0) return;
+  say(proto::describe(*goodput));
+  if (temporary_root_) return;
+  // Beside the attempts' logs, for scripts and dashboards: the figures the line rounds.
+  const std::string path = log_root_ + "/goodput.json";
+  std::ofstream out(path);
+  out << nlohmann::json(*goodput).dump(2) << "\n";
+  if (!out) spdlog::warn("could not write {}", path);
 }
 
 void Agent::report_recovery(const proto::HeartbeatReply& beat) {
@@ -476,12 +502,12 @@ std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBacken
   using Kind = AttemptResult::Kind;
   switch (result.kind) {
     case Kind::kSucceeded:
-      rdzv.leave(result.reason, true);
+      leave(rdzv, result.reason, true);
       rdzv.wait_for_other_nodes();
       return rdzv.interrupted_by() ? 128 + rdzv.interrupted_by() : 0;
-    case Kind::kSignaled: rdzv.leave(result.reason, false); return result.exit_code;
+    case Kind::kSignaled: leave(rdzv, result.reason, false); return result.exit_code;
     case Kind::kRunFailed:
-      rdzv.leave(result.reason, false);
+      leave(rdzv, result.reason, false);
       rdzv.linger_for_others();
       return result.exit_code;
     case Kind::kRendezvousLost: return result.exit_code;  // nobody to tell
@@ -498,7 +524,7 @@ std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBacken
     } else if (result.kind == Kind::kRemoteRestart) {
       say("another node failed and --max-restarts is 0: stopping");
     }
-    rdzv.leave(result.reason, false);
+    leave(rdzv, result.reason, false);
     rdzv.linger_for_others();
     return result.exit_code;
   }

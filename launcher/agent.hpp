@@ -95,6 +95,10 @@ class Agent {
                     int first_signal = 15);
   std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
                                             HeartbeatSchedule& schedule, const AttemptClock& attempt);
+  /// This node's step account now, as milestones of attempt `attempt` (sent with a failure report).
+  proto::AttemptMilestones account_now(int attempt) const;
+  /// Leaves the run with the last attempt's step account; prints the run's goodput line the daemon answers with.
+  void leave(RendezvousBackend& rdzv, const std::string& reason, bool ok);
   /// Prints a restart's recovery ledger once the daemon has it complete (once per restart).
   void report_recovery(const proto::HeartbeatReply& beat);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
@@ -116,10 +120,11 @@ class Agent {
   std::string progress_root_;  // the workers' progress sockets (short path: a socket name is <108 bytes)
   std::string hook_dir_;       // meshrun's Python hook (empty: --hang-timeout off)
   const ProgressMonitor* progress_ = nullptr;
-  int group_rank_ = 0;                // this node in the current attempt
-  int group_world_size_ = 1;          // the attempt's, for the heartbeats sent while stopping
-  std::vector<int> straggler_ranks_;  // as last reported by the daemon
-  int64_t recovery_printed_ = 0;      // the last round whose recovery ledger was printed
+  int group_rank_ = 0;                     // this node in the current attempt
+  int group_world_size_ = 1;               // the attempt's, for the heartbeats sent while stopping
+  std::vector<int> straggler_ranks_;       // as last reported by the daemon
+  int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
+  proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.
   int restarts_used_ = 0;

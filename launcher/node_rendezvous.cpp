@@ -266,10 +266,10 @@ void NodeRendezvous::report_failure(const std::string& reason, proto::RestartCau
   client_->report_failure(run_id_, node_id_, reason, cause);
 }
 
-void NodeRendezvous::record_failure(const proto::FailureReport& failure) {
+void NodeRendezvous::record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) {
   if (!client_ || node_id_.empty()) return;
   try {
-    client_->record_failure(run_id_, node_id_, failure);
+    client_->record_failure(run_id_, node_id_, failure, attempt);
   } catch (const Error& e) {
     spdlog::warn("could not report the failure to the rendezvous: {}", e.what());
   }
@@ -287,12 +287,14 @@ std::vector<proto::FailureReport> NodeRendezvous::failures() {
   return {};
 }
 
-void NodeRendezvous::leave(const std::string& reason, bool ok) {
-  if (!client_ || node_id_.empty()) return;
+std::optional<proto::GoodputReport> NodeRendezvous::leave(const std::string& reason, bool ok,
+                                                          const proto::AttemptMilestones& attempt) {
+  if (!client_ || node_id_.empty()) return std::nullopt;
   try {
-    client_->leave(run_id_, node_id_, reason, ok);
+    return client_->leave(run_id_, node_id_, reason, ok, attempt);
   } catch (const Error& e) {
     spdlog::warn("could not leave the rendezvous cleanly: {}", e.what());
+    return std::nullopt;
   }
 }
 

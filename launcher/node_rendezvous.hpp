@@ -44,9 +44,10 @@ class NodeRendezvous final : public RendezvousBackend {
                                   const proto::AttemptMilestones& attempt) override;
   std::optional<OffsetEstimate> clock_offset() const override;
   void report_failure(const std::string& reason, proto::RestartCause cause) override;
-  void record_failure(const proto::FailureReport& failure) override;
+  void record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) override;
   std::vector<proto::FailureReport> failures() override;
-  void leave(const std::string& reason, bool ok) override;
+  std::optional<proto::GoodputReport> leave(const std::string& reason, bool ok,
+                                            const proto::AttemptMilestones& attempt) override;
   /// Hosting agent only: blocks until every other node left (the daemon serves their workers' store).
   void wait_for_other_nodes() override;
   /// Hosting agent only: keeps the daemon up for two keep-alive intervals so every other agent's next

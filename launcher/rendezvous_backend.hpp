@@ -34,11 +34,15 @@ class RendezvousBackend {
   virtual std::optional<OffsetEstimate> clock_offset() const { return std::nullopt; }
   /// A worker failed or hung here: every node re-rendezvouses.
   virtual void report_failure(const std::string& reason, proto::RestartCause cause) = 0;
-  /// Records a failed or hung worker at once, for the root cause across nodes; never throws.
-  virtual void record_failure(const proto::FailureReport& failure) = 0;
+  /// Records a failed or hung worker at once, for the root cause across nodes; never throws. `attempt`
+  /// carries the node's step account as the attempt ends (the goodput ledger's last word on it).
+  virtual void record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) = 0;
   /// The reports of the latest failing round, earliest first (empty when unreachable).
   virtual std::vector<proto::FailureReport> failures() = 0;
-  virtual void leave(const std::string& reason, bool ok) = 0;
+  /// Leaves the run; `attempt`: this node's last milestones (its final step account). Returns the run's goodput
+  /// ledger as the node leaves, when the backend keeps one (the daemon does; etcd does not yet).
+  virtual std::optional<proto::GoodputReport> leave(const std::string& reason, bool ok,
+                                                    const proto::AttemptMilestones& attempt) = 0;
   /// After this node succeeded: returns once no other node needs this one any more (it serves their
   /// workers' store), or on a terminating signal.
   virtual void wait_for_other_nodes() = 0;

@@ -62,13 +62,20 @@ void RendezvousClient::report_failure(const std::string& run_id, const std::stri
 }
 
 void RendezvousClient::record_failure(const std::string& run_id, const std::string& node_id,
-                                      const FailureReport& failure) {
-  client_.meshrun({{"op", "failure"}, {"run_id", run_id}, {"node_id", node_id}, {"failure", failure}});
+                                      const FailureReport& failure, const AttemptMilestones& attempt) {
+  nlohmann::json j = {{"op", "failure"}, {"run_id", run_id}, {"node_id", node_id}, {"failure", failure}};
+  if (attempt.round >= 0) j["attempt"] = attempt;
+  client_.meshrun(j);
 }
 
-void RendezvousClient::leave(const std::string& run_id, const std::string& node_id, const std::string& reason,
-                             bool ok) {
-  client_.meshrun({{"op", "leave"}, {"run_id", run_id}, {"node_id", node_id}, {"reason", reason}, {"ok", ok}});
+std::optional<GoodputReport> RendezvousClient::leave(const std::string& run_id, const std::string& node_id,
+                                                     const std::string& reason, bool ok,
+                                                     const AttemptMilestones& attempt) {
+  nlohmann::json j = {{"op", "leave"}, {"run_id", run_id}, {"node_id", node_id}, {"reason", reason}, {"ok", ok}};
+  if (attempt.round >= 0) j["attempt"] = attempt;
+  const nlohmann::json reply = client_.meshrun(j);
+  if (!reply.contains("goodput")) return std::nullopt;
+  return reply.at("goodput").get<GoodputReport>();
 }
 
 StatusReply RendezvousClient::status(const std::string& run_id) {

@@ -2,6 +2,7 @@
 // over one StoreClient connection. Blocking; every call has a deadline.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "proto/rendezvous_messages.hpp"
@@ -32,9 +33,13 @@ class RendezvousClient {
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                       RestartCause cause = RestartCause::kWorkerFailed);
   /// Records a failed or hung worker for the root cause (proto::FailureReport); restarts nothing.
-  void record_failure(const std::string& run_id, const std::string& node_id, const FailureReport& failure);
+  void record_failure(const std::string& run_id, const std::string& node_id, const FailureReport& failure,
+                      const AttemptMilestones& attempt = {});
   /// Leaves the run (ok=true: this node finished successfully).
-  void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
+  /// `attempt`: the node's last milestones (its final step account). Returns the run's goodput as the
+  /// node leaves (nothing from a daemon that keeps no ledger).
+  std::optional<GoodputReport> leave(const std::string& run_id, const std::string& node_id, const std::string& reason,
+                                     bool ok, const AttemptMilestones& attempt = {});
   /// Status of one run, or of all runs when `run_id` is empty.
   StatusReply status(const std::string& run_id = "");
 

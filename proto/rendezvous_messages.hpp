@@ -9,7 +9,8 @@
 //   fail       {run_id, node_id, reason, cause?}   -> {}  (a worker failed or hung: every node re-rendezvouses)
 //   failure    {run_id, node_id, failure}          -> {}  (FailureReport: recorded for the root cause, sent
 //                                                          at once, before `fail`/`leave`)
-//   leave      {run_id, node_id, reason, ok}       -> {}
+//   leave      {run_id, node_id, reason, ok, attempt?} -> {goodput?}  (attempt: the node's last AttemptMilestones;
+//              goodput: the run's GoodputReport as this node leaves, `ended` once it was the last)
 //   status     {run_id?}                           -> StatusReply
 //
 // Round life cycle, per run:  OPEN --(max joined, or min joined + last call)--> CLOSED (ranks assigned)
@@ -23,6 +24,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "proto/goodput.hpp"
 
 namespace meshrun::proto {
 
@@ -194,6 +197,7 @@ struct AttemptMilestones {
   double first_step_age_s = -1;   // every local rank beat its first step (a rank without beats: its
                                   // second collective completed, the first after the one that set it up)
   bool load_beats = false;        // some rank beat "load" (meshrun-trainer restoring a checkpoint)
+  StepAccount steps;              // how its beating rank spent the attempt since its first step (goodput)
 };
 
 /// One restart's cost, phase by phase (seconds; -1: not reached, or not known for this job), from the
@@ -224,6 +228,7 @@ struct Assignment {
   std::string master_addr;      // workers' TCPStore host: the daemon's host as the agent reaches it
   int master_port = 0;          // a store port private to this run (isolated key space)
   std::vector<NodeInfo> nodes;  // every node, in group-rank order (empty above kMaxNodesInAssignment)
+  int64_t steps_done = -1;      // the highest step the run's ranks beat before this round (-1: none)
 };
 
 struct AwaitReply {
@@ -303,6 +308,7 @@ struct RunStatus {
   std::map<std::string, int64_t> restarts_by_cause;  // every restart of the run, by cause wire name
   std::map<std::string, int64_t> hangs_by_kind;      // every hang reported in the run, by verdict kind
   std::vector<FailureReport> failures;               // the latest failing round's, first (by time) first
+  GoodputReport goodput;                             // the run's wall time so far, split (goodput.hpp)
 };
 
 struct StatusReply {
@@ -342,11 +348,11 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClockReading, measured, offset_s
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
                                                 requested_rank, since_heartbeat_s, alive, pid, clock, ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptMilestones, round, spawned_age_s, initialized_age_s,
-                                                loaded_age_s, first_step_age_s, load_beats)
+                                                loaded_age_s, first_step_age_s, load_beats, steps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RecoveryLedger, detect_s, stop_s, rendezvous_s, start_s, init_s, load_s,
                                                 first_step_s, total_s, complete)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
-                                                rank_offset, master_addr, master_port, nodes)
+                                                rank_offset, master_addr, master_port, nodes, steps_done)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
                                                 waited_s, join_timeout_s, spare, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers,
@@ -356,7 +362,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, loca
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s, recovery, replaced)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 spares, missing_ranks, duplicate_ranks, last_event, master_port, keys,
-                                                restarts, restarts_by_cause, hangs_by_kind, failures)
+                                                restarts, restarts_by_cause, hangs_by_kind, failures, goodput)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

@@ -83,6 +83,7 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
     run.min_nodes = r.min_nodes;
     run.max_nodes = r.max_nodes;
     run.last_event = "run created by " + describe(r);
+    run.goodput.emplace(clock_.now());
     it = runs_.emplace(r.run_id, std::move(run)).first;
   }
   Run& run = it->second;
@@ -200,6 +201,7 @@ void Membership::close_round(Run& run) {
     run.assigned.push_back(info(*node));
   }
   run.closed = true;
+  run.steps_done_before = run.steps_beaten;
   ++version_;
   run.survivors.clear();
   run.last_call_deadline.reset();
@@ -218,7 +220,7 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   // Survivors of the closed round must re-join; late joiners carry over into the new round.
   const auto now = clock_.now();
   const auto lost = run.nodes.find(lost_node);
-  start_recovery(run, lost != run.nodes.end() ? lost->second.last_seen : now);
+  start_recovery(run, lost != run.nodes.end() ? lost->second.last_seen : now, cause);
   run.retired.clear();
   run.survivors.clear();
   for (const auto& id : run.participants) {
@@ -386,6 +388,7 @@ proto::Assignment Membership::assignment(const Run& run, const Node& node) const
   if (run.assigned.size() <= proto::kMaxNodesInAssignment) a.nodes = run.assigned;
   a.world_size = run.world_size;
   a.rank_offset = node.rank_offset;
+  a.steps_done = run.steps_done_before;
   return a;
 }
 
@@ -411,11 +414,15 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   const bool in_closed_round = it != run->nodes.end() && run->closed && run->has_participant(node_id);
   if (in_closed_round) {
     it->second.last_seen = clock_.now();
-    if (attempt.round == run->round) time_recovery(*run, node_id, attempt);
+    if (attempt.round == run->round) {
+      time_recovery(*run, node_id, attempt);
+      feed_goodput(*run, attempt);
+    }
     if (!run->restarts.empty() && run->restarts.back().first.recovery.complete) {
       reply.recovered_round = run->restarts.back().first.round;
       reply.recovery = run->restarts.back().first.recovery;
     }
+    for (const auto& p : progress) run->steps_beaten = std::max(run->steps_beaten, p.step);
     it->second.progress = std::move(progress);
     it->second.clock = clock;
     std::set<int> fresh;
@@ -448,11 +455,12 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
 }
 
 void Membership::record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure,
-                                int64_t now_unix_ms) {
+                                int64_t now_unix_ms, const proto::AttemptMilestones& attempt) {
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
   failure.node_id = node_id;
   if (run->closed) {
+    if (attempt.round == run->round) feed_goodput(*run, attempt);
     const TimePoint at = clock_.now() - std::chrono::milliseconds(std::max<int64_t>(0, now_unix_ms - failure.unix_ms));
     if (!run->fault_at || at < *run->fault_at) run->fault_at = at;
     if (!run->fault_known_at) run->fault_known_at = clock_.now();
@@ -527,14 +535,20 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
   invalidate(*run, cause == RestartCause::kHung ? RestartCause::kHung : RestartCause::kWorkerFailed, text, evict);
 }
 
-void Membership::start_recovery(Run& run, TimePoint lost_node_last_seen) {
+void Membership::start_recovery(Run& run, TimePoint lost_node_last_seen, RestartCause cause) {
   const auto now = clock_.now();
   if (run.recovery && !run.restarts.empty()) run.restarts.back().first.recovery = run.recovery->ledger();
   // The fault: the first failure reported, else the lost node's last heartbeat (it died after it).
   const TimePoint fault = run.fault_at.value_or(lost_node_last_seen);
+  run.goodput->restarted(run.round + 1, cause, std::min(fault, now));
   run.recovery.emplace(fault, run.fault_known_at.value_or(now), now);
   run.fault_at.reset();
   run.fault_known_at.reset();
+}
+
+void Membership::feed_goodput(Run& run, const proto::AttemptMilestones& attempt) {
+  run.goodput->milestones(run.round, attempt, clock_.now());
+  run.steps_beaten = std::max(run.steps_beaten, attempt.steps.last_step);
 }
 
 void Membership::time_recovery(Run& run, const std::string& node_id, const proto::AttemptMilestones& attempt) {
@@ -591,39 +605,52 @@ std::vector<proto::Straggler> Membership::stragglers(const Run& run) const {
   return run.stragglers.named(hosted_ranks(run), straggler_threshold(run));
 }
 
-void Membership::leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok) {
+std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id, const std::string& node_id,
+                                                      const std::string& reason, bool ok,
+                                                      const proto::AttemptMilestones& attempt) {
   ++version_;
   Run* run = find_run(run_id);
-  if (run == nullptr) return;
+  if (run == nullptr) return std::nullopt;
   auto it = run->nodes.find(node_id);
-  if (it == run->nodes.end()) return;
+  if (it == run->nodes.end()) return std::nullopt;
   const bool participant = run->has_participant(node_id);
   const std::string who = describe(it->second.request);
+  const auto now = clock_.now();
+  if (run->closed && participant && attempt.round == run->round) feed_goodput(*run, attempt);
   if (ok && run->closed && participant) {
-    if (it->second.finished) return;
+    proto::GoodputReport goodput = run->goodput->report(now, true);
+    if (it->second.finished) return goodput;
     it->second.finished = true;
     ++run->finished_nodes;
     run->last_event = fmt::format("{} finished", who);
     if (run->finished_nodes >= static_cast<int>(run->participants.size())) {
+      goodput.ended = true;
       finished_.push_back(run_id);
       runs_.erase(run_id);
     }
-    return;
+    return goodput;
   }
   if (run->closed && participant) {
     invalidate(*run, RestartCause::kNodeLeft, fmt::format("{} left: {}", who, reason), node_id);
-    return;
+    return run->goodput->report(now, false);
   }
   remove_node(*run, node_id);
   if (run->nodes.empty() && run->participants.empty()) {
     finished_.push_back(run_id);
     runs_.erase(run_id);
   }
+  return std::nullopt;
+}
+
+int Membership::spare_count(const Run& run) {
+  const bool full = run.closed && static_cast<int>(run.participants.size()) >= run.max_nodes;
+  return full ? static_cast<int>(run.waiting.size()) : 0;
 }
 
 bool Membership::tick() {
   bool changed = false;
   for (auto& [id, run] : runs_) {
+    run.goodput->spares(spare_count(run), clock_.now());
     if (!run.fatal_error.empty()) continue;
     const bool run_changed = run.closed ? expire_waiting(run) || expire_participants(run) : tick_open_round(run);
     changed = changed || run_changed;
@@ -735,9 +762,8 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
       s.nodes.push_back(std::move(n));
     }
     for (const auto& node_id : run.waiting) s.waiting.push_back(info(run.nodes.at(node_id)));
-    if (run.closed && static_cast<int>(run.participants.size()) >= run.max_nodes) {
-      s.spares = static_cast<int>(run.waiting.size());
-    }
+    s.spares = spare_count(run);
+    s.goodput = run.goodput->report(clock_.now(), false);
     s.missing_ranks = missing_ranks(run);
     s.duplicate_ranks = run.duplicate_ranks;
     s.last_event = run.last_event;

@@ -22,6 +22,7 @@
 #include "proto/rendezvous_messages.hpp"
 #include "rendezvous/arrival_timing.hpp"
 #include "rendezvous/failure_log.hpp"
+#include "rendezvous/goodput_ledger.hpp"
 #include "rendezvous/recovery_timeline.hpp"
 #include "rendezvous/straggler.hpp"
 
@@ -50,11 +51,16 @@ class Membership {
   /// Records a failed worker of the node (`failure.unix_ms` set by the caller, whose clock reads
   /// `now_unix_ms`) for the root cause. A hang also names, from the heartbeats, a rank on another node
   /// that got less far (hung_elsewhere): the node that noticed first is not always the culprit's.
+  /// `attempt`: the node's step account as its attempt ends, for the goodput ledger.
   void record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure,
-                      int64_t now_unix_ms);
+                      int64_t now_unix_ms, const proto::AttemptMilestones& attempt = {});
   void report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                       proto::RestartCause cause = proto::RestartCause::kWorkerFailed);
-  void leave(const std::string& run_id, const std::string& node_id, const std::string& reason, bool ok);
+  /// `attempt`: the node's last milestones (its final step account). Returns the run's goodput as the node
+  /// leaves (`ended` when it was the last), or nothing when it left no run it took part in.
+  std::optional<proto::GoodputReport> leave(const std::string& run_id, const std::string& node_id,
+                                            const std::string& reason, bool ok,
+                                            const proto::AttemptMilestones& attempt = {});
   /// Applies deadlines (last call, keep-alive expiry, join timeouts). Returns true if anything changed.
   bool tick();
 
@@ -118,6 +124,9 @@ class Membership {
     std::optional<TimePoint> fault_at;         // the closed round's first failure (its report's time)
     std::optional<TimePoint> fault_known_at;   // ... when its report arrived
     std::optional<RecoveryTimeline> recovery;  // the latest restart's phases, until its first step
+    std::optional<GoodputLedger> goodput;      // the run's wall time split, since its first join
+    int64_t steps_beaten = -1;                 // the highest step any rank beat so far
+    int64_t steps_done_before = -1;            // ... when the closed round closed (work after it is done again)
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
@@ -139,8 +148,12 @@ class Membership {
   /// More than max nodes (every survivor back, with spares promoted): the spare that joined last waits
   /// again (the last joiner when none of them is a spare), until the round has max nodes.
   void trim_to_max(Run& run);
-  /// Starts timing the restart `invalidate` opens; the one before keeps what it reached.
-  void start_recovery(Run& run, TimePoint lost_node_last_seen);
+  /// Starts timing the restart `invalidate` opens for `cause`; the one before keeps what it reached.
+  void start_recovery(Run& run, TimePoint lost_node_last_seen, proto::RestartCause cause);
+  /// A node's milestones of the closed round, for the goodput ledger (and the run's high-water step).
+  void feed_goodput(Run& run, const proto::AttemptMilestones& attempt);
+  /// How many hot spares the run has now (waiting nodes of a closed round that has max nodes).
+  static int spare_count(const Run& run);
   /// Feeds a node's milestones to the latest restart's timeline; the ledger goes to its record once complete.
   void time_recovery(Run& run, const std::string& node_id, const proto::AttemptMilestones& attempt);
   /// "spare host-d (pid 7) took node rank 1" for the nodes of a closing round that were not in the last one.

@@ -92,7 +92,8 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
     // The daemon's clock orders the reports of every node: no skew between the agents' clocks.
     failure.unix_ms = unix_time_ms() - static_cast<int64_t>(std::max(0.0, failure.age_s) * 1000);
     membership_.record_failure(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
-                               std::move(failure), unix_time_ms());
+                               std::move(failure), unix_time_ms(),
+                               request.value("attempt", proto::AttemptMilestones{}));
     return json::object();
   }
   if (op == "leave") return leave(request);
@@ -146,10 +147,14 @@ std::optional<json> RendezvousService::await(const std::shared_ptr<Session>& ses
 }
 
 json RendezvousService::leave(const json& request) {
-  membership_.leave(request.at("run_id").get<std::string>(), request.at("node_id").get<std::string>(),
-                    request.value("reason", std::string()), request.value("ok", false));
+  const auto run_id = request.at("run_id").get<std::string>();
+  const auto goodput =
+      membership_.leave(run_id, request.at("node_id").get<std::string>(), request.value("reason", std::string()),
+                        request.value("ok", false), request.value("attempt", proto::AttemptMilestones{}));
   reap_finished_runs();
-  return json::object();
+  if (!goodput) return json::object();
+  if (goodput->ended) spdlog::info("run '{}' finished: {}", run_id, proto::describe(*goodput));
+  return json{{"goodput", *goodput}};
 }
 
 json RendezvousService::status(const std::string& run_id) const { return status_reply(run_id); }

@@ -100,6 +100,7 @@ void print_status_table(const proto::StatusReply& s, std::ostream& out) {
     out << "  last event: " << run.last_event << "\n";
     print_restarts(run, out);
     print_failures(run, out);
+    if (run.goodput.wall_s > 0) out << "  " << proto::describe(run.goodput) << "\n";
   }
 }
 

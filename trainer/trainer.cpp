@@ -300,6 +300,11 @@ double Trainer::evaluate(int64_t step) {
 
 void Trainer::save(int64_t step, SaveMode mode) {
   beats_.phase(step, "checkpoint");
+  save_state(step, mode);
+  beats_.phase(step, proto::kTrainPhase);  // the save is over: the agent's goodput ledger ends the phase here
+}
+
+void Trainer::save_state(int64_t step, SaveMode mode) {
   const bool rank0 = comm_->rank() == 0;
   TrainState state;
   state.step = step;

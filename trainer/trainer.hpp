@@ -58,7 +58,10 @@ class Trainer {
   /// The validation loss, mean over ranks (train.eval_batches batches).
   double evaluate(int64_t step);
   /// Writes a checkpoint of the state after `step`; a blocking save first completes a background one.
+  /// Saves step `step`, between its "checkpoint" beat and a train beat of the same step (the phase's end).
   void save(int64_t step, SaveMode mode = SaveMode::kBlocking);
+  /// The save itself: written (kBlocking), or snapshotted and handed to the background writer.
+  void save_state(int64_t step, SaveMode mode);
   /// Blocks until the background save in flight, if any, is complete (collective).
   void finish_background_save();
   /// End of run: memory report (and rank<R>.json), output.dump_params, train.sample_tokens.

@@ -81,7 +81,8 @@ EtcdRendezvous::EtcdRendezvous(const LaunchOptions& options, SignalSet& signals)
       // How the other nodes reach this one: --local-addr, else this node's address on the route to the
       // first etcd member (no DNS needed), else the host name.
       addr_(!options.local_addr.empty() ? options.local_addr
-                                        : own_address(options.etcd_endpoints.front().host).value_or(local_hostname())) {
+                                        : own_address(options.etcd_endpoints.front().host).value_or(local_hostname())),
+      goodput_(SteadyClock::now()) {
   const auto start = SteadyClock::now();
   const auto deadline = start + from_seconds(options.rdzv_conf.join_timeout_s);
   auto next_note = start + kProgressEvery;
@@ -221,6 +222,21 @@ void EtcdRendezvous::wait_for_change(int64_t revision, std::chrono::milliseconds
 }
 
 std::optional<proto::Assignment> EtcdRendezvous::join() {
+  const int64_t previous = assigned_round_;
+  const auto started = SteadyClock::now();
+  auto assignment = join_round();
+  if (!assignment) return assignment;
+  assignment->steps_done = steps_beaten_;
+  if (previous < 0) {
+    goodput_.first_round(assignment->round);  // a late joiner's first round need not be 0
+  } else {
+    goodput_.restarted(assignment->round, assigned_run_.cause, fault_.value_or(started));
+  }
+  fault_.reset();
+  return assignment;
+}
+
+std::optional<proto::Assignment> EtcdRendezvous::join_round() {
   JoinWait wait;
   wait.start = SteadyClock::now();
   wait.deadline = wait.start + from_seconds(options_.rdzv_conf.join_timeout_s);
@@ -382,8 +398,16 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
   return std::nullopt;
 }
 
-proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankProgress>& /*progress*/,
-                                                const proto::AttemptMilestones& /*attempt*/) {
+proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankProgress>& progress,
+                                                const proto::AttemptMilestones& attempt) {
+  for (const auto& p : progress) steps_beaten_ = std::max(steps_beaten_, p.step);
+  goodput_.milestones(attempt.round, attempt, SteadyClock::now());
+  proto::HeartbeatReply reply = check_round();
+  if (reply.action != proto::HeartbeatAction::kContinue && !fault_) fault_ = SteadyClock::now();
+  return reply;
+}
+
+proto::HeartbeatReply EtcdRendezvous::check_round() {
   renew_lease(true);
   const std::string prefix = keys_.round(assigned_round_);
   const etcd::TxnResult read =
@@ -418,12 +442,15 @@ void EtcdRendezvous::report_failure(const std::string& reason, proto::RestartCau
   }
 }
 
-void EtcdRendezvous::record_failure(const proto::FailureReport& failure) {
+void EtcdRendezvous::record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) {
+  goodput_.milestones(attempt.round, attempt, SteadyClock::now());
   proto::FailureReport report = failure;
   report.node_id = node_id_;
   // Dated by this node's clock: etcd keeps no time, so reports from several nodes are ordered as well
   // as their clocks agree (NTP keeps them within milliseconds).
   report.unix_ms = unix_time_ms() - static_cast<int64_t>(failure.age_s * 1000);
+  const auto failed = SteadyClock::now() - from_seconds(std::max(0.0, failure.age_s));
+  if (!fault_ || failed < *fault_) fault_ = failed;
   try {
     client_.put(keys_.failures(report.round) + node_id_ + "/" + std::to_string(report.rank), json(report).dump());
   } catch (const Error& e) {
@@ -446,23 +473,27 @@ std::vector<proto::FailureReport> EtcdRendezvous::failures() {
   return reports;
 }
 
-void EtcdRendezvous::leave(const std::string& reason, bool ok) {
-  if (assigned_round_ < 0) return;
+std::optional<proto::GoodputReport> EtcdRendezvous::leave(const std::string& reason, bool ok,
+                                                          const proto::AttemptMilestones& attempt) {
+  if (assigned_round_ < 0) return std::nullopt;
+  goodput_.milestones(attempt.round, attempt, SteadyClock::now());
+  const proto::GoodputReport goodput = goodput_.report(SteadyClock::now(), ok);
   try {
     client_.put(keys_.done(assigned_round_) + node_id_, json{{"ok", ok}, {"reason", reason}}.dump());
-    if (ok) return;
+    client_.put(keys_.prefix + "goodput/" + hostname_ + "/" + std::to_string(::getpid()), json(goodput).dump());
+    if (ok) return goodput;
     // Leaving for good: the others go on without this node (or fail when too few are left).
     const Snapshot s = read_state();
-    if (!s.exists || s.run.phase == RoundPhase::kFailed) return;
+    if (!s.exists || s.run.phase == RoundPhase::kFailed) return goodput;
     const std::string who = hostname_ + " (pid " + std::to_string(::getpid()) + ") left: " + reason;
     if (s.run.round == assigned_round_ && s.run.phase == RoundPhase::kClosed) {
       replace_state(s, etcd::next_round(s.run, proto::RestartCause::kNodeLeft, who, node_id_));
-      return;
+      return goodput;
     }
     const std::string me = hostname_ + "/" + std::to_string(::getpid());
     RunRecord next = s.run;
     const auto it = std::find(next.survivors.begin(), next.survivors.end(), me);
-    if (s.run.phase != RoundPhase::kOpen || it == next.survivors.end()) return;
+    if (s.run.phase != RoundPhase::kOpen || it == next.survivors.end()) return goodput;
     next.survivors.erase(it);
     if (static_cast<int>(next.survivors.size()) < next.min_nodes) {
       next.phase = RoundPhase::kFailed;
@@ -473,6 +504,7 @@ void EtcdRendezvous::leave(const std::string& reason, bool ok) {
   } catch (const Error& e) {
     spdlog::warn("could not leave the etcd rendezvous cleanly: {}", e.what());
   }
+  return goodput;
 }
 
 void EtcdRendezvous::wait_for_other_nodes() {

@@ -11,6 +11,9 @@
 // The workers' store (MASTER_ADDR/MASTER_PORT) is served by the agent of node rank 0 of each round, on
 // a fresh port per round, as torchrun does with etcd; when that node is lost, the survivors' next
 // round has a new node rank 0 and a new, empty store.
+// Goodput: with no daemon, each agent keeps the goodput ledger of the run as it sees it, from its own join
+// (its restarts, its ranks' step accounts), prints it when it leaves and puts it under the run's keys
+// (goodput/<host>/<pid>).
 #pragma once
 
 #include <chrono>
@@ -24,6 +27,7 @@
 #include "launcher/etcd/etcd_client.hpp"
 #include "launcher/etcd/run_record.hpp"
 #include "launcher/rendezvous_backend.hpp"
+#include "rendezvous/goodput_ledger.hpp"
 
 namespace meshrun::rendezvous {
 class Server;
@@ -46,9 +50,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   proto::HeartbeatReply heartbeat(const std::vector<proto::RankProgress>& progress,
                                   const proto::AttemptMilestones& attempt) override;
   void report_failure(const std::string& reason, proto::RestartCause cause) override;
-  void record_failure(const proto::FailureReport& failure) override;
+  void record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) override;
   std::vector<proto::FailureReport> failures() override;
-  void leave(const std::string& reason, bool ok) override;
+  std::optional<proto::GoodputReport> leave(const std::string& reason, bool ok,
+                                            const proto::AttemptMilestones& attempt) override;
   void wait_for_other_nodes() override;
   /// Nothing to do: the state is in etcd, where every node reads why the run ended.
   void linger_for_others() override {}
@@ -85,6 +90,10 @@ class EtcdRendezvous final : public RendezvousBackend {
     int64_t min_joined_round = -1;  // the round min_joined_at is for; -1: fewer than min_nodes joined
   };
 
+  /// join() without the goodput ledger's bookkeeping: waits for this node's next assignment.
+  std::optional<proto::Assignment> join_round();
+  /// heartbeat() without the ledger: renews the lease and reads whether the round still stands.
+  proto::HeartbeatReply check_round();
   /// Refuses (RemoteError) a run whose --nnodes differs from this node's.
   void check_sizes(const etcd::RunRecord& run) const;
   /// A failed run: its error, or a fresh start when its nodes are all gone.
@@ -130,6 +139,9 @@ class EtcdRendezvous final : public RendezvousBackend {
   etcd::RunRecord assigned_run_;               // ... as it closed
   std::unique_ptr<rendezvous::Server> store_;  // node rank 0: the workers' store
   int interrupted_by_ = 0;
+  rendezvous::GoodputLedger goodput_;                           // the run's wall time as this node saw it
+  int64_t steps_beaten_ = -1;                                   // the highest step this node's ranks beat
+  std::optional<std::chrono::steady_clock::time_point> fault_;  // the attempt's first fault seen here
 };
 
 }  // namespace meshrun::launcher

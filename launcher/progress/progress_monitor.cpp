@@ -25,8 +25,12 @@ char process_state(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= stat.size() ? '\0' : stat[paren + 2];
 }
 
-ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy)
-    : policy_(policy), watches_(ranks.size()), stopped_since_(ranks.size()) {
+ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy,
+                                 int64_t steps_done)
+    : policy_(policy),
+      accountants_(ranks.size(), StepAccountant(steps_done)),
+      watches_(ranks.size()),
+      stopped_since_(ranks.size()) {
   sockets_.reserve(ranks.size());
   trackers_.reserve(ranks.size());
   for (size_t lr = 0; lr < ranks.size(); ++lr) {
@@ -56,7 +60,9 @@ void ProgressMonitor::drain(Clock::time_point now) {
           watches_[lr].on_message(parse_hook_message(datagram), now, unix_time_ns());
           continue;
         }
-        trackers_[lr].on_beat(proto::parse_beat(datagram), now);
+        const proto::Beat beat = proto::parse_beat(datagram);
+        accountants_[lr].on_beat(beat, now, trackers_[lr].median_step_s());  // the median before this interval
+        trackers_[lr].on_beat(beat, now);
       } catch (const ProtocolError& e) {
         if (warned_bad_beat_.insert(lr).second) {
           spdlog::warn("rank {}: ignoring a malformed {} message (reported once): {}", trackers_[lr].rank(),
@@ -65,6 +71,17 @@ void ProgressMonitor::drain(Clock::time_point now) {
       }
     }
   }
+}
+
+proto::StepAccount ProgressMonitor::step_account(Clock::time_point now) const {
+  for (const auto& a : accountants_) {
+    if (a.started()) return a.account(now);
+  }
+  return {};
+}
+
+void ProgressMonitor::close_accounts(Clock::time_point now) {
+  for (auto& a : accountants_) a.close(now);
 }
 
 std::optional<std::string> ProgressMonitor::silence_verdict(size_t lr, Clock::time_point now) const {

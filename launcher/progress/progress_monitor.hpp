@@ -15,6 +15,7 @@
 #include "launcher/progress/beat_socket.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
+#include "launcher/progress/step_accountant.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
@@ -38,8 +39,9 @@ class ProgressMonitor {
   using Clock = std::chrono::steady_clock;
 
   /// Binds one socket per rank in `dir` (<dir>/<local rank>.sock); `ranks` are the global ranks of local
-  /// ranks 0..n-1. Throws Error when a socket cannot be made.
-  ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy);
+  /// ranks 0..n-1; `steps_done`: the highest step the run finished before this attempt (-1: none), for the
+  /// step accounts. Throws Error when a socket cannot be made.
+  ProgressMonitor(const std::string& dir, const std::vector<int>& ranks, HangPolicy policy, int64_t steps_done = -1);
 
   /// The socket path of each local rank (the workers' MESHRUN_PROGRESS).
   std::vector<std::string> socket_paths() const;
@@ -72,6 +74,10 @@ class ProgressMonitor {
   /// daemon's clock.
   std::vector<proto::RankProgress> summaries(Clock::time_point now,
                                              std::optional<OffsetEstimate> node_clock = std::nullopt) const;
+  /// How the node's first rank with step beats spent the attempt (an empty account when none beat a step).
+  proto::StepAccount step_account(Clock::time_point now) const;
+  /// The workers ended: the accounts stop at `now`.
+  void close_accounts(Clock::time_point now);
 
  private:
   std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
@@ -82,6 +88,7 @@ class ProgressMonitor {
   HangPolicy policy_;
   std::vector<BeatSocket> sockets_;
   std::vector<RankTracker> trackers_;
+  std::vector<StepAccountant> accountants_;
   std::vector<CollectiveWatch> watches_;
   std::vector<std::optional<Clock::time_point>> stopped_since_;
   std::set<size_t> warned_bad_beat_;

@@ -109,6 +109,29 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
               if (seconds >= 0) x.sample({{"run", r.run_id}, {"phase", phase}}, seconds);
             }
           });
+  per_run(e, s, "meshrun_goodput_ratio", "gauge",
+          "Productive training (step intervals of new steps) over the run's wall time so far",
+          [](Exposition& x, const proto::RunStatus& r) {
+            x.sample({{"run", r.run_id}}, r.goodput.ratio);
+          });
+  per_run(e, s, "meshrun_productive_seconds", "gauge", "Seconds of productive training (step intervals of new steps)",
+          [](Exposition& x, const proto::RunStatus& r) {
+            x.sample({{"run", r.run_id}}, r.goodput.productive_s);
+          });
+  per_run(e, s, "meshrun_badput_seconds", "gauge",
+          "The run's wall time that was not productive training, by cause (docs/daemon.md#the-goodput-ledger)",
+          [](Exposition& x, const proto::RunStatus& r) {
+            const auto& g = r.goodput;
+            const std::pair<const char*, double> causes[] = {
+                {"startup", g.startup_s},     {"checkpoint", g.checkpoint_s}, {"other_phases", g.other_phases_s},
+                {"hang_wait", g.hang_wait_s}, {"restart", g.restarts_s},      {"work_lost", g.work_lost_s},
+                {"shutdown", g.shutdown_s},   {"untold", g.untold_s},         {"in_progress", g.in_progress_s}};
+            for (const auto& [cause, seconds] : causes) x.sample({{"run", r.run_id}, {"cause", cause}}, seconds);
+          });
+  per_run(e, s, "meshrun_spare_idle_node_seconds", "counter", "Node-seconds hot spares spent waiting",
+          [](Exposition& x, const proto::RunStatus& r) {
+            x.sample({{"run", r.run_id}}, r.goodput.spare_node_s);
+          });
   per_run(e, s, "meshrun_restarts_total", "counter", "Re-rendezvous of the run, by cause",
           [](Exposition& x, const proto::RunStatus& r) {
             for (const auto& [cause, count] : r.restarts_by_cause) {

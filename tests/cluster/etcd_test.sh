@@ -103,6 +103,12 @@ case $SCENARIO in
       [ "$first" -ge 5 ] || mc_fail "rank0: rank $r started from step $first, expected the checkpoint (>= 5)"
     done
     [ -e "$D/done.2" ] && mc_fail "rank0: a rank 2 finished, but the world after the restart has 2 ranks"
+    # Without a daemon each agent keeps the run's goodput ledger as its node saw it: the restart, and a
+    # worker that beats no steps.
+    for i in 1 2; do
+      grep -q "meshrun: goodput .*restarts [^,]* (1).*ran without step beats" "$W/node$i.log" ||
+        mc_fail "$SCENARIO: node$i printed no goodput ledger with one restart: $(grep 'goodput' "$W/node$i.log")"
+    done
     ;;
   nomember)
     STEPS=1000

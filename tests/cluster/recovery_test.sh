@@ -4,7 +4,8 @@
 # fifth node outside the job. One scenario per run; no timing is asserted, only behaviour:
 #   spare      node rank 1's whole node is killed -9 (agent, workers): the spare takes node rank 1 at once,
 #              the job keeps its size (3), every survivor prints the restart's recovery ledger, the
-#              daemon's status has it complete, and the final loss equals a run without a fault
+#              daemon's status has it complete, the final loss equals a run without a fault, and every
+#              node that finished prints the run's goodput ledger with its one restart
 #   rank0      the same for node rank 0 (it hosts rank 0 of the workers and writes the metrics)
 #   linkcut    node rank 2's link is cut: declared dead after its keep-alive, the spare takes its rank,
 #              the cut-off agent stops, naming the rendezvous it lost
@@ -105,6 +106,12 @@ case $SCENARIO in
     check_ledger "${survivors[@]}" 3
     for i in "${survivors[@]}" 3; do expect_exit "$i" 0; done
     echo "RECOVERY $SCENARIO: job done $(mc_elapsed "$t0") s after the kill"
+    # Every node that finished prints the run's goodput ledger: productive steps, and the one restart.
+    for i in "${survivors[@]}" 3; do
+      grep -q "meshrun: goodput [1-9][0-9.]* % of .*restarts [^,]* (1)" "$W/node$i.log" ||
+        mc_fail "$SCENARIO: node$i printed no goodput ledger with one restart: $(grep 'goodput' "$W/node$i.log")"
+    done
+    grep -h "meshrun: goodput" "$W/node3.log" | sed "s/^/GOODPUT $SCENARIO: /"
     loss=$(final_loss "$OUT")
     [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
     grep -q "round 1: node [0-9] of 3" "$W/node0.log" "$W/node2.log" "$W/node3.log" ||

@@ -479,7 +479,8 @@ TEST_CASE("a restart is timed phase by phase, from the fault to every node's fir
                                 .initialized_age_s = 0.5,
                                 .loaded_age_s = 0.3,
                                 .first_step_age_s = 0.1,
-                                .load_beats = true};
+                                .load_beats = true,
+                                .steps = {}};
   proto::HeartbeatReply reply;
   const auto nodes = m.status("job").at(0).nodes;
   for (const auto& n : nodes) reply = m.heartbeat("job", n.node_id, {}, {}, done);
@@ -545,4 +546,67 @@ TEST_CASE("a hang verdict's suspect makes way for a spare and waits as one, unle
       CHECK(m.status("job").at(0).spares == 1);
     }
   }
+}
+
+TEST_CASE("the goodput ledger: the daemon splits a run's wall time, and the last node's leave carries it",
+          "[membership][goodput]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("host-a", 2, 2, 1));
+  clock.advance(seconds(1));
+  const auto b = m.join(node("host-b", 2, 2, 1));
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  CHECK(m.poll("job", a).assignment.steps_done == -1);
+  // At 10 s both nodes have beaten step 20; their accounts: first step at 3 s, 7 s of steps counted until 10 s.
+  clock.advance(seconds(9));
+  proto::RankProgress at20;
+  at20.step = 20;
+  at20.phase = "train";
+  proto::AttemptMilestones round0;
+  round0.round = 0;
+  round0.first_step_age_s = 7;
+  round0.steps.first_step_age_s = 7;
+  round0.steps.counted_age_s = 0;
+  round0.steps.productive_s = 7;
+  m.heartbeat("job", a, {at20}, {}, round0);
+  m.heartbeat("job", b, {at20}, {}, round0);
+  clock.advance(seconds(1));  // 11 s: a worker on b fails; both re-join
+  m.report_failure("job", b, "worker 1 failed");
+  clock.advance(seconds(1));
+  const auto a1 = m.join(node("host-a", 2, 2, 1));
+  const auto b1 = m.join(node("host-b", 2, 2, 1));
+  const auto assigned = m.poll("job", a1);
+  REQUIRE(assigned.status == proto::AwaitStatus::kAssigned);
+  CHECK(assigned.assignment.steps_done == 20);  // the steps after the checkpoint are done again: work lost
+  // At 20 s: the first step after the restart at 14 s, 2 s of steps done again, 4 s of new ones.
+  clock.advance(seconds(8));
+  proto::AttemptMilestones round1;
+  round1.round = 1;
+  round1.first_step_age_s = 6;
+  round1.steps.first_step_age_s = 6;
+  round1.steps.counted_age_s = 0;
+  round1.steps.recomputed_s = 2;
+  round1.steps.productive_s = 4;
+  m.heartbeat("job", a1, {}, {}, round1);
+  const auto live = m.status("job").at(0).goodput;
+  CHECK(live.wall_s == Approx(20));
+  CHECK(proto::accounted_s(live) == Approx(live.wall_s));
+  clock.advance(seconds(1));
+  round1.first_step_age_s = round1.steps.first_step_age_s = 7;  // the same marks, a second later
+  round1.steps.counted_age_s = 1;
+  const auto first = m.leave("job", a1, "done", true, round1);
+  REQUIRE(first);
+  CHECK_FALSE(first->ended);
+  const auto last = m.leave("job", b1, "done", true, round1);
+  REQUIRE(last);
+  CHECK(last->ended);
+  CHECK(last->wall_s == Approx(21));
+  CHECK(last->startup_s == Approx(3));
+  CHECK(last->productive_s == Approx(11));
+  CHECK(last->work_lost_s == Approx(1 + 2));  // the step cut at 10 -> 11 s, and the recomputed steps
+  CHECK(last->restarts == 1);
+  CHECK(last->restarts_s == Approx(3));  // 11 s -> 14 s
+  CHECK(last->shutdown_s == Approx(1));
+  CHECK(proto::accounted_s(*last) == Approx(21));
+  CHECK_FALSE(m.has_run("job"));
 }

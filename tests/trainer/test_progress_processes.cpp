@@ -10,11 +10,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.hpp"
+#include "proto/goodput.hpp"
 #include "proto/progress_beat.hpp"
 #include "support/subprocess.hpp"
 #include "trainer/process_runner.hpp"
@@ -119,11 +121,18 @@ TEST_CASE("meshrun-trainer beats every step with its loss, and says when it eval
       CHECK(entered - completed <= 8);  // at most the prefetched all-gathers and reduce-scatters in flight
     }
     CHECK(statuses >= 1);
-    CHECK(steps_in_phase(beats, "train") == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    // A checkpoint ends with a train beat of its step and no figures: the phase's end, for the goodput ledger.
+    CHECK(steps_in_phase(beats, "train") == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 6, 7, 8, 9, 10, 11, 12, 12});
     CHECK(steps_in_phase(beats, "eval") == std::vector<int64_t>{5, 10, 12});
     CHECK(steps_in_phase(beats, "checkpoint") == std::vector<int64_t>{6, 12});
-    for (const auto& b : beats) {
+    for (size_t i = 0; i < beats.size(); ++i) {
+      const Beat& b = beats[i];
       if (b.phase != "train") continue;
+      if (i > 0 && beats[i - 1].phase == "checkpoint") {
+        CHECK(b.step == beats[i - 1].step);
+        CHECK_FALSE(b.loss.has_value());
+        continue;
+      }
       INFO("step " << b.step);
       REQUIRE(b.loss.has_value());
       REQUIRE(losses.count(b.step) == 1);
@@ -192,4 +201,44 @@ TEST_CASE("under meshrun, the daemon's status shows every trainer rank's step an
     CHECK_FALSE(r.at("hung").get<bool>());
   }
   CHECK(ranks[0].at("rank") != ranks[1].at("rank"));
+}
+
+// The goodput ledger with a real job: meshrun-trainer under meshrun --standalone, one checkpoint stalled 5 s
+// (test hook), rank 1 killed -9 in the middle of a later save (test hook), one restart that resumes from the
+// last checkpoint. The wall time split must sum to the wall time, and each event must land in its category.
+TEST_CASE("the goodput ledger splits a run's wall time: an injected checkpoint stall, a crash and its restart",
+          "[progress][goodput]") {
+  const std::string dir = make_temp_dir();
+  const std::string logs = dir + "/logs";
+  LauncherJob job(dir, 2,
+                  {"train.steps=40", "train.log_interval=100", "checkpoint.interval=10", "checkpoint.resume=auto",
+                   "checkpoint.dir=\"" + dir + "/ck\""},
+                  {{"MESHRUN_TRAINER_FAULT_STALL_IN_SAVE", "20:0:5"}, {"MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", "30:1"}},
+                  {"--standalone", "--max-restarts", "1", "--log-dir", logs});
+  const int code = job.wait();
+  const std::string out = job.output();
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK_THAT(out, Catch::Contains("meshrun: goodput "));
+  std::string file;
+  for (const auto& entry : std::filesystem::directory_iterator(logs)) {
+    if (std::filesystem::exists(entry.path() / "goodput.json")) file = (entry.path() / "goodput.json").string();
+  }
+  REQUIRE_FALSE(file.empty());
+  const auto g = nlohmann::json::parse(read_file(file)).get<meshrun::proto::GoodputReport>();
+  INFO(read_file(file));
+  CHECK(g.ended);
+  CHECK(std::abs(meshrun::proto::accounted_s(g) - g.wall_s) <= 0.01 * g.wall_s);
+  CHECK(g.checkpoint_s == Approx(5).margin(1));  // the stall; the other saves of this tiny model take ms
+  CHECK(g.restarts == 1);
+  CHECK(g.restarts_s > 0);
+  CHECK(g.work_lost_s > 0);
+  // A first step after a start belongs to the start-up or the restart: steps 1 and 21 open the accounts.
+  CHECK(g.recomputed_steps == 9);  // steps 22..30, done again from the step-20 checkpoint
+  CHECK(g.steps == 39);            // 2..30, then 31..40
+  CHECK(g.startup_s > 0);
+  CHECK(g.productive_s > 0);
+  CHECK(g.hang_wait_s == 0);
+  CHECK(g.untold_s == 0);
+  CHECK(g.ratio == Approx(g.productive_s / g.wall_s));
 }

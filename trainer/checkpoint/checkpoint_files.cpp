@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,14 +24,33 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Test hooks, both MESHRUN_TRAINER_FAULT_<NAME>_IN_SAVE=STEP:RANK:
+// Test hooks, MESHRUN_TRAINER_FAULT_<NAME>_IN_SAVE=STEP:RANK:
 //   KILL       that rank SIGKILLs itself halfway through writing its data file at that step (the crash the
 //              save protocol must survive);
 //   DISK_FULL  that rank's data file is a link to /dev/full, so its writes fail with ENOSPC, the real error
-//              of a full disk (the failure every rank must stop on, naming the rank).
+//              of a full disk (the failure every rank must stop on, naming the rank);
+//   STALL      =STEP:RANK:SECONDS: that rank's write stalls that long halfway (a slow file system; the others
+//              wait for it at the save's agreement, so the whole save takes that much longer).
+// They fire in a launcher's first attempt only (TORCHELASTIC_RESTART_COUNT unset or 0): a fault that happens
+// once, which a job with restarts recovers from.
+bool first_attempt() {
+  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return count == nullptr || *count == '\0' || std::string(count) == "0";
+}
+
 bool fault_at(const char* variable, const SaveSite& site) {
   const char* v = std::getenv(variable);
-  return v != nullptr && std::string(v) == std::to_string(site.step) + ":" + std::to_string(site.rank);
+  return v != nullptr && first_attempt() &&
+         std::string(v) == std::to_string(site.step) + ":" + std::to_string(site.rank);
+}
+
+void stall_if_asked(const SaveSite& site) {
+  const char* v = std::getenv("MESHRUN_TRAINER_FAULT_STALL_IN_SAVE");
+  if (v == nullptr || !first_attempt()) return;
+  const std::string spec(v);
+  const std::string here = std::to_string(site.step) + ":" + std::to_string(site.rank) + ":";
+  if (spec.rfind(here, 0) != 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::stod(spec.substr(here.size()))));
 }
 
 // The path the data file is opened at, after the disk-full hook has had its say.
@@ -111,8 +133,9 @@ void ShardFileWriter::append(const UnitSpec& unit, size_t unit_index, int kind, 
     }
     offset += p.numel();
   }
-  if (unit_index == site_.units / 2 && kind == 0 && fault_at("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", site_))
-    ::raise(SIGKILL);
+  if (unit_index != site_.units / 2 || kind != 0) return;
+  if (fault_at("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", site_)) ::raise(SIGKILL);
+  stall_if_asked(site_);
 }
 
 json ShardFileWriter::commit() {

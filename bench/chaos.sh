@@ -1,0 +1,97 @@
+#!/bin/bash
+# Chaos: a fault of a random kind every EVERY seconds for DURATION seconds against one meshrun job, then
+# the job's goodput ledger (docs/daemon.md#the-goodput-ledger) beside an independent stopwatch of its
+# productive time, computed from the job's own log (bench/chaos_job.py: every step's and checkpoint's end,
+# by the job's clock). Root; network namespaces; not part of ctest.
+#   nodes:  a standalone meshrun-rendezvous on node 4; agents on nodes 0-3 with --nnodes 2:3 (three train,
+#           one waits as a hot spare); a node whose agent ended is started again and joins as a spare
+#   faults: worker  kill -9 of one training worker
+#           node    kill -9 of every process of a training node (its agent is started again 2 s later)
+#           link    a training node's link cut for 8 s (its agent gives up on the rendezvous and is started
+#                   again once the link is back)
+#           hang    SIGSTOP of one training worker (meshrun's stopped-worker verdict after --hang-floor)
+#   bench/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=20 CKPT_SECONDS=0.5)
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
+RDZV=${RDZV:-$ROOT/build/bin/meshrun-rendezvous}
+VENV_BIN=$ROOT/.venv/bin
+JOB=$ROOT/bench/chaos_job.py
+DURATION=${DURATION:-900} EVERY=${EVERY:-60} SEED=${SEED:-1} HANG_FLOOR=${HANG_FLOOR:-10}
+CKPT_EVERY=${CKPT_EVERY:-20} CKPT_SECONDS=${CKPT_SECONDS:-0.5}
+source "$ROOT/tests/cluster/cluster.sh"
+mc_init 5
+W=$MC_DIR/chaos; mkdir -p "$W"; chmod 777 "$W"
+DAEMON_NODE=4 PORT=29741
+RANDOM=$SEED
+declare -a AGENT   # agent pid per node
+
+mc_spawn "$DAEMON_NODE" "$W/daemon.log" "$RDZV" --host 0.0.0.0 --port "$PORT"
+for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1; done
+UNTIL=$(awk -v t="$(mc_now)" -v d="$DURATION" 'BEGIN { printf "%.0f", t + d + 20 }')
+
+agent() {   # agent I: (again) an agent on node I, its log appended to node<I>.log
+  mc_spawn "$1" "$W/node$1.part" env PATH="$VENV_BIN:$PATH" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
+    --rdzv-endpoint "node$DAEMON_NODE:$PORT" --rdzv-id chaos --nnodes 2:3 --nproc-per-node 1 --max-restarts 1000 \
+    --hang-floor "$HANG_FLOOR" --log-dir "$W/logs$1" "$JOB" "$W" "$UNTIL" "$CKPT_EVERY" "$CKPT_SECONDS"
+  AGENT[$1]=$MC_PID
+}
+status_json() { mc_on "$DAEMON_NODE" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json 2> /dev/null; }
+training_nodes() { status_json | jq -r '.runs[0].nodes[]?.host' | sed 's/^node//'; }
+worker_pid() { ip netns pids "$(mc_ns "$1")" | xargs -r ps -o pid=,args= -p | awk '/chaos_job.py/ && !/meshrun/ { print $1; exit }'; }
+revive() {   # revive I: start node I's agent again once the old one ended
+  local i=$1
+  mc_wait_exit "${AGENT[$i]}" 60
+  cat "$W/node$i.part" >> "$W/node$i.log"
+  agent "$i"
+}
+
+for i in 0 1 2; do agent "$i"; done
+for _ in $(seq 600); do [ -s "$W/steps.log" ] && break; sleep 0.1; done
+agent 3
+sleep 5
+t_start=$(mc_now)
+kinds=(worker node link hang)
+declare -A done_kinds
+while [ "$(awk -v e="$(mc_elapsed "$t_start")" -v d="$DURATION" 'BEGIN { print (e + 0 < d - 30) }')" = 1 ]; do
+  sleep "$EVERY"
+  mapfile -t nodes < <(training_nodes)
+  [ "${#nodes[@]}" -eq 0 ] && { echo "$(mc_elapsed "$t_start") s: no training node listed; skipping"; continue; }
+  victim=${nodes[$((RANDOM % ${#nodes[@]}))]}
+  kind=${kinds[$((RANDOM % 4))]}
+  done_kinds[$kind]=$((${done_kinds[$kind]:-0} + 1))
+  echo "$(mc_elapsed "$t_start") s: $kind on node$victim"
+  case $kind in
+    worker) p=$(worker_pid "$victim"); [ -n "$p" ] && kill -9 "$p" ;;
+    hang) p=$(worker_pid "$victim"); [ -n "$p" ] && kill -STOP "$p" ;;
+    node) mc_kill_node "$victim"; sleep 2; revive "$victim" ;;
+    link) mc_link_down "$victim"; sleep 8; mc_link_up "$victim"; revive "$victim" ;;
+  esac
+done
+echo "faults: $(for k in "${!done_kinds[@]}"; do printf '%s %s, ' "$k" "${done_kinds[$k]}"; done | sed 's/, $//')"
+for i in 0 1 2 3; do mc_wait_exit "${AGENT[$i]}" 180; cat "$W/node$i.part" >> "$W/node$i.log"; done
+
+echo
+echo "recoveries (each agent prints its restarts' ledgers; node0's here):"
+grep -h "recovery of round" "$W"/node*.log | sed 's/^meshrun: /  /' | sort -t' ' -k4,4n -u
+ledger=$(for f in "$W"/logs*/chaos/goodput.json; do jq -c 'select(.ended)' "$f" 2> /dev/null; done | head -1)
+[ -n "$ledger" ] || { echo "no final goodput ledger (goodput.json with ended=true) was written"; exit 1; }
+echo "ledger: $(grep -h "meshrun: goodput" "$W"/node*.log | tail -1 | sed 's/^meshrun: //')"
+echo "$ledger" | jq -r '"  wall \(.wall_s) s = productive \(.productive_s) + start-up \(.startup_s) + checkpoints \(.checkpoint_s) + other phases \(.other_phases_s) + hang waits \(.hang_wait_s) + restarts \(.restarts_s) (\(.restarts)) + work lost \(.work_lost_s) + shutdown \(.shutdown_s) + untold \(.untold_s) + in progress \(.in_progress_s); hot spares idle \(.spare_node_s) node-s"'
+# The stopwatch: a step's interval counts when the step follows the previous one in the same attempt and
+# is new (above every step logged before); checkpoint time inside it is taken out.
+awk -v ledger="$(echo "$ledger" | jq -r '.productive_s')" -v wall="$(echo "$ledger" | jq -r '.wall_s')" '
+  $1 == "ckpt" { ck_start[++nck] = $3; ck_end[nck] = $4; next }
+  $1 == "step" { n = $2; t = $3; r = $4
+    if (seen && r == pr && n == pn + 1) {
+      iv = t - pt
+      for (k = 1; k <= nck; k++) if (ck_start[k] >= pt && ck_end[k] <= t) iv -= ck_end[k] - ck_start[k]
+      if (n > high) { productive += iv }
+    }
+    if (n > high) high = n
+    seen = 1; pn = n; pt = t; pr = r }
+  END {
+    printf "stopwatch (the job'"'"'s own log): productive %.1f s; the ledger says %.1f s (%+.1f %%); steps %d\n",
+           productive, ledger, 100 * (ledger - productive) / productive, high
+    printf "goodput: ledger %.1f %%, stopwatch %.1f %% of the ledger'"'"'s wall time\n", 100 * ledger / wall, 100 * productive / wall
+  }' "$W/steps.log"
