@@ -7,10 +7,11 @@
 #           one waits as a hot spare); a node whose agent ended is started again and joins as a spare
 #   faults: worker  kill -9 of one training worker
 #           node    kill -9 of every process of a training node (its agent is started again 2 s later)
-#           link    a training node's link cut for 8 s (its agent gives up on the rendezvous and is started
-#                   again once the link is back)
+#           link    a training node's link cut for 8 s: the daemon declares it dead after its keep-alive;
+#                   its agent either gives up on the rendezvous (it is started again once the link is
+#                   back) or hears, once the link is back, that it was declared dead and re-joins
 #           hang    SIGSTOP of one training worker (meshrun's stopped-worker verdict after --hang-floor)
-#   bench/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=20 CKPT_SECONDS=0.5)
+#   bench/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=100 CKPT_SECONDS=0.5)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
@@ -18,7 +19,7 @@ RDZV=${RDZV:-$ROOT/build/bin/meshrun-rendezvous}
 VENV_BIN=$ROOT/.venv/bin
 JOB=$ROOT/bench/chaos_job.py
 DURATION=${DURATION:-900} EVERY=${EVERY:-60} SEED=${SEED:-1} HANG_FLOOR=${HANG_FLOOR:-10}
-CKPT_EVERY=${CKPT_EVERY:-20} CKPT_SECONDS=${CKPT_SECONDS:-0.5}
+CKPT_EVERY=${CKPT_EVERY:-100} CKPT_SECONDS=${CKPT_SECONDS:-0.5}
 source "$ROOT/tests/cluster/cluster.sh"
 mc_init 5
 W=$MC_DIR/chaos; mkdir -p "$W"; chmod 777 "$W"
@@ -38,10 +39,16 @@ agent() {   # agent I: (again) an agent on node I, its log appended to node<I>.l
 }
 status_json() { mc_on "$DAEMON_NODE" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json 2> /dev/null; }
 training_nodes() { status_json | jq -r '.runs[0].nodes[]?.host' | sed 's/^node//'; }
-worker_pid() { ip netns pids "$(mc_ns "$1")" | xargs -r ps -o pid=,args= -p | awk '/chaos_job.py/ && !/meshrun/ { print $1; exit }'; }
-revive() {   # revive I: start node I's agent again once the old one ended
-  local i=$1
-  mc_wait_exit "${AGENT[$i]}" 60
+# The node's training worker: the python process running chaos_job.py (not the agent, whose arguments name it too).
+worker_pid() { ip netns pids "$(mc_ns "$1")" | xargs -r ps -o pid=,args= -p | awk '$2 ~ /python/ && /chaos_job.py/ { print $1; exit }'; }
+revive() {   # revive I: start node I's agent again once the old one ended; one that re-joined stays
+  local i=$1 _
+  for _ in $(seq 200); do kill -0 "${AGENT[$i]}" 2> /dev/null || break; sleep 0.1; done
+  if kill -0 "${AGENT[$i]}" 2> /dev/null; then
+    echo "  node$i's agent is back: it re-joined once its link was (declared dead meanwhile)"
+    return
+  fi
+  wait "${AGENT[$i]}" 2> /dev/null
   cat "$W/node$i.part" >> "$W/node$i.log"
   agent "$i"
 }
@@ -72,8 +79,8 @@ echo "faults: $(for k in "${!done_kinds[@]}"; do printf '%s %s, ' "$k" "${done_k
 for i in 0 1 2 3; do mc_wait_exit "${AGENT[$i]}" 180; cat "$W/node$i.part" >> "$W/node$i.log"; done
 
 echo
-echo "recoveries (each agent prints its restarts' ledgers; node0's here):"
-grep -h "recovery of round" "$W"/node*.log | sed 's/^meshrun: /  /' | sort -t' ' -k4,4n -u
+echo "recoveries (each agent prints its restarts' ledgers, once per round):"
+grep -h "recovery of round" "$W"/node*.log | sed 's/^meshrun: //' | awk '!seen[$4]++' | sort -k4,4n | sed 's/^/  /'
 ledger=$(for f in "$W"/logs*/chaos/goodput.json; do jq -c 'select(.ended)' "$f" 2> /dev/null; done | head -1)
 [ -n "$ledger" ] || { echo "no final goodput ledger (goodput.json with ended=true) was written"; exit 1; }
 echo "ledger: $(grep -h "meshrun: goodput" "$W"/node*.log | tail -1 | sed 's/^meshrun: //')"
