@@ -55,7 +55,7 @@ meshrun_trial() {   # meshrun_trial N
   local t0; t0=$(mc_now); mc_kill_node "$VICTIM"
   wait_exit_all "${p[@]}"
   local s; s=$(recovered "$out" "$t0" 0)
-  local ledger; ledger=$(grep -h "recovery of round 1" "$out"/node0.log | sed 's/^meshrun: //')
+  local ledger; ledger=$(grep -h "recovery of round 1" "$out"/node[0-3].log | head -1 | sed 's/^meshrun: //')
   echo "meshrun trial $1: ${s:-no recovery} s; ${ledger:-no ledger}"
   [ -n "$s" ] && echo "$s" >> "$W/meshrun.txt"
 }
@@ -95,4 +95,4 @@ time.sleep(1e6)"
 fi
 echo
 stats "$W/meshrun.txt" "meshrun (spare takes the node's rank)"
-[ "$TORCHRUN_TRIALS" -gt 0 ] && stats "$W/torchrun.txt" "torchrun (continues on 2 nodes)"
+if [ "$TORCHRUN_TRIALS" -gt 0 ]; then stats "$W/torchrun.txt" "torchrun (continues on 2 nodes)"; fi
