@@ -40,7 +40,10 @@ agent() {   # agent I: (again) an agent on node I, its log appended to node<I>.l
 status_json() { mc_on "$DAEMON_NODE" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json 2> /dev/null; }
 training_nodes() { status_json | jq -r '.runs[0].nodes[]?.host' | sed 's/^node//'; }
 # The node's training worker: the python process running chaos_job.py (not the agent, whose arguments name it too).
-worker_pid() { ip netns pids "$(mc_ns "$1")" | xargs -r ps -o pid=,args= -p | awk '$2 ~ /python/ && /chaos_job.py/ { print $1; exit }'; }
+worker_pid() {
+  local pids; pids=$(ip netns pids "$(mc_ns "$1")" | paste -sd,)
+  [ -n "$pids" ] && ps -o pid=,args= -p "$pids" | awk '$2 ~ /python/ && /chaos_job.py/ { print $1; exit }'
+}
 revive() {   # revive I: start node I's agent again once the old one ended; one that re-joined stays
   local i=$1 _
   for _ in $(seq 200); do kill -0 "${AGENT[$i]}" 2> /dev/null || break; sleep 0.1; done
@@ -60,17 +63,24 @@ sleep 5
 t_start=$(mc_now)
 kinds=(worker node link hang)
 declare -A done_kinds
-while [ "$(awk -v e="$(mc_elapsed "$t_start")" -v d="$DURATION" 'BEGIN { print (e + 0 < d - 30) }')" = 1 ]; do
+time_left() { [ "$(awk -v e="$(mc_elapsed "$t_start")" -v d="$DURATION" 'BEGIN { print (e + 0 < d - 30) }')" = 1 ]; }
+while time_left; do
   sleep "$EVERY"
+  time_left || break   # no fault in the last 30 s: the job ends at DURATION + 20 s
   mapfile -t nodes < <(training_nodes)
   [ "${#nodes[@]}" -eq 0 ] && { echo "$(mc_elapsed "$t_start") s: no training node listed; skipping"; continue; }
   victim=${nodes[$((RANDOM % ${#nodes[@]}))]}
   kind=${kinds[$((RANDOM % 4))]}
+  p=""
+  if [ "$kind" = worker ] || [ "$kind" = hang ]; then
+    p=$(worker_pid "$victim")
+    [ -n "$p" ] || { echo "$(mc_elapsed "$t_start") s: $kind on node$victim: no worker there now; skipped"; continue; }
+  fi
   done_kinds[$kind]=$((${done_kinds[$kind]:-0} + 1))
   echo "$(mc_elapsed "$t_start") s: $kind on node$victim"
   case $kind in
-    worker) p=$(worker_pid "$victim"); [ -n "$p" ] && kill -9 "$p" ;;
-    hang) p=$(worker_pid "$victim"); [ -n "$p" ] && kill -STOP "$p" ;;
+    worker) kill -9 "$p" ;;
+    hang) kill -STOP "$p" ;;
     node) mc_kill_node "$victim"; sleep 2; revive "$victim" ;;
     link) mc_link_down "$victim"; sleep 8; mc_link_up "$victim"; revive "$victim" ;;
   esac
@@ -81,9 +91,11 @@ for i in 0 1 2 3; do mc_wait_exit "${AGENT[$i]}" 180; cat "$W/node$i.part" >> "$
 echo
 echo "recoveries (each agent prints its restarts' ledgers, once per round):"
 grep -h "recovery of round" "$W"/node*.log | sed 's/^meshrun: //' | awk '!seen[$4]++' | sort -k4,4n | sed 's/^/  /'
-ledger=$(for f in "$W"/logs*/chaos/goodput.json; do jq -c 'select(.ended)' "$f" 2> /dev/null; done | head -1)
-[ -n "$ledger" ] || { echo "no final goodput ledger (goodput.json with ended=true) was written"; exit 1; }
-echo "ledger: $(grep -h "meshrun: goodput" "$W"/node*.log | tail -1 | sed 's/^meshrun: //')"
+last=""   # the node that left last: its goodput.json is the final ledger (ended)
+for i in 0 1 2 3; do jq -e '.ended' "$W/logs$i/chaos/goodput.json" > /dev/null 2>&1 && last=$i; done
+[ -n "$last" ] || { echo "no final goodput ledger (goodput.json with ended=true) was written"; exit 1; }
+ledger=$(jq -c . "$W/logs$last/chaos/goodput.json")
+echo "ledger: $(grep -h "meshrun: goodput" "$W/node$last.log" | tail -1 | sed 's/^meshrun: //')"
 echo "$ledger" | jq -r '"  wall \(.wall_s) s = productive \(.productive_s) + start-up \(.startup_s) + checkpoints \(.checkpoint_s) + other phases \(.other_phases_s) + hang waits \(.hang_wait_s) + restarts \(.restarts_s) (\(.restarts)) + work lost \(.work_lost_s) + shutdown \(.shutdown_s) + untold \(.untold_s) + in progress \(.in_progress_s); hot spares idle \(.spare_node_s) node-s"'
 # The stopwatch: a step's interval counts when the step follows the previous one in the same attempt and
 # is new (above every step logged before); checkpoint time inside it is taken out.

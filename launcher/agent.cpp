@@ -54,6 +54,23 @@ std::string temp_folder(const std::string& prefix) {
   return templ;
 }
 
+// Every mark this node's attempt reached, its step account included, as ages at `now`.
+proto::AttemptMilestones milestones_at(const AttemptClock& attempt, const ProgressMonitor& progress,
+                                       std::chrono::steady_clock::time_point now) {
+  proto::AttemptMilestones m = attempt.milestones(now);
+  m.steps = progress.step_account(now);
+  return m;
+}
+
+// The same marks `seconds` later: ages grow, marks not reached stay -1.
+proto::AttemptMilestones aged(proto::AttemptMilestones m, double seconds) {
+  for (double* age : {&m.spawned_age_s, &m.initialized_age_s, &m.loaded_age_s, &m.first_step_age_s,
+                      &m.steps.first_step_age_s, &m.steps.counted_age_s}) {
+    if (*age >= 0) *age += seconds;
+  }
+  return m;
+}
+
 }  // namespace
 
 Agent::Agent(const LaunchOptions& options, WorkerCommand command, SignalSet& signals)
@@ -102,10 +119,9 @@ int Agent::run() {
       AttemptClock attempt(assignment->round, static_cast<size_t>(options_.nproc_per_node),
                            std::chrono::steady_clock::now());
       result = supervise(group, progress, rdzv, exchange, attempt);
-      const auto ended = std::chrono::steady_clock::now();
-      progress.close_accounts(ended);
-      last_attempt_ = attempt.milestones(ended);
-      last_attempt_.steps = progress.step_account(ended);
+      last_attempt_at_ = std::chrono::steady_clock::now();
+      progress.close_accounts(last_attempt_at_);
+      last_attempt_ = milestones_at(attempt, progress, last_attempt_at_);
       progress_ = nullptr;
     } catch (const SpawnError& e) {
       progress_ = nullptr;
@@ -380,9 +396,8 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
                                                         const AttemptClock& attempt) {
   try {
     const auto now = std::chrono::steady_clock::now();
-    proto::AttemptMilestones milestones = attempt.milestones(now);
-    milestones.steps = progress.step_account(now);
-    const auto beat = rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), milestones);
+    const auto beat =
+        rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), milestones_at(attempt, progress, now));
     schedule.failures = 0;
     report_stragglers(beat.stragglers);
     report_recovery(beat);
@@ -428,7 +443,8 @@ proto::AttemptMilestones Agent::account_now(int attempt) const {
 }
 
 void Agent::leave(RendezvousBackend& rdzv, const std::string& reason, bool ok) {
-  const auto goodput = rdzv.leave(reason, ok, last_attempt_);
+  const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_attempt_at_).count();
+  const auto goodput = rdzv.leave(reason, ok, aged(last_attempt_, since));
   if (!goodput || goodput->wall_s <= 0) return;
   say(proto::describe(*goodput));
   if (temporary_root_) return;

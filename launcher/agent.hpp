@@ -125,6 +125,7 @@ class Agent {
   std::vector<int> straggler_ranks_;       // as last reported by the daemon
   int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
   proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
+  std::chrono::steady_clock::time_point last_attempt_at_{};  // ... as ages at this moment
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.
   int restarts_used_ = 0;

@@ -18,8 +18,7 @@ void GoodputLedger::milestones(int64_t round, const proto::AttemptMilestones& at
   const proto::StepAccount& a = attempt.steps;
   if (a.first_step_age_s >= 0 && a.counted_age_s >= 0) {
     const TimePoint counted = before(at, a.counted_age_s);
-    if (!current_.told || counted >= current_.counted) {
-      current_.told = true;
+    if (!current_.counted || counted >= *current_.counted) {
       current_.account = a;
       current_.counted = counted;
       current_.first_step = before(at, a.first_step_age_s);
@@ -28,7 +27,7 @@ void GoodputLedger::milestones(int64_t round, const proto::AttemptMilestones& at
   }
   // No node beat a step yet: the opening ends when the last node's ranks took their first step (for a script
   // without beats, its second collective).
-  if (!current_.told && attempt.first_step_age_s >= 0) {
+  if (!current_.counted && attempt.first_step_age_s >= 0) {
     const TimePoint first = before(at, attempt.first_step_age_s);
     current_.first_step = current_.first_step ? std::max(*current_.first_step, first) : first;
   }
@@ -38,7 +37,7 @@ void GoodputLedger::restarted(int64_t round, proto::RestartCause cause, TimePoin
   // A node lost between heartbeats: the others counted steps after its last sign of life, which they did
   // finish; the restart starts after them.
   TimePoint boundary = std::max(fault, current_.begun);
-  if (current_.told) boundary = std::max(boundary, current_.counted);
+  if (current_.counted) boundary = std::max(boundary, *current_.counted);
   settle(current_, boundary,
          cause == proto::RestartCause::kHung ? &proto::GoodputReport::hang_wait_s : &proto::GoodputReport::work_lost_s,
          done_);
@@ -60,7 +59,7 @@ void GoodputLedger::settle(const Attempt& a, TimePoint end, double proto::Goodpu
   end = std::max(end, a.begun);
   const TimePoint opened = a.first_step ? std::clamp(*a.first_step, a.begun, end) : end;
   (a.restart ? into.restarts_s : into.startup_s) += to_seconds(opened - a.begun);
-  if (!a.told) {
+  if (!a.counted) {
     into.untold_s += to_seconds(end - opened);
     return;
   }
@@ -70,7 +69,7 @@ void GoodputLedger::settle(const Attempt& a, TimePoint end, double proto::Goodpu
   into.recomputed_steps += a.account.recomputed_steps;
   into.checkpoint_s += a.account.checkpoint_s;
   into.other_phases_s += a.account.other_phases_s;
-  into.*tail += to_seconds(end - std::clamp(a.counted, opened, end));
+  into.*tail += to_seconds(end - std::clamp(*a.counted, opened, end));
 }
 
 proto::GoodputReport GoodputLedger::report(TimePoint now, bool workers_done) const {

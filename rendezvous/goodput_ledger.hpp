@@ -23,7 +23,7 @@ namespace meshrun::rendezvous {
 
 class GoodputLedger {
  public:
-  explicit GoodputLedger(TimePoint started);
+  explicit GoodputLedger(TimePoint started = {});
 
   /// A node's milestones for `round` (its step account among them), received at `at` (ages before `at`).
   void milestones(int64_t round, const proto::AttemptMilestones& attempt, TimePoint at);
@@ -44,9 +44,8 @@ class GoodputLedger {
     TimePoint begun;
     bool restart = false;                 // opened by a restart (else the run's start-up)
     std::optional<TimePoint> first_step;  // the reference account's first step, else the nodes' last one
-    bool told = false;                    // a node's ranks beat steps
     proto::StepAccount account;           // the reference account
-    TimePoint counted{};                  // the end of what it covers
+    std::optional<TimePoint> counted;     // the end of what it covers; none while no node beat a step
   };
   /// Adds `attempt`, which ended at `end`, to `into`; its tail (after the last thing counted) goes to `tail`.
   static void settle(const Attempt& attempt, TimePoint end, double proto::GoodputReport::*tail,

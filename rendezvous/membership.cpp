@@ -83,7 +83,7 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
     run.min_nodes = r.min_nodes;
     run.max_nodes = r.max_nodes;
     run.last_event = "run created by " + describe(r);
-    run.goodput.emplace(clock_.now());
+    run.goodput = GoodputLedger(clock_.now());
     it = runs_.emplace(r.run_id, std::move(run)).first;
   }
   Run& run = it->second;
@@ -540,14 +540,14 @@ void Membership::start_recovery(Run& run, TimePoint lost_node_last_seen, Restart
   if (run.recovery && !run.restarts.empty()) run.restarts.back().first.recovery = run.recovery->ledger();
   // The fault: the first failure reported, else the lost node's last heartbeat (it died after it).
   const TimePoint fault = run.fault_at.value_or(lost_node_last_seen);
-  run.goodput->restarted(run.round + 1, cause, std::min(fault, now));
+  run.goodput.restarted(run.round + 1, cause, std::min(fault, now));
   run.recovery.emplace(fault, run.fault_known_at.value_or(now), now);
   run.fault_at.reset();
   run.fault_known_at.reset();
 }
 
 void Membership::feed_goodput(Run& run, const proto::AttemptMilestones& attempt) {
-  run.goodput->milestones(run.round, attempt, clock_.now());
+  run.goodput.milestones(run.round, attempt, clock_.now());
   run.steps_beaten = std::max(run.steps_beaten, attempt.steps.last_step);
 }
 
@@ -614,25 +614,12 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
   auto it = run->nodes.find(node_id);
   if (it == run->nodes.end()) return std::nullopt;
   const bool participant = run->has_participant(node_id);
-  const std::string who = describe(it->second.request);
-  const auto now = clock_.now();
   if (run->closed && participant && attempt.round == run->round) feed_goodput(*run, attempt);
-  if (ok && run->closed && participant) {
-    proto::GoodputReport goodput = run->goodput->report(now, true);
-    if (it->second.finished) return goodput;
-    it->second.finished = true;
-    ++run->finished_nodes;
-    run->last_event = fmt::format("{} finished", who);
-    if (run->finished_nodes >= static_cast<int>(run->participants.size())) {
-      goodput.ended = true;
-      finished_.push_back(run_id);
-      runs_.erase(run_id);
-    }
-    return goodput;
-  }
+  if (ok && run->closed && participant) return finish_node(*run, it->second);
   if (run->closed && participant) {
-    invalidate(*run, RestartCause::kNodeLeft, fmt::format("{} left: {}", who, reason), node_id);
-    return run->goodput->report(now, false);
+    invalidate(*run, RestartCause::kNodeLeft, fmt::format("{} left: {}", describe(it->second.request), reason),
+               node_id);
+    return run->goodput.report(clock_.now(), false);
   }
   remove_node(*run, node_id);
   if (run->nodes.empty() && run->participants.empty()) {
@@ -640,6 +627,21 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
     runs_.erase(run_id);
   }
   return std::nullopt;
+}
+
+proto::GoodputReport Membership::finish_node(Run& run, Node& node) {
+  proto::GoodputReport goodput = run.goodput.report(clock_.now(), true);
+  if (node.finished) return goodput;
+  node.finished = true;
+  ++run.finished_nodes;
+  run.last_event = fmt::format("{} finished", describe(node.request));
+  if (run.finished_nodes >= static_cast<int>(run.participants.size())) {
+    goodput.ended = true;
+    const std::string id = run.id;  // erased with the run
+    finished_.push_back(id);
+    runs_.erase(id);  // `run` and `node` are gone
+  }
+  return goodput;
 }
 
 int Membership::spare_count(const Run& run) {
@@ -650,7 +652,7 @@ int Membership::spare_count(const Run& run) {
 bool Membership::tick() {
   bool changed = false;
   for (auto& [id, run] : runs_) {
-    run.goodput->spares(spare_count(run), clock_.now());
+    run.goodput.spares(spare_count(run), clock_.now());
     if (!run.fatal_error.empty()) continue;
     const bool run_changed = run.closed ? expire_waiting(run) || expire_participants(run) : tick_open_round(run);
     changed = changed || run_changed;
@@ -763,7 +765,7 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
     }
     for (const auto& node_id : run.waiting) s.waiting.push_back(info(run.nodes.at(node_id)));
     s.spares = spare_count(run);
-    s.goodput = run.goodput->report(clock_.now(), false);
+    s.goodput = run.goodput.report(clock_.now(), false);
     s.missing_ranks = missing_ranks(run);
     s.duplicate_ranks = run.duplicate_ranks;
     s.last_event = run.last_event;

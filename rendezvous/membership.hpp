@@ -124,7 +124,7 @@ class Membership {
     std::optional<TimePoint> fault_at;         // the closed round's first failure (its report's time)
     std::optional<TimePoint> fault_known_at;   // ... when its report arrived
     std::optional<RecoveryTimeline> recovery;  // the latest restart's phases, until its first step
-    std::optional<GoodputLedger> goodput;      // the run's wall time split, since its first join
+    GoodputLedger goodput;                     // the run's wall time split, since its first join
     int64_t steps_beaten = -1;                 // the highest step any rank beat so far
     int64_t steps_done_before = -1;            // ... when the closed round closed (work after it is done again)
     std::optional<TimePoint> last_call_deadline;
@@ -152,6 +152,9 @@ class Membership {
   void start_recovery(Run& run, TimePoint lost_node_last_seen, proto::RestartCause cause);
   /// A node's milestones of the closed round, for the goodput ledger (and the run's high-water step).
   void feed_goodput(Run& run, const proto::AttemptMilestones& attempt);
+  /// A participant of the closed round left successfully; the run ends (and is forgotten) with its last.
+  /// Returns the run's goodput as of now (`ended` for the last).
+  proto::GoodputReport finish_node(Run& run, Node& node);
   /// How many hot spares the run has now (waiting nodes of a closed round that has max nodes).
   static int spare_count(const Run& run);
   /// Feeds a node's milestones to the latest restart's timeline; the ledger goes to its record once complete.

@@ -57,8 +57,8 @@ class Trainer {
   StepResult step(int64_t step);
   /// The validation loss, mean over ranks (train.eval_batches batches).
   double evaluate(int64_t step);
-  /// Writes a checkpoint of the state after `step`; a blocking save first completes a background one.
-  /// Saves step `step`, between its "checkpoint" beat and a train beat of the same step (the phase's end).
+  /// Writes a checkpoint of the state after `step` (a blocking save first completes a background one),
+  /// between a "checkpoint" beat and a train beat of the same step (the phase's end, for the agent).
   void save(int64_t step, SaveMode mode = SaveMode::kBlocking);
   /// The save itself: written (kBlocking), or snapshotted and handed to the background writer.
   void save_state(int64_t step, SaveMode mode);

@@ -401,7 +401,7 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
 proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankProgress>& progress,
                                                 const proto::AttemptMilestones& attempt) {
   for (const auto& p : progress) steps_beaten_ = std::max(steps_beaten_, p.step);
-  goodput_.milestones(attempt.round, attempt, SteadyClock::now());
+  note_account(attempt);
   proto::HeartbeatReply reply = check_round();
   if (reply.action != proto::HeartbeatAction::kContinue && !fault_) fault_ = SteadyClock::now();
   return reply;
@@ -442,8 +442,13 @@ void EtcdRendezvous::report_failure(const std::string& reason, proto::RestartCau
   }
 }
 
-void EtcdRendezvous::record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) {
+void EtcdRendezvous::note_account(const proto::AttemptMilestones& attempt) {
   goodput_.milestones(attempt.round, attempt, SteadyClock::now());
+  steps_beaten_ = std::max(steps_beaten_, attempt.steps.last_step);
+}
+
+void EtcdRendezvous::record_failure(const proto::FailureReport& failure, const proto::AttemptMilestones& attempt) {
+  note_account(attempt);
   proto::FailureReport report = failure;
   report.node_id = node_id_;
   // Dated by this node's clock: etcd keeps no time, so reports from several nodes are ordered as well
@@ -476,11 +481,11 @@ std::vector<proto::FailureReport> EtcdRendezvous::failures() {
 std::optional<proto::GoodputReport> EtcdRendezvous::leave(const std::string& reason, bool ok,
                                                           const proto::AttemptMilestones& attempt) {
   if (assigned_round_ < 0) return std::nullopt;
-  goodput_.milestones(attempt.round, attempt, SteadyClock::now());
+  note_account(attempt);
   const proto::GoodputReport goodput = goodput_.report(SteadyClock::now(), ok);
   try {
+    client_.put(keys_.goodput(run_id_, hostname_, ::getpid()), json(goodput).dump());
     client_.put(keys_.done(assigned_round_) + node_id_, json{{"ok", ok}, {"reason", reason}}.dump());
-    client_.put(keys_.prefix + "goodput/" + hostname_ + "/" + std::to_string(::getpid()), json(goodput).dump());
     if (ok) return goodput;
     // Leaving for good: the others go on without this node (or fail when too few are left).
     const Snapshot s = read_state();

@@ -12,8 +12,8 @@
 // a fresh port per round, as torchrun does with etcd; when that node is lost, the survivors' next
 // round has a new node rank 0 and a new, empty store.
 // Goodput: with no daemon, each agent keeps the goodput ledger of the run as it sees it, from its own join
-// (its restarts, its ranks' step accounts), prints it when it leaves and puts it under the run's keys
-// (goodput/<host>/<pid>).
+// (its restarts, its ranks' step accounts), prints it when it leaves and puts it in etcd
+// (RunKeys::goodput, outside the run's prefix, which node rank 0 deletes at the end).
 #pragma once
 
 #include <chrono>
@@ -94,6 +94,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   std::optional<proto::Assignment> join_round();
   /// heartbeat() without the ledger: renews the lease and reads whether the round still stands.
   proto::HeartbeatReply check_round();
+  /// Feeds this node's milestones to its goodput ledger and the run's high-water step.
+  void note_account(const proto::AttemptMilestones& attempt);
   /// Refuses (RemoteError) a run whose --nnodes differs from this node's.
   void check_sizes(const etcd::RunRecord& run) const;
   /// A failed run: its error, or a fresh start when its nodes are all gone.

@@ -9,6 +9,9 @@
 //   r/<round>/store          "addr:port" of the workers' store, served by the agent of node rank 0
 //   r/<round>/done/<node id> {"ok", "reason"}: the node left (not on the lease: it outlives the node)
 //   r/<round>/f/<node>/<rank> FailureReport: the root cause across nodes
+// and outside it, since node rank 0 deletes the run's prefix when the job ends:
+// "/meshrun/goodput/<run id>/<host>/<pid>"  GoodputReport: the run as that node saw it, put when it left
+//                            (kept: a record of the job; delete the prefix when done with it)
 #pragma once
 
 #include <cstdint>
@@ -58,6 +61,9 @@ struct RunKeys {
   std::string store(int64_t r) const { return round(r) + "store"; }
   std::string done(int64_t r) const { return round(r) + "done/"; }
   std::string failures(int64_t r) const { return round(r) + "f/"; }
+  std::string goodput(const std::string& run_id, const std::string& host, int64_t pid) const {
+    return "/meshrun/goodput/" + run_id + "/" + host + "/" + std::to_string(pid);
+  }
 };
 
 /// "host/pid": how a node is recognised across rounds (its node id changes when it re-joins).

@@ -10,8 +10,8 @@ double seconds(StepAccountant::Clock::duration d) { return std::chrono::duration
 }  // namespace
 
 void StepAccountant::on_beat(const proto::Beat& beat, Clock::time_point now, std::optional<double> median_step_s) {
-  const proto::PhaseKind kind = proto::phase_kind(beat.phase);
   if (closed_) return;
+  const proto::PhaseKind kind = proto::phase_kind(beat.phase);
   if (!first_step_) {
     if (kind != proto::PhaseKind::kTrain) return;
     first_step_ = mark_ = now;
@@ -45,7 +45,7 @@ void StepAccountant::on_beat(const proto::Beat& beat, Clock::time_point now, std
 void StepAccountant::close(Clock::time_point now) {
   if (closed_) return;
   if (first_step_ && phase_ != proto::PhaseKind::kTrain) end_phase(now);
-  closed_ = now;
+  closed_ = true;
 }
 
 void StepAccountant::end_phase(Clock::time_point at) {
@@ -71,12 +71,11 @@ proto::StepAccount StepAccountant::account(Clock::time_point now) const {
   proto::StepAccount a = totals_;
   if (!first_step_) return a;
   a.last_step = step_;
-  const Clock::time_point until = closed_.value_or(now);
   a.first_step_age_s = seconds(now - *first_step_);
   Clock::time_point counted = mark_;
-  if (phase_ != proto::PhaseKind::kTrain && !closed_) {  // an open phase counts until now
-    (phase_ == proto::PhaseKind::kCheckpoint ? a.checkpoint_s : a.other_phases_s) += seconds(until - mark_);
-    counted = until;
+  if (phase_ != proto::PhaseKind::kTrain) {  // an open phase (close() ended any) counts until now
+    (phase_ == proto::PhaseKind::kCheckpoint ? a.checkpoint_s : a.other_phases_s) += seconds(now - mark_);
+    counted = now;
   }
   a.counted_age_s = seconds(now - counted);
   return a;

@@ -7,6 +7,7 @@
 //                 already a later step, until that beat less the rank's median step time (the step computed
 //                 after the phase).
 // Beats before the first step (meshrun-trainer's "load", "ready") belong to the restart's ledger, not here.
+// A fault inside a phase counts as that phase until the fault: a save that hangs looks like a long save.
 #pragma once
 
 #include <chrono>
@@ -41,7 +42,7 @@ class StepAccountant {
 
   int64_t steps_done_;
   std::optional<Clock::time_point> first_step_;
-  std::optional<Clock::time_point> closed_;
+  bool closed_ = false;
   Clock::time_point mark_{};  // the end of what is counted (the last step beat, or the last phase's end)
   int64_t step_ = -1;         // the last step beat
   proto::PhaseKind phase_ = proto::PhaseKind::kTrain;  // an open phase, since mark_
