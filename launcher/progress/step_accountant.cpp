@@ -54,9 +54,11 @@ void StepAccountant::end_phase(Clock::time_point at) {
   mark_ = at;
 }
 
-void StepAccountant::add_phase(double s) {
-  (phase_ == proto::PhaseKind::kCheckpoint ? totals_.checkpoint_s : totals_.other_phases_s) += std::max(0.0, s);
+double& StepAccountant::phase_total(proto::StepAccount& account) const {
+  return phase_ == proto::PhaseKind::kCheckpoint ? account.checkpoint_s : account.other_phases_s;
 }
+
+void StepAccountant::add_phase(double s) { phase_total(totals_) += std::max(0.0, s); }
 
 void StepAccountant::add_steps(int64_t from, int64_t to, double s) {
   const int64_t n = to - from;
@@ -74,7 +76,7 @@ proto::StepAccount StepAccountant::account(Clock::time_point now) const {
   a.first_step_age_s = seconds(now - *first_step_);
   Clock::time_point counted = mark_;
   if (phase_ != proto::PhaseKind::kTrain) {  // an open phase (close() ended any) counts until now
-    (phase_ == proto::PhaseKind::kCheckpoint ? a.checkpoint_s : a.other_phases_s) += seconds(now - mark_);
+    phase_total(a) += seconds(now - mark_);
     counted = now;
   }
   a.counted_age_s = seconds(now - counted);

@@ -39,6 +39,8 @@ class StepAccountant {
   void add_steps(int64_t from, int64_t to, double seconds);
   void end_phase(Clock::time_point at);
   void add_phase(double seconds);
+  /// The figure of `account` the open phase adds to (checkpoint or other phases).
+  double& phase_total(proto::StepAccount& account) const;
 
   int64_t steps_done_;
   std::optional<Clock::time_point> first_step_;
