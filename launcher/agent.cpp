@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/failure/root_cause.hpp"
 #include "launcher/hang/hang_exchange.hpp"
 #include "launcher/hang/hang_inquiry.hpp"
 #include "launcher/hang/python_hook.hpp"
@@ -18,11 +19,10 @@
 #include "launcher/net/route_interface.hpp"
 #include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
-#include "launcher/rendezvous_backend.hpp"
+#include "launcher/rendezvous_factory.hpp"
+#include "launcher/signal_set.hpp"
 #include "launcher/workers/job_token.hpp"
 #include "launcher/workers/orphan_watchdog.hpp"
-#include "launcher/workers/root_cause.hpp"
-#include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_group.hpp"
 #include "proto/join_auth.hpp"
@@ -163,8 +163,8 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
   // rendezvous host as this node reaches it), or the one holding --local-addr.
   const auto net = workers_interface(assignment.master_addr, options_.local_addr, assignment.group_world_size == 1);
   if (net) {
-    spdlog::info("workers' network: {} ({}), for GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME where not set", net->name,
-                 net->address);
+    spdlog::info("workers' network: {} ({}), for GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME where not set",
+                 net->interface, net->address);
   }
   GroupSpec spec;
   spec.command = command_;
@@ -183,7 +183,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
                                   .rank_offset = assignment.rank_offset,
                                   .virtual_local_rank = options_.virtual_local_rank,
                                   .job_token = job_token_,
-                                  .socket_ifname = net ? net->name : std::string()};
+                                  .socket_ifname = net ? net->interface : std::string()};
   spec.base_env = base_env_;
   spec.attempt = static_cast<int>(assignment.round);
   spec.attempt_dir = log_root_ + "/attempt_" + std::to_string(assignment.round);

@@ -14,21 +14,16 @@
 #include "launcher/agent.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/hosts/ssh_fanout.hpp"
+#include "launcher/signal_set.hpp"
 #include "launcher/workers/orphan_watchdog.hpp"
-#include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_command.hpp"
 
 namespace {
 
-std::optional<std::string> getenv_lookup(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  return v ? std::optional<std::string>(v) : std::nullopt;
-}
-
 int launch(const std::vector<std::string>& args) {
   using namespace meshrun;
   using namespace meshrun::launcher;
-  const ParseResult parsed = parse_launch_options(args, getenv_lookup, detect_host_info());
+  const ParseResult parsed = parse_launch_options(args, process_env, detect_host_info());
   if (parsed.print_and_exit) {
     std::fputs(parsed.print_and_exit->c_str(), stdout);
     return 0;
@@ -40,10 +35,10 @@ int launch(const std::vector<std::string>& args) {
   if (!options.fanout.hostfile.empty()) {
     // The hosts run the entrypoint; it need not exist here.
     SignalSet signals(options.signals_to_handle);
-    return SshFanout(options, signals, getenv_lookup).run();
+    return SshFanout(options, signals, process_env).run();
   }
   const char* path = std::getenv("PATH");
-  WorkerCommand command = build_worker_command(options, path ? path : "/usr/bin:/bin", getenv_lookup("PYTHON_EXEC"));
+  WorkerCommand command = build_worker_command(options, path ? path : "/usr/bin:/bin", process_env("PYTHON_EXEC"));
   // Before any thread starts (the in-process daemon), so every thread keeps these signals blocked.
   SignalSet signals(options.signals_to_handle);
   Agent agent(options, std::move(command), signals);

@@ -84,13 +84,4 @@ class NodeRendezvous final : public RendezvousBackend {
   int interrupted_by_ = 0;
 };
 
-/// gethostname(), or "localhost" when it fails.
-std::string local_hostname();
-
-/// True when `host` names this machine (loopback, its host name, or one of its interface addresses).
-bool is_local_host(const std::string& host);
-
-/// 16 random hex digits: --standalone's run id.
-std::string random_run_id();
-
 }  // namespace meshrun::launcher

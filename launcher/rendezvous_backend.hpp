@@ -3,7 +3,6 @@
 //   EtcdRendezvous (etcd-v3)       an etcd cluster; the agent of node rank 0 serves the workers' store
 #pragma once
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,9 +12,6 @@
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
-
-struct LaunchOptions;
-class SignalSet;
 
 class RendezvousBackend {
  public:
@@ -59,8 +55,5 @@ class RendezvousBackend {
   virtual std::string endpoint_text() const = 0;
   virtual const std::string& hostname() const = 0;
 };
-
-/// The backend --rdzv-backend asks for, connected (or hosting) and ready to join.
-std::unique_ptr<RendezvousBackend> make_rendezvous(const LaunchOptions& options, SignalSet& signals);
 
 }  // namespace meshrun::launcher

@@ -65,6 +65,11 @@ int serve(const meshrun::rendezvous::ServerOptions& options, const std::string& 
 
 int run_status(const std::string& endpoint_text, bool as_json, double timeout_s) {
   using namespace meshrun;
+  if (endpoint_text.find(',') != std::string::npos) {
+    throw UsageError("--endpoint '" + endpoint_text +
+                     "' names several hosts (the etcd members of an etcd-v3 job's MESHRUN_RDZV_ENDPOINT): status asks "
+                     "one meshrun-rendezvous daemon; pass --endpoint HOST[:PORT]");
+  }
   const auto endpoint = parse_endpoint(endpoint_text, 29400);
   proto::ConnectOptions options;
   options.connect_timeout = from_seconds(timeout_s);
@@ -115,7 +120,13 @@ int main(int argc, char** argv) {
   std::string endpoint = "127.0.0.1:29400";
   bool as_json = false;
   double timeout_s = 5;
-  status_cmd->add_option("--endpoint", endpoint, "Daemon to ask, HOST[:PORT]")->capture_default_str();
+  // Inside a worker meshrun started, the job's own rendezvous is the default.
+  status_cmd
+      ->add_option("--endpoint", endpoint,
+                   "Daemon to ask, HOST[:PORT] (default: $MESHRUN_RDZV_ENDPOINT, as set in "
+                   "meshrun's workers, else 127.0.0.1:29400)")
+      ->envname("MESHRUN_RDZV_ENDPOINT")
+      ->capture_default_str();
   status_cmd->add_flag("--json", as_json, "Print JSON instead of a table");
   status_cmd->add_option("--timeout", timeout_s, "Seconds to wait for the daemon")->capture_default_str();
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
-#include "rendezvous/group_ranks.hpp"
+#include "proto/group_ranks.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
@@ -153,6 +153,8 @@ std::string Membership::join(const proto::JoinRequest& request) {
   return id;
 }
 
+// The round policy. The etcd backend applies the same rule to the state it keeps in etcd
+// (launcher/etcd/run_record.cpp, close_now): change both together.
 void Membership::maybe_close(Run& run) {
   if (run.closed) return;
   const int count = static_cast<int>(run.participants.size());
@@ -183,14 +185,14 @@ void Membership::close_round(Run& run) {
   const int n = static_cast<int>(run.participants.size());
   std::vector<Node*> nodes;
   for (const auto& id : run.participants) nodes.push_back(&run.nodes.at(id));
-  std::vector<RankRequest> requests;
+  std::vector<proto::RankRequest> requests;
   for (const Node* node : nodes) {
     requests.push_back({.requested_rank = node->request.requested_rank,
                         .previous_rank = node->previous_rank,
                         .host = node->request.host,
                         .pid = node->request.pid});
   }
-  const std::vector<int> ranks = assign_group_ranks(requests);
+  const std::vector<int> ranks = proto::assign_group_ranks(requests);
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i]->group_rank = ranks[i];
   std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->group_rank < b->group_rank; });
   run.assigned.clear();

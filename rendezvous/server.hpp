@@ -7,20 +7,14 @@
 #include <memory>
 #include <optional>
 
-#include "common/error.hpp"
 #include "rendezvous/server_options.hpp"
 
 namespace meshrun::rendezvous {
 
-/// The listen port is taken by another process (a c10d agent then becomes a client instead).
-class AddressInUseError : public NetworkError {
- public:
-  using NetworkError::NetworkError;
-};
-
 class Server {
  public:
-  /// Binds the listening socket at once (so port() is valid and a bind error throws here).
+  /// Binds the listening socket at once (so port() is valid and a bind error throws here: AddressInUseError,
+  /// listen_socket.hpp, when the store's port is taken).
   explicit Server(const ServerOptions& options);
   ~Server();
   Server(const Server&) = delete;

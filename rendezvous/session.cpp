@@ -6,6 +6,7 @@
 
 #include "common/endpoint.hpp"
 #include "proto/reply.hpp"
+#include "rendezvous/listen_socket.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -30,13 +31,6 @@ std::vector<std::string> values_of(const KvStore& store, const std::vector<std::
 }
 
 }  // namespace
-
-std::string address_text(const asio::ip::address& addr) {
-  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
-    return asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6()).to_string();
-  }
-  return addr.to_string();
-}
 
 Session::Session(tcp::socket socket, SessionHost& host, std::shared_ptr<Listener> listener, bool allowed)
     : socket_(std::move(socket)), host_(host), listener_(std::move(listener)), allowed_(allowed) {

@@ -115,7 +115,4 @@ class Session : public std::enable_shared_from_this<Session> {
   JoinAuth join_auth_;
 };
 
-/// "1.2.3.4" for IPv4 and IPv4-mapped IPv6 addresses, the usual text otherwise.
-std::string address_text(const boost::asio::ip::address& addr);
-
 }  // namespace meshrun::rendezvous

@@ -5,7 +5,6 @@
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
-#include "rendezvous/server.hpp"  // AddressInUseError
 
 namespace meshrun::rendezvous {
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "trainer/model/hf_llama.hpp"
@@ -13,117 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-struct KeyDoc {
-  const char* key;
-  json default_value;
-  const char* doc;
-};
-
-// The single list of keys: defaults, documentation and the set of accepted names all come from it.
-const std::vector<KeyDoc>& key_table() {
-  static const std::vector<KeyDoc> table = {
-      {"model.name", "custom", "label printed in logs"},
-      {"model.vocab_size", 256, "embedding rows; must exceed every token id in the data (256 for text)"},
-      {"model.dim", 128, "hidden size"},
-      {"model.n_layers", 4, "transformer blocks (one FSDP unit each)"},
-      {"model.n_heads", 4, "attention heads; dim must be divisible by it"},
-      {"model.n_kv_heads", 0, "key/value heads for grouped-query attention; 0 = n_heads"},
-      {"model.ffn_hidden", 0, "SwiGLU hidden size; 0 = 8/3*dim rounded up to ffn_multiple_of"},
-      {"model.ffn_multiple_of", 32, "rounding for the automatic ffn_hidden"},
-      {"model.max_seq_len", 256, "longest sequence (rotary tables are built for it)"},
-      {"model.norm_eps", 1e-5, "RMSNorm epsilon"},
-      {"model.rope_theta", 10000.0, "rotary embedding base"},
-      {"model.rope_scaling", "none",
-       "none | llama3 (Llama 3.1's rotary scaling: long wavelengths stretched by rope_scaling_factor, short ones kept, "
-       "a smooth blend between)"},
-      {"model.rope_scaling_factor", 8.0, "llama3 rope scaling: how much the long wavelengths are stretched"},
-      {"model.rope_low_freq_factor", 1.0, "llama3 rope scaling: wavelengths above original/low_freq_factor stretch"},
-      {"model.rope_high_freq_factor", 4.0, "llama3 rope scaling: wavelengths below original/high_freq_factor stay"},
-      {"model.rope_original_max_seq_len", 8192, "llama3 rope scaling: the context length the model was trained at"},
-      {"model.tie_embeddings", true, "output head shares the token embedding matrix"},
-      {"model.init_std", 0.02, "std of the normal init of matrices (output projections scaled by 1/sqrt(2*n_layers))"},
-      {"model.init_from", "",
-       "a Hugging Face Llama folder (config.json + model.safetensors or model.safetensors.index.json; fp32, bf16 or "
-       "fp16): the model's shape comes from its config.json and training starts from its weights (a checkpoint to "
-       "resume takes precedence); empty = random init"},
-      {"data.format", "text",
-       "text (UTF-8 files, byte-level tokens) | bin (an llm.c shard when the file has its header, else flat uint16 "
-       "ids as nanoGPT writes) | llmc (llm.c shards: 256 x int32 header, magic 20240520) | bin_u16 | bin_u32 "
-       "(flat token-id files); token files are memory-mapped"},
-      {"data.path", "",
-       "a file, a directory (its regular files) or a glob such as /data/fineweb_train_*.bin; several files are "
-       "read one after another in name order"},
-      {"data.val_path", "",
-       "validation files (file, directory or glob, never also in data.path); empty: the last data.val_fraction "
-       "of data.path's tokens"},
-      {"data.exclude", json::array(),
-       "file-name glob patterns skipped when data.path (or data.val_path) is a directory or a glob"},
-      {"data.val_fraction", 0.05, "share of tokens at the end held out for validation"},
-      {"train.steps", 100,
-       "optimizer steps; 0: initialise (model.init_from) or resume, save checkpoint step 0 if checkpoint.dir is set, "
-       "stop"},
-      {"train.global_batch_size", 8, "sequences per micro-batch summed over all ranks (divisible by world size)"},
-      {"train.seq_len", 128, "tokens per sequence (<= model.max_seq_len)"},
-      {"train.grad_accum_steps", 1, "micro-batches per optimizer step; gradients are reduced only on the last"},
-      {"train.lr", 3e-3, "peak learning rate"},
-      {"train.min_lr", 3e-4, "learning rate at the end of the cosine decay (<= train.lr)"},
-      {"train.warmup_steps", 10, "linear warm-up steps"},
-      {"train.weight_decay", 0.1, "AdamW decoupled weight decay (matrices only, not norms)"},
-      {"train.beta1", 0.9, "AdamW beta1"},
-      {"train.beta2", 0.95, "AdamW beta2"},
-      {"train.eps", 1e-8, "AdamW epsilon"},
-      {"train.grad_clip", 1.0, "clip the global gradient norm to this; 0 disables"},
-      {"train.seed", 1234, "seed for init, batch order and sampling (same batches for any world size)"},
-      {"train.log_interval", 10, "rank 0 logs a line every this many steps"},
-      {"train.eval_interval", 0, "validation loss every this many steps; 0 disables"},
-      {"train.eval_batches", 4, "validation micro-batches per evaluation"},
-      {"train.sample_tokens", 64, "tokens sampled from the model at the end; 0 disables"},
-      {"train.sample_prompt", "The ", "prompt for the final sample (text data only)"},
-      {"fsdp.strategy", "FULL_SHARD", "FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | HYBRID_SHARD_ZERO2"},
-      {"fsdp.param_dtype", "fp32", "compute dtype of gathered parameters: fp32 | bf16 | fp16"},
-      {"fsdp.reduce_dtype", "fp32", "dtype of gradient reduction: fp32 | bf16 | fp16"},
-      {"fsdp.prefetch", true, "issue the next unit's all-gather before the current unit computes"},
-      {"fsdp.native_reduce_scatter", true, "false: reduce-scatter as all-reduce + local chunk (2x traffic)"},
-      {"fsdp.p2p_collectives", true,
-       "Gloo: all-gather and reduce-scatter as direct sends/receives into the destination buffers (no staging copy; "
-       "the reduce-scatter moves 1x the data, Gloo's own 2x)"},
-      {"fsdp.shard_group_size", 0, "HYBRID_*: ranks per shard group (replicated across groups); 0 = LOCAL_WORLD_SIZE"},
-      {"fsdp.activation_checkpointing", 0,
-       "recompute block activations in backward: 0 none, 1 every block, k every k-th block"},
-      {"fsdp.cpu_offload", false, "CUDA: keep shards, gradients and AdamW state in pinned host memory; no-op on CPU"},
-      {"fsdp.limit_all_gathers", 1, "at most this many unit all-gathers in flight ahead of the computing unit (>= 1)"},
-      {"checkpoint.dir", "", "directory of step_<N> checkpoints; empty = no checkpoints"},
-      {"checkpoint.format", "sharded",
-       "sharded (every rank writes its shards) | full (rank 0 writes one gathered file)"},
-      {"checkpoint.interval", 0, "save every this many steps; 0 = only after the last step and on a signal"},
-      {"checkpoint.keep_last", 0, "keep only the newest K complete checkpoints; 0 keeps all"},
-      {"checkpoint.resume", "",
-       "\"\" (fresh start) | auto (newest complete checkpoint in checkpoint.dir, if any) | path of a step_<N> folder"},
-      {"checkpoint.on_signal", true,
-       "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"},
-      {"checkpoint.save_final", true, "save a checkpoint after the last step (needs checkpoint.dir)"},
-      {"checkpoint.async", false,
-       "periodic saves copy the shards to host buffers and a background thread writes them while training goes "
-       "on (sharded format only); final and signal-triggered saves stay synchronous"},
-      {"system.device", "auto", "auto | cpu | cuda (cuda uses device LOCAL_RANK)"},
-      {"system.backend", "auto",
-       "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host memory and lets ranks "
-       "share a GPU)"},
-      {"system.intra_node", "auto",
-       "auto | cma | gloo: how the Gloo backend's all-gathers and reduce-scatters move bytes between ranks under one "
-       "launcher. cma: each rank copies straight out of its peers' memory (process_vm_readv, one copy, no sockets), "
-       "and a group on one node that cannot stops with the reason; gloo: loopback TCP; auto: cma where it works, "
-       "else gloo. Groups that span nodes always use Gloo"},
-      {"system.threads", 0, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"},
-      {"system.peak_flops", 1e11, "peak FLOP/s of one rank's device, for MFU"},
-      {"system.timeout_s", 120.0, "store and collective timeout (start-up check included)"},
-      {"output.dir", "", "directory for metrics.jsonl, rank<R>.json and params.bin; empty = none"},
-      {"output.dump_params", false, "rank 0 writes the final fp32 parameters to output.dir/params.bin"},
-      {"output.progress_bar", true, "show a progress bar when stdout is a terminal"},
-  };
-  return table;
-}
-
 std::vector<std::string> split_dots(const std::string& key) {
   std::vector<std::string> parts;
   std::stringstream ss(key);
@@ -131,6 +21,277 @@ std::vector<std::string> split_dots(const std::string& key) {
   while (std::getline(ss, part, '.')) parts.push_back(part);
   return parts;
 }
+
+// The value at a dotted key of the merged config, which has every key (it starts from the defaults).
+const json& value_at(const json& merged, const std::string& key) {
+  const json* node = &merged;
+  for (const auto& part : split_dots(key)) node = &node->at(part);
+  return *node;
+}
+
+// ---- Enum keys: their accepted spellings, in one list per enum.
+
+template <typename E>
+struct EnumName {
+  const char* name;
+  E value;
+};
+
+// Per enum: its names (the first name of a value is the one written back; later ones are aliases)
+// and the noun of the "unknown <noun> '...'" error.
+template <typename E>
+struct EnumNames;
+
+template <>
+struct EnumNames<ShardingStrategy> {
+  static constexpr const char* kNoun = "strategy";
+  static constexpr EnumName<ShardingStrategy> kNames[] = {{"FULL_SHARD", ShardingStrategy::kFullShard},
+                                                          {"SHARD_GRAD_OP", ShardingStrategy::kShardGradOp},
+                                                          {"NO_SHARD", ShardingStrategy::kNoShard},
+                                                          {"HYBRID_SHARD", ShardingStrategy::kHybridShard},
+                                                          {"HYBRID_SHARD_ZERO2", ShardingStrategy::kHybridShardZero2}};
+};
+
+template <>
+struct EnumNames<DType> {
+  static constexpr const char* kNoun = "dtype";
+  static constexpr EnumName<DType> kNames[] = {{"fp32", DType::kFloat32},  {"float32", DType::kFloat32},
+                                               {"bf16", DType::kBFloat16}, {"bfloat16", DType::kBFloat16},
+                                               {"fp16", DType::kFloat16},  {"float16", DType::kFloat16}};
+};
+
+template <>
+struct EnumNames<RopeScaling> {
+  static constexpr const char* kNoun = "value";
+  static constexpr EnumName<RopeScaling> kNames[] = {{"none", RopeScaling::kNone}, {"llama3", RopeScaling::kLlama3}};
+};
+
+template <>
+struct EnumNames<IntraNodeTransport> {
+  static constexpr const char* kNoun = "value";
+  static constexpr EnumName<IntraNodeTransport> kNames[] = {{"auto", IntraNodeTransport::kAuto},
+                                                            {"cma", IntraNodeTransport::kCrossMemoryAttach},
+                                                            {"gloo", IntraNodeTransport::kGloo}};
+};
+
+template <typename E>
+std::string enum_name(E value) {
+  for (const auto& n : EnumNames<E>::kNames) {
+    if (n.value == value) return n.name;
+  }
+  return "?";
+}
+
+// "A, B or C" over the written-back names (aliases are accepted but not advertised).
+template <typename E>
+std::string enum_choices() {
+  std::vector<std::string> names;
+  for (const auto& n : EnumNames<E>::kNames) {
+    if (enum_name(n.value) == n.name) names.emplace_back(n.name);
+  }
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+template <typename E>
+E parse_enum(const std::string& key, const std::string& s) {
+  for (const auto& n : EnumNames<E>::kNames) {
+    if (s == n.name) return n.value;
+  }
+  throw UsageError("config key '" + key + "': unknown " + EnumNames<E>::kNoun + " '" + s + "' (use " +
+                   enum_choices<E>() + ")");
+}
+
+// ---- One key's value: member -> JSON (defaults, docs) and JSON -> member (checked; errors name the key).
+
+template <typename T>
+json to_config_json(const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    return enum_name(value);
+  } else {
+    return value;
+  }
+}
+
+// Throws UsageError naming `key` unless `v` converts to T without loss of meaning.
+template <typename T>
+void check_config_type(const json& v, const std::string& key) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) throw UsageError("config key '" + key + "' must be true or false, got " + v.dump());
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) throw UsageError("config key '" + key + "' must be an integer, got " + v.dump());
+    if (std::is_unsigned_v<T> && v.get<int64_t>() < 0) {
+      throw UsageError("config key '" + key + "' must be non-negative, got " + v.dump());
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) throw UsageError("config key '" + key + "' must be a number, got " + v.dump());
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) throw UsageError("config key '" + key + "' must be a string, got " + v.dump());
+  } else {
+    static_assert(std::is_same_v<T, std::vector<std::string>>, "no conversion for this config member type");
+    const bool strings = v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); });
+    if (!strings) throw UsageError("config key '" + key + "' must be a list of strings, got " + v.dump());
+  }
+}
+
+template <typename T>
+T from_config_json(const json& v, const std::string& key) {
+  if constexpr (std::is_enum_v<T>) {
+    return parse_enum<T>(key, from_config_json<std::string>(v, key));
+  } else {
+    check_config_type<T>(v, key);
+    return v.get<T>();
+  }
+}
+
+// ---- The key table.
+
+// One config key: its dotted name and description, and its member of TrainerConfig as JSON both ways.
+struct ConfigKey {
+  const char* name;
+  const char* doc;
+  json (*get)(const TrainerConfig& config);
+  void (*set)(TrainerConfig& config, const json& value, const std::string& key);
+};
+
+// `Section` points into TrainerConfig (&TrainerConfig::model), `Member` into that section (&ModelConfig::dim).
+template <auto Section, auto Member>
+ConfigKey bind_key(const char* name, const char* doc) {
+  return {name, doc, [](const TrainerConfig& c) { return to_config_json((c.*Section).*Member); },
+          [](TrainerConfig& c, const json& value, const std::string& key) {
+            auto& member = (c.*Section).*Member;
+            member = from_config_json<std::remove_reference_t<decltype(member)>>(value, key);
+          }};
+}
+
+// The key's name is spelled from the section and member, so the two cannot drift apart.
+#define MESHRUN_CONFIG_KEY(section, member, doc) \
+  bind_key<&TrainerConfig::section, &decltype(TrainerConfig::section)::member>(#section "." #member, doc)
+
+// The single list of keys: their order is --help-config's, their defaults are the structs' initialisers.
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> table = {
+      MESHRUN_CONFIG_KEY(model, name, "label printed in logs"),
+      MESHRUN_CONFIG_KEY(model, vocab_size, "embedding rows; must exceed every token id in the data (256 for text)"),
+      MESHRUN_CONFIG_KEY(model, dim, "hidden size"),
+      MESHRUN_CONFIG_KEY(model, n_layers, "transformer blocks (one FSDP unit each)"),
+      MESHRUN_CONFIG_KEY(model, n_heads, "attention heads; dim must be divisible by it"),
+      MESHRUN_CONFIG_KEY(model, n_kv_heads, "key/value heads for grouped-query attention; 0 = n_heads"),
+      MESHRUN_CONFIG_KEY(model, ffn_hidden, "SwiGLU hidden size; 0 = 8/3*dim rounded up to ffn_multiple_of"),
+      MESHRUN_CONFIG_KEY(model, ffn_multiple_of, "rounding for the automatic ffn_hidden"),
+      MESHRUN_CONFIG_KEY(model, max_seq_len, "longest sequence (rotary tables are built for it)"),
+      MESHRUN_CONFIG_KEY(model, norm_eps, "RMSNorm epsilon"),
+      MESHRUN_CONFIG_KEY(model, rope_theta, "rotary embedding base"),
+      MESHRUN_CONFIG_KEY(model, rope_scaling,
+                         "none | llama3 (Llama 3.1's rotary scaling: long wavelengths stretched by "
+                         "rope_scaling_factor, short ones kept, a smooth blend between)"),
+      MESHRUN_CONFIG_KEY(model, rope_scaling_factor,
+                         "llama3 rope scaling: how much the long wavelengths are stretched"),
+      MESHRUN_CONFIG_KEY(model, rope_low_freq_factor,
+                         "llama3 rope scaling: wavelengths above original/low_freq_factor stretch"),
+      MESHRUN_CONFIG_KEY(model, rope_high_freq_factor,
+                         "llama3 rope scaling: wavelengths below original/high_freq_factor stay"),
+      MESHRUN_CONFIG_KEY(model, rope_original_max_seq_len,
+                         "llama3 rope scaling: the context length the model was trained at"),
+      MESHRUN_CONFIG_KEY(model, tie_embeddings, "output head shares the token embedding matrix"),
+      MESHRUN_CONFIG_KEY(model, init_std,
+                         "std of the normal init of matrices (output projections scaled by 1/sqrt(2*n_layers))"),
+      MESHRUN_CONFIG_KEY(model, init_from,
+                         "a Hugging Face Llama folder (config.json + model.safetensors or "
+                         "model.safetensors.index.json; fp32, bf16 or fp16): the model's shape comes from its "
+                         "config.json and training starts from its weights (a checkpoint to resume takes "
+                         "precedence); empty = random init"),
+      MESHRUN_CONFIG_KEY(data, format,
+                         "text (UTF-8 files, byte-level tokens) | bin (an llm.c shard when the file has its header, "
+                         "else flat uint16 ids as nanoGPT writes) | llmc (llm.c shards: 256 x int32 header, magic "
+                         "20240520) | bin_u16 | bin_u32 (flat token-id files); token files are memory-mapped"),
+      MESHRUN_CONFIG_KEY(data, path,
+                         "a file, a directory (its regular files) or a glob such as /data/fineweb_train_*.bin; "
+                         "several files are read one after another in name order"),
+      MESHRUN_CONFIG_KEY(data, val_path,
+                         "validation files (file, directory or glob, never also in data.path); empty: the last "
+                         "data.val_fraction of data.path's tokens"),
+      MESHRUN_CONFIG_KEY(data, exclude,
+                         "file-name glob patterns skipped when data.path (or data.val_path) is a directory or a glob"),
+      MESHRUN_CONFIG_KEY(data, val_fraction, "share of tokens at the end held out for validation"),
+      MESHRUN_CONFIG_KEY(train, steps,
+                         "optimizer steps; 0: initialise (model.init_from) or resume, save checkpoint step 0 if "
+                         "checkpoint.dir is set, stop"),
+      MESHRUN_CONFIG_KEY(train, global_batch_size,
+                         "sequences per micro-batch summed over all ranks (divisible by world size)"),
+      MESHRUN_CONFIG_KEY(train, seq_len, "tokens per sequence (<= model.max_seq_len)"),
+      MESHRUN_CONFIG_KEY(train, grad_accum_steps,
+                         "micro-batches per optimizer step; gradients are reduced only on the last"),
+      MESHRUN_CONFIG_KEY(train, lr, "peak learning rate"),
+      MESHRUN_CONFIG_KEY(train, min_lr, "learning rate at the end of the cosine decay (<= train.lr)"),
+      MESHRUN_CONFIG_KEY(train, warmup_steps, "linear warm-up steps"),
+      MESHRUN_CONFIG_KEY(train, weight_decay, "AdamW decoupled weight decay (matrices only, not norms)"),
+      MESHRUN_CONFIG_KEY(train, beta1, "AdamW beta1"),
+      MESHRUN_CONFIG_KEY(train, beta2, "AdamW beta2"),
+      MESHRUN_CONFIG_KEY(train, eps, "AdamW epsilon"),
+      MESHRUN_CONFIG_KEY(train, grad_clip, "clip the global gradient norm to this; 0 disables"),
+      MESHRUN_CONFIG_KEY(train, seed, "seed for init, batch order and sampling (same batches for any world size)"),
+      MESHRUN_CONFIG_KEY(train, log_interval, "rank 0 logs a line every this many steps"),
+      MESHRUN_CONFIG_KEY(train, eval_interval, "validation loss every this many steps; 0 disables"),
+      MESHRUN_CONFIG_KEY(train, eval_batches, "validation micro-batches per evaluation"),
+      MESHRUN_CONFIG_KEY(train, sample_tokens, "tokens sampled from the model at the end; 0 disables"),
+      MESHRUN_CONFIG_KEY(train, sample_prompt, "prompt for the final sample (text data only)"),
+      MESHRUN_CONFIG_KEY(fsdp, strategy, "FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | HYBRID_SHARD_ZERO2"),
+      MESHRUN_CONFIG_KEY(fsdp, param_dtype, "compute dtype of gathered parameters: fp32 | bf16 | fp16"),
+      MESHRUN_CONFIG_KEY(fsdp, reduce_dtype, "dtype of gradient reduction: fp32 | bf16 | fp16"),
+      MESHRUN_CONFIG_KEY(fsdp, prefetch, "issue the next unit's all-gather before the current unit computes"),
+      MESHRUN_CONFIG_KEY(fsdp, native_reduce_scatter, "false: reduce-scatter as all-reduce + local chunk (2x traffic)"),
+      MESHRUN_CONFIG_KEY(fsdp, p2p_collectives,
+                         "Gloo: all-gather and reduce-scatter as direct sends/receives into the destination buffers "
+                         "(no staging copy; the reduce-scatter moves 1x the data, Gloo's own 2x)"),
+      MESHRUN_CONFIG_KEY(fsdp, shard_group_size,
+                         "HYBRID_*: ranks per shard group (replicated across groups); 0 = LOCAL_WORLD_SIZE"),
+      MESHRUN_CONFIG_KEY(fsdp, activation_checkpointing,
+                         "recompute block activations in backward: 0 none, 1 every block, k every k-th block"),
+      MESHRUN_CONFIG_KEY(fsdp, cpu_offload,
+                         "CUDA: keep shards, gradients and AdamW state in pinned host memory; no-op on CPU"),
+      MESHRUN_CONFIG_KEY(fsdp, limit_all_gathers,
+                         "at most this many unit all-gathers in flight ahead of the computing unit (>= 1)"),
+      MESHRUN_CONFIG_KEY(checkpoint, dir, "directory of step_<N> checkpoints; empty = no checkpoints"),
+      MESHRUN_CONFIG_KEY(checkpoint, format,
+                         "sharded (every rank writes its shards) | full (rank 0 writes one gathered file)"),
+      MESHRUN_CONFIG_KEY(checkpoint, interval,
+                         "save every this many steps; 0 = only after the last step and on a signal"),
+      MESHRUN_CONFIG_KEY(checkpoint, keep_last, "keep only the newest K complete checkpoints; 0 keeps all"),
+      MESHRUN_CONFIG_KEY(checkpoint, resume,
+                         "\"\" (fresh start) | auto (newest complete checkpoint in checkpoint.dir, if any) | path of "
+                         "a step_<N> folder"),
+      MESHRUN_CONFIG_KEY(checkpoint, on_signal,
+                         "SIGUSR1/SIGTERM: finish the step, checkpoint, exit with code 75 (needs checkpoint.dir)"),
+      MESHRUN_CONFIG_KEY(checkpoint, save_final, "save a checkpoint after the last step (needs checkpoint.dir)"),
+      MESHRUN_CONFIG_KEY(checkpoint, async,
+                         "periodic saves copy the shards to host buffers and a background thread writes them while "
+                         "training goes on (sharded format only); final and signal-triggered saves stay synchronous"),
+      MESHRUN_CONFIG_KEY(system, device, "auto | cpu | cuda (cuda uses device LOCAL_RANK)"),
+      MESHRUN_CONFIG_KEY(system, backend,
+                         "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host "
+                         "memory and lets ranks share a GPU)"),
+      MESHRUN_CONFIG_KEY(system, intra_node,
+                         "auto | cma | gloo: how the Gloo backend's all-gathers and reduce-scatters move bytes "
+                         "between ranks under one launcher. cma: each rank copies straight out of its peers' memory "
+                         "(process_vm_readv, one copy, no sockets), and a group on one node that cannot stops with "
+                         "the reason; gloo: loopback TCP; auto: cma where it works, else gloo. Groups that span "
+                         "nodes always use Gloo"),
+      MESHRUN_CONFIG_KEY(system, threads, "intra-op threads; 0 = OMP_NUM_THREADS or cores / LOCAL_WORLD_SIZE"),
+      MESHRUN_CONFIG_KEY(system, peak_flops, "peak FLOP/s of one rank's device, for MFU"),
+      MESHRUN_CONFIG_KEY(system, timeout_s, "store and collective timeout (start-up check included)"),
+      MESHRUN_CONFIG_KEY(output, dir, "directory for metrics.jsonl, rank<R>.json and params.bin; empty = none"),
+      MESHRUN_CONFIG_KEY(output, dump_params, "rank 0 writes the final fp32 parameters to output.dir/params.bin"),
+      MESHRUN_CONFIG_KEY(output, progress_bar, "show a progress bar when stdout is a terminal"),
+  };
+  return table;
+}
+
+#undef MESHRUN_CONFIG_KEY
 
 // Merges user over defaults; every user key must already exist in defaults.
 void merge_checked(json& base, const json& user, const std::string& prefix, const std::string& origin) {
@@ -151,44 +312,6 @@ void merge_checked(json& base, const json& user, const std::string& prefix, cons
       slot = it.value();
     }
   }
-}
-
-template <typename T>
-T get_as(const json& merged, const std::string& key) {
-  const json* node = &merged;
-  for (const auto& part : split_dots(key)) node = &node->at(part);
-  const json& v = *node;
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) throw UsageError("config key '" + key + "' must be true or false, got " + v.dump());
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) throw UsageError("config key '" + key + "' must be an integer, got " + v.dump());
-    if (std::is_unsigned_v<T> && v.get<int64_t>() < 0) {
-      throw UsageError("config key '" + key + "' must be non-negative, got " + v.dump());
-    }
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (!v.is_number()) throw UsageError("config key '" + key + "' must be a number, got " + v.dump());
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    if (!v.is_string()) throw UsageError("config key '" + key + "' must be a string, got " + v.dump());
-  } else {
-    if (!v.is_array()) throw UsageError("config key '" + key + "' must be a list of strings, got " + v.dump());
-    for (const auto& e : v) {
-      if (!e.is_string()) throw UsageError("config key '" + key + "' must be a list of strings, got " + v.dump());
-    }
-  }
-  return v.get<T>();
-}
-
-RopeScaling parse_rope_scaling(const std::string& s) {
-  if (s == "none") return RopeScaling::None;
-  if (s == "llama3") return RopeScaling::Llama3;
-  throw UsageError("config key 'model.rope_scaling': unknown value '" + s + "' (use none or llama3)");
-}
-
-IntraNodeTransport parse_intra_node(const std::string& s) {
-  if (s == "auto") return IntraNodeTransport::Auto;
-  if (s == "cma") return IntraNodeTransport::CrossMemoryAttach;
-  if (s == "gloo") return IntraNodeTransport::Gloo;
-  throw UsageError("config key 'system.intra_node': unknown value '" + s + "' (use auto, cma or gloo)");
 }
 
 // Where the user set model.<key>: nullptr when they did not (it holds its default).
@@ -283,7 +406,7 @@ void validate(const TrainerConfig& c) {
   require(m.n_heads % m.kv_heads() == 0, "model.n_heads must be divisible by model.n_kv_heads");
   require(m.ffn_multiple_of > 0, "model.ffn_multiple_of must be positive");
   require(m.rope_theta > 0, "model.rope_theta must be positive");
-  require(m.rope_scaling == RopeScaling::None ||
+  require(m.rope_scaling == RopeScaling::kNone ||
               (m.rope_scaling_factor > 0 && m.rope_original_max_seq_len > 0 &&
                m.rope_high_freq_factor > m.rope_low_freq_factor && m.rope_low_freq_factor > 0),
           "model.rope_scaling=llama3 needs rope_scaling_factor > 0, rope_original_max_seq_len > 0 and "
@@ -341,7 +464,7 @@ void set_dotted(json& root, const std::string& assignment) {
   const auto parts = split_dots(key);
   for (size_t i = 0; i < parts.size(); ++i) {
     if (!node->is_object() || !node->contains(parts[i])) {
-      throw UsageError("--set: unknown config key '" + key + "' (see the README trainer section or --help-config)");
+      throw UsageError("--set: unknown config key '" + key + "' (see docs/trainer.md#configs or --help-config)");
     }
     node = &(*node)[parts[i]];
   }
@@ -358,27 +481,24 @@ int64_t ModelConfig::ffn_dim() const {
   return ((raw + ffn_multiple_of - 1) / ffn_multiple_of) * ffn_multiple_of;
 }
 
-DType parse_dtype(const std::string& key, const std::string& s) {
-  if (s == "fp32" || s == "float32") return DType::Float32;
-  if (s == "bf16" || s == "bfloat16") return DType::BFloat16;
-  if (s == "fp16" || s == "float16") return DType::Float16;
-  throw UsageError("config key '" + key + "': unknown dtype '" + s + "' (use fp32, bf16 or fp16)");
-}
+DType parse_dtype(const std::string& key, const std::string& s) { return parse_enum<DType>(key, s); }
 
 json config_defaults() {
+  const TrainerConfig defaults;
   json root = json::object();
-  for (const auto& k : key_table()) {
+  for (const auto& key : config_keys()) {
     json* node = &root;
-    for (const auto& part : split_dots(k.key)) node = &(*node)[part];
-    *node = k.default_value;
+    for (const auto& part : split_dots(key.name)) node = &(*node)[part];
+    *node = key.get(defaults);
   }
   return root;
 }
 
 std::vector<std::pair<std::string, std::string>> config_key_docs() {
+  const TrainerConfig defaults;
   std::vector<std::pair<std::string, std::string>> docs;
-  for (const auto& k : key_table())
-    docs.emplace_back(k.key, std::string(k.doc) + " (default " + k.default_value.dump() + ")");
+  for (const auto& key : config_keys())
+    docs.emplace_back(key.name, std::string(key.doc) + " (default " + key.get(defaults).dump() + ")");
   return docs;
 }
 
@@ -389,98 +509,7 @@ TrainerConfig make_config(const json& user, const std::vector<std::string>& over
   json hf_config = apply_init_from(merged, user, overrides, origin);
 
   TrainerConfig c;
-  auto& m = c.model;
-  m.name = get_as<std::string>(merged, "model.name");
-  m.vocab_size = get_as<int64_t>(merged, "model.vocab_size");
-  m.dim = get_as<int64_t>(merged, "model.dim");
-  m.n_layers = get_as<int64_t>(merged, "model.n_layers");
-  m.n_heads = get_as<int64_t>(merged, "model.n_heads");
-  m.n_kv_heads = get_as<int64_t>(merged, "model.n_kv_heads");
-  m.ffn_hidden = get_as<int64_t>(merged, "model.ffn_hidden");
-  m.ffn_multiple_of = get_as<int64_t>(merged, "model.ffn_multiple_of");
-  m.max_seq_len = get_as<int64_t>(merged, "model.max_seq_len");
-  m.norm_eps = get_as<double>(merged, "model.norm_eps");
-  m.rope_theta = get_as<double>(merged, "model.rope_theta");
-  m.rope_scaling = parse_rope_scaling(get_as<std::string>(merged, "model.rope_scaling"));
-  m.rope_scaling_factor = get_as<double>(merged, "model.rope_scaling_factor");
-  m.rope_low_freq_factor = get_as<double>(merged, "model.rope_low_freq_factor");
-  m.rope_high_freq_factor = get_as<double>(merged, "model.rope_high_freq_factor");
-  m.rope_original_max_seq_len = get_as<int64_t>(merged, "model.rope_original_max_seq_len");
-  m.tie_embeddings = get_as<bool>(merged, "model.tie_embeddings");
-  m.init_std = get_as<double>(merged, "model.init_std");
-  m.init_from = get_as<std::string>(merged, "model.init_from");
-
-  c.data.format = get_as<std::string>(merged, "data.format");
-  c.data.path = get_as<std::string>(merged, "data.path");
-  c.data.exclude = get_as<std::vector<std::string>>(merged, "data.exclude");
-  c.data.val_path = get_as<std::string>(merged, "data.val_path");
-  c.data.val_fraction = get_as<double>(merged, "data.val_fraction");
-
-  auto& t = c.train;
-  t.steps = get_as<int64_t>(merged, "train.steps");
-  t.global_batch_size = get_as<int64_t>(merged, "train.global_batch_size");
-  t.seq_len = get_as<int64_t>(merged, "train.seq_len");
-  t.grad_accum_steps = get_as<int64_t>(merged, "train.grad_accum_steps");
-  t.lr = get_as<double>(merged, "train.lr");
-  t.min_lr = get_as<double>(merged, "train.min_lr");
-  t.warmup_steps = get_as<int64_t>(merged, "train.warmup_steps");
-  t.weight_decay = get_as<double>(merged, "train.weight_decay");
-  t.beta1 = get_as<double>(merged, "train.beta1");
-  t.beta2 = get_as<double>(merged, "train.beta2");
-  t.eps = get_as<double>(merged, "train.eps");
-  t.grad_clip = get_as<double>(merged, "train.grad_clip");
-  t.seed = get_as<uint64_t>(merged, "train.seed");
-  t.log_interval = get_as<int64_t>(merged, "train.log_interval");
-  t.eval_interval = get_as<int64_t>(merged, "train.eval_interval");
-  t.eval_batches = get_as<int64_t>(merged, "train.eval_batches");
-  t.sample_tokens = get_as<int64_t>(merged, "train.sample_tokens");
-  t.sample_prompt = get_as<std::string>(merged, "train.sample_prompt");
-
-  const auto strategy = get_as<std::string>(merged, "fsdp.strategy");
-  if (strategy == "FULL_SHARD") {
-    c.fsdp.strategy = ShardingStrategy::FullShard;
-  } else if (strategy == "SHARD_GRAD_OP") {
-    c.fsdp.strategy = ShardingStrategy::ShardGradOp;
-  } else if (strategy == "NO_SHARD") {
-    c.fsdp.strategy = ShardingStrategy::NoShard;
-  } else if (strategy == "HYBRID_SHARD") {
-    c.fsdp.strategy = ShardingStrategy::HybridShard;
-  } else if (strategy == "HYBRID_SHARD_ZERO2") {
-    c.fsdp.strategy = ShardingStrategy::HybridShardZero2;
-  } else {
-    throw UsageError("config key 'fsdp.strategy': unknown strategy '" + strategy +
-                     "' (use FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or HYBRID_SHARD_ZERO2)");
-  }
-  c.fsdp.param_dtype = parse_dtype("fsdp.param_dtype", get_as<std::string>(merged, "fsdp.param_dtype"));
-  c.fsdp.reduce_dtype = parse_dtype("fsdp.reduce_dtype", get_as<std::string>(merged, "fsdp.reduce_dtype"));
-  c.fsdp.prefetch = get_as<bool>(merged, "fsdp.prefetch");
-  c.fsdp.native_reduce_scatter = get_as<bool>(merged, "fsdp.native_reduce_scatter");
-  c.fsdp.p2p_collectives = get_as<bool>(merged, "fsdp.p2p_collectives");
-  c.fsdp.shard_group_size = get_as<int64_t>(merged, "fsdp.shard_group_size");
-  c.fsdp.activation_checkpointing = get_as<int64_t>(merged, "fsdp.activation_checkpointing");
-  c.fsdp.cpu_offload = get_as<bool>(merged, "fsdp.cpu_offload");
-  c.fsdp.limit_all_gathers = get_as<int64_t>(merged, "fsdp.limit_all_gathers");
-
-  c.checkpoint.dir = get_as<std::string>(merged, "checkpoint.dir");
-  c.checkpoint.format = get_as<std::string>(merged, "checkpoint.format");
-  c.checkpoint.interval = get_as<int64_t>(merged, "checkpoint.interval");
-  c.checkpoint.keep_last = get_as<int64_t>(merged, "checkpoint.keep_last");
-  c.checkpoint.resume = get_as<std::string>(merged, "checkpoint.resume");
-  c.checkpoint.on_signal = get_as<bool>(merged, "checkpoint.on_signal");
-  c.checkpoint.save_final = get_as<bool>(merged, "checkpoint.save_final");
-  c.checkpoint.async = get_as<bool>(merged, "checkpoint.async");
-
-  c.system.device = get_as<std::string>(merged, "system.device");
-  c.system.backend = get_as<std::string>(merged, "system.backend");
-  c.system.intra_node = parse_intra_node(get_as<std::string>(merged, "system.intra_node"));
-  c.system.threads = get_as<int64_t>(merged, "system.threads");
-  c.system.peak_flops = get_as<double>(merged, "system.peak_flops");
-  c.system.timeout_s = get_as<double>(merged, "system.timeout_s");
-
-  c.output.dir = get_as<std::string>(merged, "output.dir");
-  c.output.dump_params = get_as<bool>(merged, "output.dump_params");
-  c.output.progress_bar = get_as<bool>(merged, "output.progress_bar");
-
+  for (const auto& key : config_keys()) key.set(c, value_at(merged, key.name), key.name);
   c.merged = std::move(merged);
   c.hf_config = std::move(hf_config);
   validate(c);
@@ -528,24 +557,8 @@ std::string config_diff(const json& a, const json& b) {
   return out;
 }
 
-std::string to_string(ShardingStrategy s) {
-  switch (s) {
-    case ShardingStrategy::FullShard: return "FULL_SHARD";
-    case ShardingStrategy::ShardGradOp: return "SHARD_GRAD_OP";
-    case ShardingStrategy::NoShard: return "NO_SHARD";
-    case ShardingStrategy::HybridShard: return "HYBRID_SHARD";
-    case ShardingStrategy::HybridShardZero2: return "HYBRID_SHARD_ZERO2";
-  }
-  return "?";
-}
+std::string to_string(ShardingStrategy s) { return enum_name(s); }
 
-std::string to_string(DType d) {
-  switch (d) {
-    case DType::Float32: return "fp32";
-    case DType::BFloat16: return "bf16";
-    case DType::Float16: return "fp16";
-  }
-  return "?";
-}
+std::string to_string(DType d) { return enum_name(d); }
 
 }  // namespace meshrun::trainer

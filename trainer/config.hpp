@@ -1,5 +1,7 @@
 // TrainerConfig: the typed view of a trainer JSON config. Every key has a default and a one-line
 // description (config_key_docs); unknown keys are rejected by name, `--set a.b=v` overrides any key.
+// NOTE: the member initialisers below are the keys' defaults (config_defaults, --help-config and the man
+// page read them); a new member needs one line in config_keys() in config.cpp, which names and documents it.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +13,15 @@
 namespace meshrun::trainer {
 
 // Hybrid*: FULL_SHARD / SHARD_GRAD_OP inside a shard group (a node), replicated across groups.
-enum class ShardingStrategy { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardZero2 };
-enum class DType { Float32, BFloat16, Float16 };
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
+enum class DType { kFloat32, kBFloat16, kFloat16 };
 // Llama3: Llama 3.1's frequency-dependent stretch of the rotary wavelengths (Hugging Face rope_type "llama3").
-enum class RopeScaling { None, Llama3 };
+enum class RopeScaling { kNone, kLlama3 };
 /// How ranks of one node move all-gather / reduce-scatter bytes on CPU (communicator.hpp).
-enum class IntraNodeTransport { Auto, CrossMemoryAttach, Gloo };
+enum class IntraNodeTransport { kAuto, kCrossMemoryAttach, kGloo };
 
 struct ModelConfig {
-  std::string name;
+  std::string name = "custom";  // label in logs; model.init_from's folder name unless set
   int64_t vocab_size = 256;
   int64_t dim = 128;
   int64_t n_layers = 4;
@@ -30,7 +32,7 @@ struct ModelConfig {
   int64_t max_seq_len = 256;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling = RopeScaling::None;
+  RopeScaling rope_scaling = RopeScaling::kNone;
   double rope_scaling_factor = 8.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
@@ -74,9 +76,9 @@ struct TrainConfig {
 };
 
 struct FsdpConfig {
-  ShardingStrategy strategy = ShardingStrategy::FullShard;
-  DType param_dtype = DType::Float32;
-  DType reduce_dtype = DType::Float32;
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  DType param_dtype = DType::kFloat32;
+  DType reduce_dtype = DType::kFloat32;
   bool prefetch = true;
   bool native_reduce_scatter = true;     // false: all-reduce + local chunk (2x traffic), for comparison
   bool p2p_collectives = true;           // Gloo: all-gather / reduce-scatter as direct sends and receives
@@ -86,11 +88,11 @@ struct FsdpConfig {
   int64_t limit_all_gathers = 1;         // unit all-gathers issued ahead of the unit computing
 
   bool hybrid() const {
-    return strategy == ShardingStrategy::HybridShard || strategy == ShardingStrategy::HybridShardZero2;
+    return strategy == ShardingStrategy::kHybridShard || strategy == ShardingStrategy::kHybridShardZero2;
   }
   /// Parameters are freed after a unit's forward and gathered again for its backward.
   bool reshard_after_forward() const {
-    return strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard;
+    return strategy == ShardingStrategy::kFullShard || strategy == ShardingStrategy::kHybridShard;
   }
 };
 
@@ -108,7 +110,7 @@ struct CheckpointConfig {
 struct SystemConfig {
   std::string device = "auto";   // auto | cpu | cuda
   std::string backend = "auto";  // auto | gloo | nccl
-  IntraNodeTransport intra_node = IntraNodeTransport::Auto;
+  IntraNodeTransport intra_node = IntraNodeTransport::kAuto;
   int64_t threads = 0;       // 0: OMP_NUM_THREADS, else cores / LOCAL_WORLD_SIZE
   double peak_flops = 1e11;  // per rank, for MFU
   double timeout_s = 120.0;

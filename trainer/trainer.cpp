@@ -123,8 +123,8 @@ double mean_val_loss(ShardedModel& model, Communicator& comm, const TokenDataset
   c10::NoGradGuard no_grad;
   double sum = 0;
   for (int64_t i = 0; i < c.train.eval_batches; ++i) {
-    const auto mb = sample_micro_batch(data, Split::Val, c.train.seed, i, 0, c.train.global_batch_size, c.train.seq_len,
-                                       comm.rank(), comm.world_size());
+    const auto mb = sample_micro_batch(data, Split::kVal, c.train.seed, i, 0, c.train.global_batch_size,
+                                       c.train.seq_len, comm.rank(), comm.world_size());
     sum += loss_of(model, mb, c.model.vocab_size).item<double>();
   }
   model.reshard_all();
@@ -246,7 +246,7 @@ StepResult Trainer::step(int64_t step) {
   double local_loss = 0;
   for (int64_t micro = 0; micro < c.train.grad_accum_steps; ++micro) {
     model_->set_requires_grad_sync(micro + 1 == c.train.grad_accum_steps);
-    const auto mb = sample_micro_batch(*data_, Split::Train, c.train.seed, step - 1, micro * c.train.global_batch_size,
+    const auto mb = sample_micro_batch(*data_, Split::kTrain, c.train.seed, step - 1, micro * c.train.global_batch_size,
                                        c.train.global_batch_size, c.train.seq_len, comm_->rank(), comm_->world_size());
     const int64_t bytes_before = tensor_bytes_in_use(device_);
     at::Tensor loss = loss_of(*model_, mb, c.model.vocab_size) / static_cast<double>(c.train.grad_accum_steps);

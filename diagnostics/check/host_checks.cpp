@@ -52,15 +52,15 @@ CheckResult check_hostname(bool multi_node, Duration timeout) {
 }
 
 CheckResult check_interfaces(bool multi_node) {
-  const auto addresses = list_interface_addresses();
   std::vector<std::string> shown;
   nlohmann::json data = nlohmann::json::array();
   bool reachable = false;
-  for (const auto& a : addresses) {
-    data.push_back({{"interface", a.interface}, {"address", a.address}, {"up", a.up}, {"scope", a.scope}});
-    if (a.scope == "loopback") continue;
-    shown.push_back(a.interface + " " + a.address + " (" + a.scope + (a.up ? "" : ", down") + ")");
-    reachable = reachable || (a.up && a.scope != "link-local");
+  for (const auto& a : list_local_addresses()) {
+    const std::string scope = address_scope(a.address);
+    data.push_back({{"interface", a.interface}, {"address", a.address}, {"up", a.up}, {"scope", scope}});
+    if (scope == "loopback") continue;
+    shown.push_back(a.interface + " " + a.address + " (" + scope + (a.up ? "" : ", down") + ")");
+    reachable = reachable || (a.up && scope != "link-local");
   }
   CheckResult r;
   if (!reachable && multi_node) {
@@ -151,68 +151,83 @@ CheckResult judge_driver(int cuda_version, const std::string& release) {
                      "(pip install torch --index-url https://download.pytorch.org/whl/cu126)");
 }
 
-std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
-  std::vector<CheckResult> out;
-  const GpuInfo gpu = probe_gpus();
-  const std::string cvd_raw = env_or_empty("CUDA_VISIBLE_DEVICES");
-  const bool cvd_set = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
-  nlohmann::json data = {{"driver_found", gpu.driver_found},
-                         {"device_count", gpu.device_count},
-                         {"driver_version", gpu.driver_version},
-                         {"driver_release", gpu.driver_release},
-                         {"cuda_visible_devices", cvd_set ? nlohmann::json(cvd_raw) : nlohmann::json(nullptr)},
-                         {"nccl_found", gpu.nccl_found},
-                         {"nccl_version", gpu.nccl_version}};
+namespace {
+
+// CUDA_VISIBLE_DEVICES as this process sees it (set but empty hides every GPU, unset hides none).
+struct VisibleDevicesEnv {
+  bool set = false;
+  std::string value;
+};
+
+VisibleDevicesEnv read_visible_devices_env() {
+  return {.set = std::getenv("CUDA_VISIBLE_DEVICES") != nullptr, .value = env_or_empty("CUDA_VISIBLE_DEVICES")};
+}
+
+// The facts behind every gpu.* result (each carries all of them).
+nlohmann::json gpu_data(const GpuInfo& gpu, const VisibleDevicesEnv& cvd) {
+  return {{"driver_found", gpu.driver_found},
+          {"device_count", gpu.device_count},
+          {"driver_version", gpu.driver_version},
+          {"driver_release", gpu.driver_release},
+          {"cuda_visible_devices", cvd.set ? nlohmann::json(cvd.value) : nlohmann::json(nullptr)},
+          {"nccl_found", gpu.nccl_found},
+          {"nccl_version", gpu.nccl_version}};
+}
+
+// gpu.devices: how many GPUs CUDA sees; none is expected on a CPU node.
+CheckResult devices_result(const GpuInfo& gpu, const VisibleDevicesEnv& cvd) {
   if (gpu.device_count == 0) {
     std::string why = gpu.driver_error.empty() ? "the driver reports 0 devices" : gpu.driver_error;
-    if (cvd_set) why += "; CUDA_VISIBLE_DEVICES='" + cvd_raw + "'";
-    auto r =
-        make_result(CheckStatus::kWarn, "gpu.devices", "no GPU visible: CPU/Gloo will be used (" + why + ")",
-                    "expected on a CPU node; on a GPU node check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES");
-    r.data = data;
-    out.push_back(std::move(r));
-  } else {
-    auto r = make_result(CheckStatus::kPass, "gpu.devices",
-                         std::to_string(gpu.device_count) + " GPU(s) visible to CUDA (driver API " +
-                             cuda_version_text(gpu.driver_version) + ")" +
-                             (cvd_set ? ", CUDA_VISIBLE_DEVICES='" + cvd_raw + "'" : ""));
-    r.data = data;
-    out.push_back(std::move(r));
+    if (cvd.set) why += "; CUDA_VISIBLE_DEVICES='" + cvd.value + "'";
+    return make_result(CheckStatus::kWarn, "gpu.devices", "no GPU visible: CPU/Gloo will be used (" + why + ")",
+                       "expected on a CPU node; on a GPU node check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES");
   }
-  if (gpu.driver_found && gpu.driver_version > 0) {
-    auto r = judge_driver(gpu.driver_version, gpu.driver_release);
-    r.data = data;
-    out.push_back(std::move(r));
+  return make_result(CheckStatus::kPass, "gpu.devices",
+                     std::to_string(gpu.device_count) + " GPU(s) visible to CUDA (driver API " +
+                         cuda_version_text(gpu.driver_version) + ")" +
+                         (cvd.set ? ", CUDA_VISIBLE_DEVICES='" + cvd.value + "'" : ""));
+}
+
+// gpu.visible_devices: whether --nproc-per-node ranks each get their own GPU.
+CheckResult nproc_fit_result(int nproc_per_node, const GpuInfo& gpu, const VisibleDevicesEnv& cvd) {
+  if (nproc_per_node > gpu.device_count) {
+    return make_result(CheckStatus::kWarn, "gpu.visible_devices",
+                       "--nproc-per-node " + std::to_string(nproc_per_node) + " but only " +
+                           std::to_string(gpu.device_count) + " GPU(s) visible" +
+                           (cvd.set ? " (CUDA_VISIBLE_DEVICES='" + cvd.value + "')" : "") +
+                           ": several ranks would share a GPU",
+                       "lower --nproc-per-node, or widen CUDA_VISIBLE_DEVICES");
   }
-  if (gpu.device_count > 0 && nproc_per_node) {
-    CheckResult r;
-    if (*nproc_per_node > gpu.device_count) {
-      r = make_result(CheckStatus::kWarn, "gpu.visible_devices",
-                      "--nproc-per-node " + std::to_string(*nproc_per_node) + " but only " +
-                          std::to_string(gpu.device_count) + " GPU(s) visible" +
-                          (cvd_set ? " (CUDA_VISIBLE_DEVICES='" + cvd_raw + "')" : "") +
-                          ": several ranks would share a GPU",
-                      "lower --nproc-per-node, or widen CUDA_VISIBLE_DEVICES");
-    } else {
-      r = make_result(CheckStatus::kPass, "gpu.visible_devices",
-                      "--nproc-per-node " + std::to_string(*nproc_per_node) + " fits " +
-                          std::to_string(gpu.device_count) + " visible GPU(s)");
-    }
-    r.data = data;
-    out.push_back(std::move(r));
-  }
-  CheckResult nccl;
+  return make_result(CheckStatus::kPass, "gpu.visible_devices",
+                     "--nproc-per-node " + std::to_string(nproc_per_node) + " fits " +
+                         std::to_string(gpu.device_count) + " visible GPU(s)");
+}
+
+// gpu.nccl: the system libnccl, which matters only with GPUs.
+CheckResult nccl_result(const GpuInfo& gpu) {
   if (gpu.nccl_found) {
-    nccl = make_result(CheckStatus::kPass, "gpu.nccl", "NCCL " + gpu.nccl_version + " found (libnccl.so.2)");
-  } else if (gpu.device_count > 0) {
-    nccl = make_result(CheckStatus::kWarn, "gpu.nccl", gpu.nccl_error,
+    return make_result(CheckStatus::kPass, "gpu.nccl", "NCCL " + gpu.nccl_version + " found (libnccl.so.2)");
+  }
+  if (gpu.device_count > 0) {
+    return make_result(CheckStatus::kWarn, "gpu.nccl", gpu.nccl_error,
                        "PyTorch wheels bundle their own NCCL, so this is only a problem for programs that load the "
                        "system one; add its directory to LD_LIBRARY_PATH");
-  } else {
-    nccl = make_result(CheckStatus::kPass, "gpu.nccl", "not needed without GPUs (" + gpu.nccl_error + ")");
   }
-  nccl.data = data;
-  out.push_back(std::move(nccl));
+  return make_result(CheckStatus::kPass, "gpu.nccl", "not needed without GPUs (" + gpu.nccl_error + ")");
+}
+
+}  // namespace
+
+std::vector<CheckResult> check_gpus(std::optional<int> nproc_per_node) {
+  const GpuInfo gpu = probe_gpus();
+  const VisibleDevicesEnv cvd = read_visible_devices_env();
+  std::vector<CheckResult> out;
+  out.push_back(devices_result(gpu, cvd));
+  if (gpu.driver_found && gpu.driver_version > 0) out.push_back(judge_driver(gpu.driver_version, gpu.driver_release));
+  if (gpu.device_count > 0 && nproc_per_node) out.push_back(nproc_fit_result(*nproc_per_node, gpu, cvd));
+  out.push_back(nccl_result(gpu));
+  const nlohmann::json data = gpu_data(gpu, cvd);
+  for (auto& r : out) r.data = data;
   return out;
 }
 

@@ -46,20 +46,6 @@ std::string address_scope(const std::string& address) {
   return "public";
 }
 
-std::vector<InterfaceAddress> list_interface_addresses() {
-  std::vector<InterfaceAddress> out;
-  for (auto& local : list_local_addresses()) {
-    InterfaceAddress a;
-    a.interface = std::move(local.interface);
-    a.address = std::move(local.address);
-    a.family = local.family;
-    a.up = local.up;
-    a.scope = address_scope(a.address);
-    out.push_back(std::move(a));
-  }
-  return out;
-}
-
 std::vector<std::string> list_interface_names() {
   std::vector<std::string> names;
   ifaddrs* list = nullptr;

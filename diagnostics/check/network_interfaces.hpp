@@ -6,24 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "common/net_address.hpp"  // list_local_addresses, route_source_address: what the checks build on
+#include "common/net_address.hpp"  // LocalAddress, list_local_addresses, route_source_address
 
 namespace meshrun::diagnostics {
-
-struct InterfaceAddress {
-  std::string interface;  // "eth0"
-  std::string address;    // numeric
-  int family = 0;         // AF_INET or AF_INET6
-  bool up = false;
-  std::string scope;  // "loopback", "private", "link-local" or "public"
-};
 
 /// "loopback", "private" (10/8, 172.16/12, 192.168/16, fc00::/7), "link-local" (169.254/16, fe80::/10)
 /// or "public"; "" when `address` is not numeric.
 std::string address_scope(const std::string& address);
-
-/// Every IPv4/IPv6 address of every interface.
-std::vector<InterfaceAddress> list_interface_addresses();
 
 /// Every interface name (with or without addresses), from /sys/class/net or getifaddrs.
 std::vector<std::string> list_interface_names();

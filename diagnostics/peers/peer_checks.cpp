@@ -53,55 +53,71 @@ CheckResult peers_result(const PeerSessionOutcome& o, const PeerSessionOptions& 
   return r;
 }
 
-CheckResult pairs_result(const PeerSessionOutcome& o) {
-  int ok = 0;
-  std::vector<std::string> failures;
-  const PairResult* slowest = nullptr;
-  bool slowest_a_to_b = true;
-  const PairResult* fastest = nullptr;
-  bool fastest_a_to_b = true;
-  double rtt_sum = 0;
+// One direction of one measured pair.
+struct Direction {
+  const PairResult* pair = nullptr;
+  bool a_to_b = true;
+
+  double gbps() const { return a_to_b ? pair->a_to_b_gbps : pair->b_to_a_gbps; }
+};
+
+// What the measured pairs add up to, for the bandwidth.pairs line.
+struct PairSummary {
+  int ok = 0;                         // pairs measured
+  std::vector<std::string> failures;  // "<a> <-> <b>: <error>" per failed pair
+  Direction slowest;                  // over both directions of every measured pair
+  Direction fastest;
+  double rtt_sum = 0;  // of the pairs' average round trips
   const PairResult* worst_rtt = nullptr;
+};
+
+PairSummary summarize_pairs(const PeerSessionOutcome& o) {
+  PairSummary s;
   for (const auto& p : o.pairs) {
     if (!p.ok) {
-      failures.push_back(label_of(o, p.a) + " <-> " + label_of(o, p.b) + ": " + p.error);
+      s.failures.push_back(label_of(o, p.a) + " <-> " + label_of(o, p.b) + ": " + p.error);
       continue;
     }
-    ++ok;
-    rtt_sum += p.rtt_avg_us;
-    if (worst_rtt == nullptr || p.rtt_avg_us > worst_rtt->rtt_avg_us) worst_rtt = &p;
+    ++s.ok;
+    s.rtt_sum += p.rtt_avg_us;
+    if (s.worst_rtt == nullptr || p.rtt_avg_us > s.worst_rtt->rtt_avg_us) s.worst_rtt = &p;
     for (const bool a_to_b : {true, false}) {
-      const double v = a_to_b ? p.a_to_b_gbps : p.b_to_a_gbps;
-      if (slowest == nullptr || v < (slowest_a_to_b ? slowest->a_to_b_gbps : slowest->b_to_a_gbps)) {
-        slowest = &p;
-        slowest_a_to_b = a_to_b;
-      }
-      if (fastest == nullptr || v > (fastest_a_to_b ? fastest->a_to_b_gbps : fastest->b_to_a_gbps)) {
-        fastest = &p;
-        fastest_a_to_b = a_to_b;
-      }
+      const Direction d{&p, a_to_b};
+      if (s.slowest.pair == nullptr || d.gbps() < s.slowest.gbps()) s.slowest = d;
+      if (s.fastest.pair == nullptr || d.gbps() > s.fastest.gbps()) s.fastest = d;
     }
   }
-  const auto direction = [&](const PairResult& p, bool a_to_b) {
-    const double v = a_to_b ? p.a_to_b_gbps : p.b_to_a_gbps;
-    return fixed(v, 3) + " GB/s (" + label_of(o, a_to_b ? p.a : p.b) + " -> " + label_of(o, a_to_b ? p.b : p.a) + ")";
-  };
+  return s;
+}
+
+// "1.234 GB/s (host-a #0 -> host-b #1)"
+std::string direction_text(const PeerSessionOutcome& o, const Direction& d) {
+  const PairResult& p = *d.pair;
+  return fixed(d.gbps(), 3) + " GB/s (" + label_of(o, d.a_to_b ? p.a : p.b) + " -> " +
+         label_of(o, d.a_to_b ? p.b : p.a) + ")";
+}
+
+std::string pairs_detail(const PeerSessionOutcome& o, const PairSummary& s) {
   const std::string scope = o.complete_view ? "" : "this node's pairs: ";
-  std::string detail = scope + std::to_string(ok) + " of " + std::to_string(o.pairs.size()) + " pair(s) measured in " +
-                       std::to_string(o.rounds) + " round(s)";
-  if (ok > 0) {
-    detail += "; slowest " + direction(*slowest, slowest_a_to_b) + ", fastest " + direction(*fastest, fastest_a_to_b) +
-              "; round trip avg " + fixed(rtt_sum / ok, 1) + " us, worst " + fixed(worst_rtt->rtt_avg_us, 1) + " us (" +
-              label_of(o, worst_rtt->a) + " <-> " + label_of(o, worst_rtt->b) + ")";
+  std::string detail = scope + std::to_string(s.ok) + " of " + std::to_string(o.pairs.size()) +
+                       " pair(s) measured in " + std::to_string(o.rounds) + " round(s)";
+  if (s.ok > 0) {
+    detail += "; slowest " + direction_text(o, s.slowest) + ", fastest " + direction_text(o, s.fastest) +
+              "; round trip avg " + fixed(s.rtt_sum / s.ok, 1) + " us, worst " + fixed(s.worst_rtt->rtt_avg_us, 1) +
+              " us (" + label_of(o, s.worst_rtt->a) + " <-> " + label_of(o, s.worst_rtt->b) + ")";
   }
-  for (const auto& f : failures) detail += "; FAILED " + f;
+  for (const auto& f : s.failures) detail += "; FAILED " + f;
   for (const auto& u : o.unreported) detail += "; " + u + " never reported its results";
   for (const auto& l : o.lost) detail += "; " + l;
   if (!o.complete_view) detail += " (the full matrix is printed by #0)";
+  return detail;
+}
 
-  const bool failed = !failures.empty() || !o.unreported.empty();
+CheckResult pairs_result(const PeerSessionOutcome& o) {
+  const PairSummary summary = summarize_pairs(o);
+  const bool failed = !summary.failures.empty() || !o.unreported.empty();
   CheckResult r =
-      make_result(failed ? CheckStatus::kFail : CheckStatus::kPass, "bandwidth.pairs", detail,
+      make_result(failed ? CheckStatus::kFail : CheckStatus::kPass, "bandwidth.pairs", pairs_detail(o, summary),
                   failed ? "nodes must reach each other directly, not only the daemon (NCCL and Gloo connect "
                            "node to node on ephemeral ports): open those ports between the nodes, check "
                            "routes with `meshrun check` on each, and see the reason given per pair"

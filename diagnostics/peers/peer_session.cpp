@@ -119,6 +119,13 @@ class Session {
   }
 
   void join() {
+    register_self();
+    const std::vector<int> members = self_.index == 0 ? choose_members() : await_members();
+    load_members(members);
+  }
+
+  // Takes the next index in the session and publishes this instance's host and listener under it.
+  void register_self() {
     auto& store = *store_;
     const int n = options_.peers;
     outcome_.peers = n;
@@ -131,41 +138,60 @@ class Session {
                         "for each check run (a session that did not finish keeps its keys on the daemon)");
     }
     store.set(key(numbered("node/", self_.index)), nlohmann::json{{"host", self_.host}, {"addr", self_.addr}}.dump());
+  }
 
-    std::vector<int> members;
-    if (self_.index == 0) {
-      // #0 decides who takes part, so every instance measures the same schedule.
-      std::vector<std::string> keys;
-      std::vector<int> indices;
-      for (int i = 0; i < n; ++i) {
-        keys.push_back(key(numbered("node/", i)));
-        indices.push_back(i);
-      }
-      try {
-        store.wait(keys, options_.join_timeout);
-        members = indices;
-      } catch (const TimeoutError&) {
-        members = present(keys, indices);
-      }
-      store.set(key("members"), nlohmann::json(members).dump());
-    } else {
-      try {
-        store.wait({key("members")}, options_.join_timeout + kSlack);
-      } catch (const TimeoutError&) {
-        std::string first = "#0";
-        if (store.check({key("node/0")}))
-          first = "#0 " + nlohmann::json::parse(store.get(key("node/0"))).value("host", "");
-        throw TimeoutError(first + " opened bandwidth session '" + options_.session + "' but did not start it within " +
-                           seconds_text(options_.join_timeout + kSlack) + ": is its meshrun check still running?");
-      }
-      members = nlohmann::json::parse(store.get(key("members"))).get<std::vector<int>>();
-      if (std::find(members.begin(), members.end(), self_.index) == members.end()) {
-        throw TimeoutError(numbered("this instance (#", self_.index) + ") joined bandwidth session '" +
-                           options_.session + "' after #0 had started it with " + std::to_string(members.size()) +
-                           " of " + std::to_string(n) + " instances: start every instance within --peers-timeout (" +
-                           seconds_text(options_.join_timeout) + ") of the first, with a new --rdzv-id");
-      }
+  // #0 decides who takes part, so every instance measures the same schedule: whoever joined within
+  // --peers-timeout.
+  std::vector<int> choose_members() {
+    auto& store = *store_;
+    std::vector<std::string> keys;
+    std::vector<int> indices;
+    for (int i = 0; i < options_.peers; ++i) {
+      keys.push_back(key(numbered("node/", i)));
+      indices.push_back(i);
     }
+    std::vector<int> members;
+    try {
+      store.wait(keys, options_.join_timeout);
+      members = indices;
+    } catch (const TimeoutError&) {
+      members = present(keys, indices);
+    }
+    store.set(key("members"), nlohmann::json(members).dump());
+    return members;
+  }
+
+  // The others take #0's member list, and must be on it.
+  std::vector<int> await_members() {
+    auto& store = *store_;
+    wait_for_start();
+    auto members = nlohmann::json::parse(store.get(key("members"))).get<std::vector<int>>();
+    if (std::find(members.begin(), members.end(), self_.index) == members.end()) {
+      throw TimeoutError(numbered("this instance (#", self_.index) + ") joined bandwidth session '" + options_.session +
+                         "' after #0 had started it with " + std::to_string(members.size()) + " of " +
+                         std::to_string(options_.peers) + " instances: start every instance within --peers-timeout (" +
+                         seconds_text(options_.join_timeout) + ") of the first, with a new --rdzv-id");
+    }
+    return members;
+  }
+
+  // Waits for #0 to publish the member list; a timeout names #0's host when it got as far as joining.
+  void wait_for_start() {
+    auto& store = *store_;
+    try {
+      store.wait({key("members")}, options_.join_timeout + kSlack);
+    } catch (const TimeoutError&) {
+      std::string first = "#0";
+      if (store.check({key("node/0")}))
+        first = "#0 " + nlohmann::json::parse(store.get(key("node/0"))).value("host", "");
+      throw TimeoutError(first + " opened bandwidth session '" + options_.session + "' but did not start it within " +
+                         seconds_text(options_.join_timeout + kSlack) + ": is its meshrun check still running?");
+    }
+  }
+
+  // Fills the outcome's nodes (members, by index), this instance's position among them, and who is missing.
+  void load_members(const std::vector<int>& members) {
+    auto& store = *store_;
     for (int m : members) {
       if (m == self_.index) {
         outcome_.nodes.push_back(self_);
@@ -178,7 +204,7 @@ class Session {
       if (outcome_.nodes[p].index == self_.index) position_ = static_cast<int>(p);
     }
     outcome_.joined = static_cast<int>(store.add(key("joined"), 0));
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < options_.peers; ++i) {
       if (std::find(members.begin(), members.end(), i) == members.end()) outcome_.missing.push_back(i);
     }
   }

@@ -187,6 +187,165 @@ std::optional<std::string> rejection_text(const Endpoint& endpoint, Duration tim
   return std::nullopt;
 }
 
+std::string connect_failure_text(const proto::ConnectError& e, Duration timeout) {
+  std::string detail = e.what();
+  if (e.kind() == proto::ConnectFailure::kTimeout) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " (no TCP handshake reply within %.1f s)", to_seconds(timeout));
+    detail += buf;
+  }
+  return detail;
+}
+
+// How a TCPStore server failed a meshrun hello, for "<where> answers store pings but <how> a meshrun hello".
+const char* hello_failure_verb(Io io) {
+  return io == Io::kTimeout ? "did not answer" : io == Io::kClosed ? "closed the connection on" : "garbled";
+}
+
+// One probe in progress. Each step either records what it measured and returns true, or finishes the
+// result with that step's outcome and returns false. Connect, ping and hello share one deadline.
+class Probe {
+ public:
+  Probe(const Endpoint& endpoint, Duration timeout)
+      : endpoint_(endpoint),
+        numeric_(endpoint),
+        where_(endpoint.to_string()),
+        timeout_(timeout),
+        deadline_(Clock::now() + timeout) {}
+
+  ProbeResult run() {
+    if (resolve() && connect() && ping()) hello();
+    return result_;
+  }
+
+ private:
+  bool fail(ProbeOutcome outcome, std::string detail) {
+    result_ = finish(std::move(result_), outcome, std::move(detail));
+    return false;
+  }
+
+  bool rejected(const std::string& why) {
+    return fail(ProbeOutcome::kRejected, "the meshrun daemon at " + where_ + " rejected this host: " + why);
+  }
+
+  bool resolve() {
+    try {
+      numeric_.host = resolve_host(endpoint_.host, timeout_).front();
+    } catch (const proto::ConnectError& e) {
+      return fail(ProbeOutcome::kResolve, e.what());
+    }
+    result_.address = numeric_.to_string();
+    return true;
+  }
+
+  bool connect() {
+    const auto start = Clock::now();
+    try {
+      socket_.emplace(proto::connect_tcp(numeric_, deadline_));
+    } catch (const proto::ConnectError& e) {
+      return fail(outcome_of(e.kind()), connect_failure_text(e, timeout_));
+    } catch (const Error& e) {
+      return fail(ProbeOutcome::kError, e.what());
+    }
+    result_.connect_s = seconds_since(start);
+    return true;
+  }
+
+  // VALIDATE + PING in one write: a TCPStore server echoes the nonce, anything else does not.
+  bool ping() {
+    const uint32_t nonce = 0x6d650000u ^ static_cast<uint32_t>(::getpid() & 0xffff);
+    const std::string request = proto::encode_request(
+        {.type = proto::QueryType::kPing, .keys = {}, .values = {}, .number = static_cast<int64_t>(nonce)});
+    const auto start = Clock::now();
+    std::string echo;
+    Io io = socket_->send_all(validate_request() + request, deadline_);
+    if (io == Io::kOk) io = socket_->recv_exact(echo, sizeof nonce, deadline_);
+    if (io != Io::kOk) return no_echo(io, echo);
+    uint32_t got = 0;
+    std::memcpy(&got, echo.data(), sizeof got);
+    if (got != nonce) {
+      return fail(ProbeOutcome::kNotStore,
+                  where_ + " answered a store ping with " + describe_bytes(echo) +
+                      " instead of the echo: not a meshrun/TCPStore daemon (an HTTP or other server?)");
+    }
+    result_.rtt_s = seconds_since(start);
+    return true;
+  }
+
+  // The ping got no whole echo: something silent, a meshrun daemon's --allow rules, or a hang-up.
+  bool no_echo(Io io, const std::string& echo) {
+    if (io == Io::kTimeout) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.1f s", to_seconds(timeout_));
+      return fail(ProbeOutcome::kNotStore, where_ + " accepted the TCP connection but sent " +
+                                               (echo.empty() ? std::string("nothing") : describe_bytes(echo)) +
+                                               " in reply to a store ping within " + secs +
+                                               ": something else listens there, not a meshrun/TCPStore daemon");
+    }
+    if (auto why = rejection_text(numeric_, timeout_)) return rejected(*why);
+    return fail(ProbeOutcome::kNotStore,
+                where_ + " accepted the TCP connection, then closed it without answering a store ping" +
+                    (echo.empty() ? std::string() : " (after sending " + describe_bytes(echo) + ")") +
+                    ": not a meshrun/TCPStore daemon");
+  }
+
+  // The MESHRUN hello: tells meshrun-rendezvous from a plain TCPStore, and brackets the daemon's wall clock.
+  bool hello() {
+    const auto start = Clock::now();
+    const int64_t wall_before = wall_ms();
+    Io io = socket_->send_all(hello_request(), deadline_);
+    bool implausible = false;
+    std::string text;
+    if (io == Io::kOk) text = read_meshrun_reply(*socket_, deadline_, io, implausible);
+    const int64_t wall_after = wall_ms();
+    if (io != Io::kOk || implausible) {
+      return fail(ProbeOutcome::kTcpStore, where_ + " answers store pings but " + hello_failure_verb(io) +
+                                               " a meshrun hello: a TCPStore server (e.g. PyTorch's), not "
+                                               "meshrun-rendezvous");
+    }
+    result_.hello_rtt_s = seconds_since(start);
+    if (!read_hello(text)) return false;
+    result_.skew_s = static_cast<double>(result_.hello->unix_time_ms - (wall_before + wall_after) / 2) / 1000.0;
+    result_.outcome = ProbeOutcome::kMeshrun;
+    result_.detail = where_ + " is " + result_.hello->server + " " + result_.hello->version +
+                     " (it sees this host as " + result_.hello->peer + ")";
+    return true;
+  }
+
+  // Fills result_.hello from the reply, unless it is not a meshrun daemon's hello.
+  bool read_hello(const std::string& text) {
+    const auto reply = nlohmann::json::parse(text, nullptr, false);
+    if (!reply.is_object()) {
+      return fail(ProbeOutcome::kTcpStore, where_ + " answers store pings but its hello reply is not JSON");
+    }
+    if (reply.contains("error")) return refused_hello(reply["error"]);
+    try {
+      result_.hello = reply.get<proto::Hello>();
+    } catch (const nlohmann::json::exception& e) {
+      return fail(ProbeOutcome::kTcpStore, where_ + " sent a malformed hello: " + e.what());
+    }
+    if (result_.hello->server != proto::kServerName) {
+      return fail(ProbeOutcome::kTcpStore,
+                  where_ + " answers as '" + result_.hello->server + "', not " + proto::kServerName);
+    }
+    return true;
+  }
+
+  bool refused_hello(const nlohmann::json& error_json) {
+    const std::string error = error_json.is_string() ? error_json.get<std::string>() : error_json.dump();
+    if (error.find("not allowed") != std::string::npos) return rejected(error);
+    return fail(ProbeOutcome::kTcpStore, where_ + " answers store pings but refused a meshrun hello: " + error);
+  }
+
+  const Endpoint endpoint_;
+  Endpoint numeric_;         // endpoint_ with the host resolved: what is connected to
+  const std::string where_;  // endpoint_ as given, for messages
+  const Duration timeout_;
+  const TimePoint deadline_;  // shared by every step
+  std::optional<ProbeSocket> socket_;
+  ProbeResult result_;
+};
+
 }  // namespace
 
 const char* outcome_name(ProbeOutcome outcome) {
@@ -206,112 +365,6 @@ const char* outcome_name(ProbeOutcome outcome) {
 
 bool answered(ProbeOutcome outcome) { return outcome == ProbeOutcome::kMeshrun || outcome == ProbeOutcome::kTcpStore; }
 
-ProbeResult probe_endpoint(const Endpoint& endpoint, Duration timeout) {
-  ProbeResult r;
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  const std::string where = endpoint.to_string();
-  Endpoint numeric = endpoint;
-  try {
-    numeric.host = resolve_host(endpoint.host, timeout).front();
-  } catch (const proto::ConnectError& e) {
-    return finish(r, ProbeOutcome::kResolve, e.what());
-  }
-  r.address = numeric.to_string();
-
-  const auto connect_start = Clock::now();
-  std::optional<ProbeSocket> socket;
-  try {
-    socket.emplace(proto::connect_tcp(numeric, deadline));
-  } catch (const proto::ConnectError& e) {
-    std::string detail = e.what();
-    if (e.kind() == proto::ConnectFailure::kTimeout) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, " (no TCP handshake reply within %.1f s)", to_seconds(timeout));
-      detail += buf;
-    }
-    return finish(r, outcome_of(e.kind()), detail);
-  } catch (const Error& e) {
-    return finish(r, ProbeOutcome::kError, e.what());
-  }
-  r.connect_s = seconds_since(connect_start);
-
-  // VALIDATE + PING in one write: a TCPStore server echoes the nonce, anything else does not.
-  const uint32_t nonce = 0x6d650000u ^ static_cast<uint32_t>(::getpid() & 0xffff);
-  const std::string ping = proto::encode_request(
-      {.type = proto::QueryType::kPing, .keys = {}, .values = {}, .number = static_cast<int64_t>(nonce)});
-  const auto ping_start = Clock::now();
-  std::string echo;
-  Io io = socket->send_all(validate_request() + ping, deadline);
-  if (io == Io::kOk) io = socket->recv_exact(echo, sizeof nonce, deadline);
-  if (io != Io::kOk) {
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.1f s", to_seconds(timeout));
-    if (io == Io::kTimeout) {
-      return finish(r, ProbeOutcome::kNotStore,
-                    where + " accepted the TCP connection but sent " +
-                        (echo.empty() ? std::string("nothing") : describe_bytes(echo)) +
-                        " in reply to a store ping within " + secs +
-                        ": something else listens there, not a meshrun/TCPStore daemon");
-    }
-    if (auto rejected = rejection_text(numeric, timeout)) {
-      return finish(r, ProbeOutcome::kRejected, "the meshrun daemon at " + where + " rejected this host: " + *rejected);
-    }
-    return finish(r, ProbeOutcome::kNotStore,
-                  where + " accepted the TCP connection, then closed it without answering a store ping" +
-                      (echo.empty() ? std::string() : " (after sending " + describe_bytes(echo) + ")") +
-                      ": not a meshrun/TCPStore daemon");
-  }
-  uint32_t got = 0;
-  std::memcpy(&got, echo.data(), sizeof got);
-  if (got != nonce) {
-    return finish(r, ProbeOutcome::kNotStore,
-                  where + " answered a store ping with " + describe_bytes(echo) +
-                      " instead of the echo: not a meshrun/TCPStore daemon (an HTTP or other server?)");
-  }
-  r.rtt_s = seconds_since(ping_start);
-
-  const auto hello_start = Clock::now();
-  const int64_t wall_before = wall_ms();
-  io = socket->send_all(hello_request(), deadline);
-  bool implausible = false;
-  std::string text;
-  if (io == Io::kOk) text = read_meshrun_reply(*socket, deadline, io, implausible);
-  const int64_t wall_after = wall_ms();
-  if (io != Io::kOk || implausible) {
-    const std::string how = io == Io::kTimeout  ? "did not answer"
-                            : io == Io::kClosed ? "closed the connection on"
-                                                : "garbled";
-    return finish(r, ProbeOutcome::kTcpStore,
-                  where + " answers store pings but " + how +
-                      " a meshrun hello: a TCPStore server (e.g. PyTorch's), not meshrun-rendezvous");
-  }
-  r.hello_rtt_s = seconds_since(hello_start);
-  const auto reply = nlohmann::json::parse(text, nullptr, false);
-  if (!reply.is_object()) {
-    return finish(r, ProbeOutcome::kTcpStore, where + " answers store pings but its hello reply is not JSON");
-  }
-  if (reply.contains("error")) {
-    const std::string error = reply["error"].is_string() ? reply["error"].get<std::string>() : reply["error"].dump();
-    if (error.find("not allowed") != std::string::npos) {
-      return finish(r, ProbeOutcome::kRejected, "the meshrun daemon at " + where + " rejected this host: " + error);
-    }
-    return finish(r, ProbeOutcome::kTcpStore, where + " answers store pings but refused a meshrun hello: " + error);
-  }
-  try {
-    r.hello = reply.get<proto::Hello>();
-  } catch (const nlohmann::json::exception& e) {
-    return finish(r, ProbeOutcome::kTcpStore, where + " sent a malformed hello: " + e.what());
-  }
-  if (r.hello->server != proto::kServerName) {
-    return finish(r, ProbeOutcome::kTcpStore,
-                  where + " answers as '" + r.hello->server + "', not " + proto::kServerName);
-  }
-  r.skew_s = static_cast<double>(r.hello->unix_time_ms - (wall_before + wall_after) / 2) / 1000.0;
-  r.outcome = ProbeOutcome::kMeshrun;
-  r.detail =
-      where + " is " + r.hello->server + " " + r.hello->version + " (it sees this host as " + r.hello->peer + ")";
-  return r;
-}
+ProbeResult probe_endpoint(const Endpoint& endpoint, Duration timeout) { return Probe(endpoint, timeout).run(); }
 
 }  // namespace meshrun::diagnostics

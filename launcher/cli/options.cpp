@@ -245,6 +245,59 @@ StreamMask parse_stream_mask(const std::string& text, const std::string& flag) {
   return mask;
 }
 
+namespace {
+
+// The --rdzv-conf keys that take seconds, and the field each sets.
+constexpr std::pair<const char*, double RdzvConf::*> kSecondsKeys[] = {
+    {"join_timeout", &RdzvConf::join_timeout_s},
+    {"timeout", &RdzvConf::join_timeout_s},
+    {"last_call_timeout", &RdzvConf::last_call_timeout_s},
+    {"close_timeout", &RdzvConf::close_timeout_s},
+    {"read_timeout", &RdzvConf::read_timeout_s},
+    {"heartbeat_timeout", &RdzvConf::heartbeat_timeout_s},
+    {"keep_alive_interval", &RdzvConf::keep_alive_interval_s},
+};
+
+// Sets one --rdzv-conf key that does not take seconds; throws UsageError naming a bad value or key.
+void set_rdzv_conf_key(RdzvConf& conf, const std::string& key, const std::string& value) {
+  if (key == "keep_alive_max_attempt") {
+    const auto v = to_int(value);
+    if (!v || *v <= 0)
+      throw UsageError("--rdzv-conf keep_alive_max_attempt='" + value + "': expected a positive integer");
+    conf.keep_alive_max_attempt = *v;
+  } else if (key == "is_host") {
+    conf.is_host = truthy(value);
+  } else if (key == "http_port") {
+    const auto v = to_int(value);
+    if (!v || *v < 0 || *v > 65535)
+      throw UsageError("--rdzv-conf http_port='" + value + "': expected a port, 0 to 65535 (0 picks a free one)");
+    conf.http_port = static_cast<uint16_t>(*v);
+  } else if (key == "token") {
+    if (value.empty()) throw UsageError("--rdzv-conf token= is empty: give the job's join token (or leave it out)");
+    conf.token = value;
+  } else if (key == "local_addr") {
+    if (value.empty()) throw UsageError("--rdzv-conf local_addr= is empty: give this node's address");
+    conf.local_addr = value;
+  } else if (key == "store_type") {
+    // torchrun's c10d backend over a TCPStore ("tcp") or a FileStore ("file"); the daemon is a TCP store.
+    if (value != "tcp") {
+      throw UsageError("--rdzv-conf store_type=" + value +
+                       ": meshrun's rendezvous is a TCP store only; drop store_type (or use store_type=tcp)");
+    }
+  } else if (key == "use_libuv") {
+    // Which server PyTorch's own TCPStore would use; under meshrun the daemon is the server, so there is
+    // no choice to make. Still a boolean, as for torchrun.
+    if (!is_boolean(value)) throw UsageError("--rdzv-conf use_libuv='" + value + "': expected true/false or 1/0");
+  } else {
+    throw UsageError(
+        "--rdzv-conf: unknown key '" + key +
+        "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
+        "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, local_addr, store_type, use_libuv)");
+  }
+}
+
+}  // namespace
+
 RdzvConf parse_rdzv_conf(const std::string& text) {
   RdzvConf conf;
   if (trim(text).empty()) return conf;
@@ -256,58 +309,16 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
     }
     const std::string key = trim(item.substr(0, eq));
     const std::string value = trim(item.substr(eq + 1));
-    const auto seconds = [&](double& field) {
-      const auto v = to_double(value);
-      if (!v || *v <= 0)
-        throw UsageError("--rdzv-conf " + key + "='" + value + "': expected a positive number of seconds");
-      field = *v;
-    };
-    if (key == "join_timeout" || key == "timeout") {
-      seconds(conf.join_timeout_s);
-    } else if (key == "last_call_timeout") {
-      seconds(conf.last_call_timeout_s);
-    } else if (key == "close_timeout") {
-      seconds(conf.close_timeout_s);
-    } else if (key == "read_timeout") {
-      seconds(conf.read_timeout_s);
-    } else if (key == "heartbeat_timeout") {
-      seconds(conf.heartbeat_timeout_s);
-    } else if (key == "keep_alive_interval") {
-      seconds(conf.keep_alive_interval_s);
-    } else if (key == "keep_alive_max_attempt") {
-      const auto v = to_int(value);
-      if (!v || *v <= 0)
-        throw UsageError("--rdzv-conf keep_alive_max_attempt='" + value + "': expected a positive integer");
-      conf.keep_alive_max_attempt = *v;
-    } else if (key == "is_host") {
-      conf.is_host = truthy(value);
-    } else if (key == "http_port") {
-      const auto v = to_int(value);
-      if (!v || *v < 0 || *v > 65535)
-        throw UsageError("--rdzv-conf http_port='" + value + "': expected a port, 0 to 65535 (0 picks a free one)");
-      conf.http_port = static_cast<uint16_t>(*v);
-    } else if (key == "token") {
-      if (value.empty()) throw UsageError("--rdzv-conf token= is empty: give the job's join token (or leave it out)");
-      conf.token = value;
-    } else if (key == "local_addr") {
-      if (value.empty()) throw UsageError("--rdzv-conf local_addr= is empty: give this node's address");
-      conf.local_addr = value;
-    } else if (key == "store_type") {
-      // torchrun's c10d backend over a TCPStore ("tcp") or a FileStore ("file"); the daemon is a TCP store.
-      if (value != "tcp") {
-        throw UsageError("--rdzv-conf store_type=" + value +
-                         ": meshrun's rendezvous is a TCP store only; drop store_type (or use store_type=tcp)");
-      }
-    } else if (key == "use_libuv") {
-      // Which server PyTorch's own TCPStore would use; under meshrun the daemon is the server, so there is
-      // no choice to make. Still a boolean, as for torchrun.
-      if (!is_boolean(value)) throw UsageError("--rdzv-conf use_libuv='" + value + "': expected true/false or 1/0");
-    } else {
-      throw UsageError(
-          "--rdzv-conf: unknown key '" + key +
-          "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
-          "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, local_addr, store_type, use_libuv)");
+    const auto seconds_key =
+        std::find_if(std::begin(kSecondsKeys), std::end(kSecondsKeys), [&](const auto& k) { return key == k.first; });
+    if (seconds_key == std::end(kSecondsKeys)) {
+      set_rdzv_conf_key(conf, key, value);
+      continue;
     }
+    const auto v = to_double(value);
+    if (!v || *v <= 0)
+      throw UsageError("--rdzv-conf " + key + "='" + value + "': expected a positive number of seconds");
+    conf.*(seconds_key->second) = *v;
   }
   return conf;
 }
@@ -416,154 +427,216 @@ HostInfo detect_host_info() {
   return info;
 }
 
-ParseResult parse_launch_options(const std::vector<std::string>& user_args, const EnvLookup& env,
-                                 const HostInfo& host) {
-  ParseResult result;
-  LaunchOptions& o = result.options;
+namespace {
 
-  CLI::App app{"meshrun: a drop-in torchrun replacement; starts workers in milliseconds and supervises them.",
-               "meshrun"};
-  app.footer(help_footer());
-  // Stop at the entrypoint: everything from it on belongs to the worker.
-  app.prefix_command();
-  // argparse semantics: a repeated option takes its last value (PET_* values come first, argv wins).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.set_version_flag("--version", std::string("meshrun ") + kVersion);
-
+// The command line's values that need more than CLI11's type check (converted after parsing), with the
+// defaults torchrun shows. The rest bind straight to LaunchOptions.
+struct RawFlags {
   std::string nnodes = "1:1", backend = "static", endpoint, run_id = "none", conf, redirects = "0", tee = "0";
-  std::string filter, master_port, signals = "", start_method = "spawn", event_log_handler = "null";
+  std::string filter, master_port, signals, start_method = "spawn", event_log_handler = "null";
   std::string logs_specs, numa_binding, print_completion, dup_out, dup_err;
+  std::string hang_timeout = "auto";
   std::optional<double> shutdown_timeout;
+  bool no_evict = false;
+};
 
-  auto* nnodes_opt =
-      app.add_option(both_spellings("--nnodes"), nnodes, "Number of nodes: N or MIN:MAX (elastic)")->default_str("1:1");
-  auto* nproc_opt =
-      app.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
+// The options whose presence matters (PET_* variables count as given, as in torchrun).
+struct GivenFlags {
+  CLI::Option* nnodes = nullptr;
+  CLI::Option* nproc = nullptr;
+  CLI::Option* backend = nullptr;
+  CLI::Option* endpoint = nullptr;
+  CLI::Option* run_id = nullptr;
+  CLI::Option* node_rank = nullptr;
+  CLI::Option* master_addr = nullptr;
+  CLI::Option* master_port = nullptr;
+  CLI::Option* hostfile = nullptr;
+};
+
+// meshrun's command line: the CLI11 app, bound to `options` and to its own RawFlags. The option groups
+// are added in --help's order.
+class LaunchCommandLine {
+ public:
+  explicit LaunchCommandLine(LaunchOptions& options);
+  LaunchCommandLine(const LaunchCommandLine&) = delete;
+  LaunchCommandLine& operator=(const LaunchCommandLine&) = delete;
+
+  /// Parses `argv`; the text to print instead of launching for --help and --version.
+  std::optional<std::string> parse(const std::vector<std::string>& argv);
+  /// What follows meshrun's options: the entrypoint and its arguments.
+  std::vector<std::string> remaining() const { return app_.remaining(); }
+
+  RawFlags raw;
+  GivenFlags given;
+
+ private:
+  void add_job_options(LaunchOptions& o);
+  void add_entrypoint_and_output_options(LaunchOptions& o);
+  void add_node_options(LaunchOptions& o);
+  void add_supervision_options(LaunchOptions& o);
+  void add_fanout_options(LaunchOptions& o);
+
+  CLI::App app_{"meshrun: a drop-in torchrun replacement; starts workers in milliseconds and supervises them.",
+                "meshrun"};
+};
+
+LaunchCommandLine::LaunchCommandLine(LaunchOptions& options) {
+  app_.footer(help_footer());
+  // Stop at the entrypoint: everything from it on belongs to the worker.
+  app_.prefix_command();
+  // argparse semantics: a repeated option takes its last value (PET_* values come first, argv wins).
+  app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app_.set_version_flag("--version", std::string("meshrun ") + kVersion);
+  add_job_options(options);
+  add_entrypoint_and_output_options(options);
+  add_node_options(options);
+  add_supervision_options(options);
+  add_fanout_options(options);
+}
+
+void LaunchCommandLine::add_job_options(LaunchOptions& o) {
+  given.nnodes = app_.add_option(both_spellings("--nnodes"), raw.nnodes, "Number of nodes: N or MIN:MAX (elastic)")
+                     ->default_str("1:1");
+  given.nproc =
+      app_.add_option(both_spellings("--nproc-per-node"), o.nproc_spec, "Workers per node: N, auto, gpu or cpu")
           ->default_str("1");
-  auto* backend_opt =
-      app.add_option(both_spellings("--rdzv-backend"), backend, "Rendezvous backend: c10d, static or etcd-v3")
+  given.backend =
+      app_.add_option(both_spellings("--rdzv-backend"), raw.backend, "Rendezvous backend: c10d, static or etcd-v3")
           ->default_str("static");
-  auto* endpoint_opt =
-      app.add_option(both_spellings("--rdzv-endpoint"), endpoint,
-                     "Rendezvous endpoint HOST[:PORT] (port 29400); etcd-v3: the members, HOST[:PORT],... (port 2379)");
-  auto* id_opt = app.add_option(both_spellings("--rdzv-id"), run_id, "Job id shared by all nodes")->default_str("none");
-  app.add_option(
-      both_spellings("--rdzv-conf"), conf,
+  given.endpoint = app_.add_option(
+      both_spellings("--rdzv-endpoint"), raw.endpoint,
+      "Rendezvous endpoint HOST[:PORT] (port 29400); etcd-v3: the members, HOST[:PORT],... (port 2379)");
+  given.run_id =
+      app_.add_option(both_spellings("--rdzv-id"), raw.run_id, "Job id shared by all nodes")->default_str("none");
+  app_.add_option(
+      both_spellings("--rdzv-conf"), raw.conf,
       "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
       "keep_alive_max_attempt, heartbeat_timeout, is_host, http_port (the hosted daemon's live page), token (the "
       "join token; prefer $MESHRUN_RDZV_TOKEN, which `ps` does not show)");
-  app.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
-  app.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
+  app_.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
+  app_.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
-  app.add_option(both_spellings("--monitor-interval"), o.monitor_interval_s, "Seconds between worker checks")
+  app_.add_option(both_spellings("--monitor-interval"), o.monitor_interval_s, "Seconds between worker checks")
       ->default_str("0.1");
-  app.add_option(both_spellings("--start-method"), start_method,
-                 "spawn, fork or forkserver: as in torchrun, a script always starts in a fresh process")
+  app_.add_option(both_spellings("--start-method"), raw.start_method,
+                  "spawn, fork or forkserver: as in torchrun, a script always starts in a fresh process")
       ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
-  app.add_option(both_spellings("--event-log-handler"), event_log_handler,
-                 "Only null: meshrun's events go to the console, the daemon's status and /metrics");
-  app.add_option("--role", o.role, "Worker role name (ROLE_NAME)")->default_str("default");
-  auto* module_opt = app.add_flag("-m,--module", o.module, "Run ENTRYPOINT as `python -m ENTRYPOINT`");
-  auto* nopy_opt = app.add_flag(both_spellings("--no-python"), o.no_python, "Execute ENTRYPOINT directly");
-  auto* runpath_opt = app.add_flag(both_spellings("--run-path"), o.run_path, "Run ENTRYPOINT as a Python file");
-  app.add_option(both_spellings("--log-dir"), o.log_dir, "Write per-attempt, per-rank stdout/stderr files here");
-  app.add_option(both_spellings("--redirects", "-r"), redirects,
-                 "Send streams to log files only: 1=stdout 2=stderr 3=both, or 0:1,1:2 per local rank");
-  app.add_option(both_spellings("--tee", "-t"), tee, "Like --redirects but also to the console");
-  app.add_option(both_spellings("--log-line-prefix-template"), o.log_line_prefix_template,
-                 "Console line prefix; ${rank} ${local_rank} ${role_name} ${hostname}; default [rank${rank}]:");
-  app.add_option(both_spellings("--local-ranks-filter"), filter, "Only show these local ranks on the console: 0,1");
-  app.add_option(both_spellings("--duplicate-stdout-filters"), dup_out,
-                 "Also copy every rank's stdout lines that contain one of these comma-separated strings (\",,\": a "
-                 "comma) to <log dir>/<run>/attempt_<n>/filtered_stdout.log");
-  app.add_option(both_spellings("--duplicate-stderr-filters"), dup_err,
-                 "The same for stderr lines, to filtered_stderr.log");
-  auto* node_rank_opt =
-      app.add_option(both_spellings("--node-rank"), o.node_rank, "This node's rank (static backend; c10d: requested)")
+  app_.add_option(both_spellings("--event-log-handler"), raw.event_log_handler,
+                  "Only null: meshrun's events go to the console, the daemon's status and /metrics");
+  app_.add_option("--role", o.role, "Worker role name (ROLE_NAME)")->default_str("default");
+}
+
+void LaunchCommandLine::add_entrypoint_and_output_options(LaunchOptions& o) {
+  app_.add_flag("-m,--module", o.module, "Run ENTRYPOINT as `python -m ENTRYPOINT`");
+  app_.add_flag(both_spellings("--no-python"), o.no_python, "Execute ENTRYPOINT directly");
+  app_.add_flag(both_spellings("--run-path"), o.run_path, "Run ENTRYPOINT as a Python file");
+  app_.add_option(both_spellings("--log-dir"), o.log_dir, "Write per-attempt, per-rank stdout/stderr files here");
+  app_.add_option(both_spellings("--redirects", "-r"), raw.redirects,
+                  "Send streams to log files only: 1=stdout 2=stderr 3=both, or 0:1,1:2 per local rank");
+  app_.add_option(both_spellings("--tee", "-t"), raw.tee, "Like --redirects but also to the console");
+  app_.add_option(both_spellings("--log-line-prefix-template"), o.log_line_prefix_template,
+                  "Console line prefix; ${rank} ${local_rank} ${role_name} ${hostname}; default [rank${rank}]:");
+  app_.add_option(both_spellings("--local-ranks-filter"), raw.filter,
+                  "Only show these local ranks on the console: 0,1");
+  app_.add_option(both_spellings("--duplicate-stdout-filters"), raw.dup_out,
+                  "Also copy every rank's stdout lines that contain one of these comma-separated strings (\",,\": a "
+                  "comma) to <log dir>/<run>/attempt_<n>/filtered_stdout.log");
+  app_.add_option(both_spellings("--duplicate-stderr-filters"), raw.dup_err,
+                  "The same for stderr lines, to filtered_stderr.log");
+}
+
+void LaunchCommandLine::add_node_options(LaunchOptions& o) {
+  given.node_rank =
+      app_.add_option(both_spellings("--node-rank"), o.node_rank, "This node's rank (static backend; c10d: requested)")
           ->check(CLI::NonNegativeNumber);
-  auto* master_addr_opt =
-      app.add_option(both_spellings("--master-addr"), o.master_addr, "Static backend: node 0's address")
+  given.master_addr =
+      app_.add_option(both_spellings("--master-addr"), o.master_addr, "Static backend: node 0's address")
           ->default_str("127.0.0.1");
-  auto* master_port_opt = app.add_option(both_spellings("--master-port"), master_port,
-                                         "Static backend: the daemon's port on node 0 (29500)");
-  app.add_option(both_spellings("--local-addr"), o.local_addr, "The address other nodes reach this node at");
-  app.add_option(both_spellings("--logs-specs"), logs_specs,
-                 "Refused: a Python plugin of torchrun's; use --log-dir, --redirects, --tee, --local-ranks-filter");
-  app.add_option(both_spellings("--numa-binding"), numa_binding,
-                 "Refused: not implemented; bind workers with numactl from a --no-python wrapper");
-  app.add_option(both_spellings("--signals-to-handle"), signals,
-                 "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)");
-  app.add_option(
-      both_spellings("--shutdown-timeout"), shutdown_timeout,
+  given.master_port = app_.add_option(both_spellings("--master-port"), raw.master_port,
+                                      "Static backend: the daemon's port on node 0 (29500)");
+  app_.add_option(both_spellings("--local-addr"), o.local_addr, "The address other nodes reach this node at");
+  app_.add_option(both_spellings("--logs-specs"), raw.logs_specs,
+                  "Refused: a Python plugin of torchrun's; use --log-dir, --redirects, --tee, --local-ranks-filter");
+  app_.add_option(both_spellings("--numa-binding"), raw.numa_binding,
+                  "Refused: not implemented; bind workers with numactl from a --no-python wrapper");
+}
+
+void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
+  app_.add_option(both_spellings("--signals-to-handle"), raw.signals,
+                  "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)");
+  app_.add_option(
+      both_spellings("--shutdown-timeout"), raw.shutdown_timeout,
       "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
-  app.add_option("--fault-stop-timeout", o.fault_stop_timeout_s,
-                 "Seconds between SIGTERM and SIGKILL when a fault ends the attempt (a node lost, a worker failed "
-                 "or hung here or elsewhere): the workers' peers are gone, so nothing collective can finish. At "
-                 "most --shutdown-timeout, which signals, ends and scale-ups keep")
+  app_.add_option("--fault-stop-timeout", o.fault_stop_timeout_s,
+                  "Seconds between SIGTERM and SIGKILL when a fault ends the attempt (a node lost, a worker failed "
+                  "or hung here or elsewhere): the workers' peers are gone, so nothing collective can finish. At "
+                  "most --shutdown-timeout, which signals, ends and scale-ups keep")
       ->default_str("3");
-  bool no_evict = false;
-  app.add_flag("--no-evict", no_evict,
-               "Keep a hang verdict's suspect node in the job: by default it makes way for a hot spare when one "
-               "waits (docs/multi-node.md#hot-spares)");
-  std::string hang_timeout = "auto";
-  app.add_option("--hang-timeout", hang_timeout,
-                 "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
-                 "stay silent after a progress beat before the job counts as hung: auto (floor + 2x the job's "
-                 "cadence, after 3 collectives or steps), off (no hook either), or SECONDS (docs/progress.md)")
+  app_.add_flag("--no-evict", raw.no_evict,
+                "Keep a hang verdict's suspect node in the job: by default it makes way for a hot spare when one "
+                "waits (docs/multi-node.md#hot-spares)");
+  app_.add_option("--hang-timeout", raw.hang_timeout,
+                  "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
+                  "stay silent after a progress beat before the job counts as hung: auto (floor + 2x the job's "
+                  "cadence, after 3 collectives or steps), off (no hook either), or SECONDS (docs/progress.md)")
       ->default_str("auto");
-  app.add_option("--hang-floor", o.progress.floor_s,
-                 "Seconds added to the automatic hang budget; also how long a stopped (state T) worker may stay "
-                 "stopped")
+  app_.add_option("--hang-floor", o.progress.floor_s,
+                  "Seconds added to the automatic hang budget; also how long a stopped (state T) worker may stay "
+                  "stopped")
       ->default_str("60");
-  app.add_option("--hang-phase-timeout", o.progress.phase_s,
-                 "The least hang budget while a rank is in a phase other than train (eval, checkpoint...)")
+  app_.add_option("--hang-phase-timeout", o.progress.phase_s,
+                  "The least hang budget while a rank is in a phase other than train (eval, checkpoint...)")
       ->default_str("1800");
-  app.add_option("--straggler-threshold", o.progress.straggler,
-                 "Name ranks this many times slower per step than the run's median (0: off)")
+  app_.add_option("--straggler-threshold", o.progress.straggler,
+                  "Name ranks this many times slower per step than the run's median (0: off)")
       ->default_str("1.3");
-  app.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
-               "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
-  app.add_option(both_spellings("--print-completion"), print_completion, "Not supported by meshrun");
-  auto* hostfile_opt = app.add_option("-H,--hostfile", o.fanout.hostfile,
-                                      "Start one meshrun per host of FILE over ssh (lines: `host slots=N`)");
-  app.add_option("-i,--include", o.fanout.include, "With --hostfile: only these hosts/slots, e.g. node1@node2:0,1");
-  app.add_option("-e,--exclude", o.fanout.exclude, "With --hostfile: skip these hosts/slots, e.g. node3");
+  app_.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
+                "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
+  app_.add_option(both_spellings("--print-completion"), raw.print_completion, "Not supported by meshrun");
+}
+
+void LaunchCommandLine::add_fanout_options(LaunchOptions& o) {
+  given.hostfile = app_.add_option("-H,--hostfile", o.fanout.hostfile,
+                                   "Start one meshrun per host of FILE over ssh (lines: `host slots=N`)");
+  app_.add_option("-i,--include", o.fanout.include, "With --hostfile: only these hosts/slots, e.g. node1@node2:0,1");
+  app_.add_option("-e,--exclude", o.fanout.exclude, "With --hostfile: skip these hosts/slots, e.g. node3");
   // One value per use (--export A --export B): a vector option would otherwise swallow the entrypoint.
-  app.add_option("--export", o.fanout.exports, "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable")
+  app_.add_option("--export", o.fanout.exports, "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--ssh-opts", o.fanout.ssh_opts, "With --hostfile: extra ssh arguments, e.g. \"-i ~/.ssh/k -p 2222\"");
-  app.add_option("--remote-meshrun", o.fanout.remote_meshrun,
-                 "With --hostfile: meshrun's path on the hosts (default: this binary's path)");
-  app.add_option("--ssh-connect-timeout", o.fanout.connect_timeout_s, "With --hostfile: ssh ConnectTimeout seconds")
+  app_.add_option("--ssh-opts", o.fanout.ssh_opts,
+                  "With --hostfile: extra ssh arguments, e.g. \"-i ~/.ssh/k -p 2222\"");
+  app_.add_option("--remote-meshrun", o.fanout.remote_meshrun,
+                  "With --hostfile: meshrun's path on the hosts (default: this binary's path)");
+  app_.add_option("--ssh-connect-timeout", o.fanout.connect_timeout_s, "With --hostfile: ssh ConnectTimeout seconds")
       ->default_str("10");
-  app.add_option(both_spellings("--log-level"), o.log_level, "meshrun's own log level: trace..error, off")
+  app_.add_option(both_spellings("--log-level"), o.log_level, "meshrun's own log level: trace..error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->default_str("warn");
+}
 
-  std::vector<std::string> argv = env_arguments(env);
-  argv.insert(argv.end(), user_args.begin(), user_args.end());
+std::optional<std::string> LaunchCommandLine::parse(const std::vector<std::string>& argv) {
   // CLI11 wants the arguments in reverse order.
   std::vector<std::string> reversed(argv.rbegin(), argv.rend());
   try {
-    app.parse(reversed);
+    app_.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    result.print_and_exit = app.help();
-    return result;
+    return app_.help();
   } catch (const CLI::CallForAllHelp&) {
-    result.print_and_exit = app.help();
-    return result;
+    return app_.help();
   } catch (const CLI::CallForVersion&) {
-    result.print_and_exit = std::string("meshrun ") + kVersion + "\n";
-    return result;
+    return std::string("meshrun ") + kVersion + "\n";
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
+  return std::nullopt;
+}
 
-  // The entrypoint and its arguments.
-  std::vector<std::string> rest = app.remaining();
+// The entrypoint and its arguments from what follows meshrun's options; also what preceded them in the
+// user's argv (meshrun's own options, which the ssh fan-out passes on).
+void take_entrypoint(std::vector<std::string> rest, const std::vector<std::string>& user_args, LaunchOptions& o) {
   if (!rest.empty() && rest.front() == "--") {
     rest.erase(rest.begin());
   } else if (!rest.empty() && rest.front().size() > 1 && rest.front().front() == '-') {
@@ -574,58 +647,62 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   if (rest.empty()) throw UsageError("missing ENTRYPOINT: meshrun [OPTIONS] ENTRYPOINT [ARGS...] (see meshrun --help)");
   o.entrypoint = rest.front();
   o.args.assign(rest.begin() + 1, rest.end());
-  // What precedes the entrypoint (and a `--`) in the user's argv: meshrun's own options.
-  {
-    const size_t tail =
-        o.args.size() + 1 +
-        (user_args.size() >= o.args.size() + 2 && user_args[user_args.size() - o.args.size() - 2] == "--" ? 1 : 0);
-    if (user_args.size() >= tail) o.launcher_args.assign(user_args.begin(), user_args.end() - static_cast<long>(tail));
-  }
+  const size_t tail =
+      o.args.size() + 1 +
+      (user_args.size() >= o.args.size() + 2 && user_args[user_args.size() - o.args.size() - 2] == "--" ? 1 : 0);
+  if (user_args.size() >= tail) o.launcher_args.assign(user_args.begin(), user_args.end() - static_cast<long>(tail));
+}
 
-  // Values that need more than a type check.
-  std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(nnodes);
-  o.nproc_per_node = resolve_nproc_per_node(o.nproc_spec, host);
-  if (backend == "c10d") {
-    o.backend = RdzvBackend::kC10d;
-  } else if (backend == "static") {
-    o.backend = RdzvBackend::kStatic;
-  } else if (backend == "etcd-v3" || backend == "etcd" || backend == "etcd-v2") {
-    o.backend = RdzvBackend::kEtcd;
+RdzvBackend convert_backend(const std::string& backend, ParseResult& result) {
+  if (backend == "c10d") return RdzvBackend::kC10d;
+  if (backend == "static") return RdzvBackend::kStatic;
+  if (backend == "etcd-v3" || backend == "etcd" || backend == "etcd-v2") {
     if (backend != "etcd-v3") {
       result.warnings.push_back("--rdzv-backend " + backend +
                                 ": meshrun speaks etcd's v3 API (torchrun's etcd-v2 backend is legacy); using etcd-v3");
     }
-  } else {
-    throw UsageError("--rdzv-backend '" + backend + "': expected c10d, static or etcd-v3");
+    return RdzvBackend::kEtcd;
   }
+  throw UsageError("--rdzv-backend '" + backend + "': expected c10d, static or etcd-v3");
+}
+
+void convert_rendezvous(const RawFlags& raw, const EnvLookup& env, const HostInfo& host, ParseResult& result) {
+  LaunchOptions& o = result.options;
+  std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(raw.nnodes);
+  o.nproc_per_node = resolve_nproc_per_node(o.nproc_spec, host);
+  o.backend = convert_backend(raw.backend, result);
   if (o.backend == RdzvBackend::kEtcd) {
-    o.etcd_endpoints = parse_etcd_endpoints(endpoint);
-  } else if (!endpoint.empty()) {
-    o.rdzv_endpoint = parse_endpoint(endpoint, kDefaultRdzvPort);
+    o.etcd_endpoints = parse_etcd_endpoints(raw.endpoint);
+  } else if (!raw.endpoint.empty()) {
+    o.rdzv_endpoint = parse_endpoint(raw.endpoint, kDefaultRdzvPort);
   }
-  o.run_id = run_id;
-  o.rdzv_conf = parse_rdzv_conf(conf);
+  o.run_id = raw.run_id;
+  o.rdzv_conf = parse_rdzv_conf(raw.conf);
   if (o.local_addr.empty()) o.local_addr = o.rdzv_conf.local_addr;  // --local-addr wins, as in torchrun
   o.master_addr = strip_brackets(o.master_addr);                    // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);
-  require_positive(o.monitor_interval_s, "--monitor-interval");
-  o.redirects = parse_stream_mask(redirects, "--redirects");
-  o.tee = parse_stream_mask(tee, "--tee");
-  if (!trim(filter).empty()) {
-    std::set<int> ranks;
-    for (const auto& item : split(filter, ',')) {
-      const auto r = to_int(trim(item));
-      if (!r || *r < 0) throw UsageError("--local-ranks-filter '" + filter + "': '" + item + "' is not a local rank");
-      ranks.insert(*r);
-    }
-    o.local_ranks_filter = ranks;
+}
+
+std::optional<std::set<int>> convert_ranks_filter(const std::string& filter) {
+  if (trim(filter).empty()) return std::nullopt;
+  std::set<int> ranks;
+  for (const auto& item : split(filter, ',')) {
+    const auto r = to_int(trim(item));
+    if (!r || *r < 0) throw UsageError("--local-ranks-filter '" + filter + "': '" + item + "' is not a local rank");
+    ranks.insert(*r);
   }
-  o.node_rank_given = node_rank_opt->count() > 0;
-  if (master_port_opt->count() > 0) o.master_port = parse_port(master_port, "--master-port");
-  o.signals_to_handle = signals.empty() ? default_forwarded_signals() : parse_signal_list(signals);
-  if (!signals.empty()) o.signals_to_handle_text = signals;  // torchrun passes its flag on as given
-  if (shutdown_timeout) {
-    o.shutdown_timeout_s = *shutdown_timeout;
+  return ranks;
+}
+
+void convert_output(const RawFlags& raw, LaunchOptions& o) {
+  o.redirects = parse_stream_mask(raw.redirects, "--redirects");
+  o.tee = parse_stream_mask(raw.tee, "--tee");
+  if (auto ranks = convert_ranks_filter(raw.filter)) o.local_ranks_filter = std::move(*ranks);
+}
+
+void convert_shutdown_timeouts(const RawFlags& raw, const EnvLookup& env, LaunchOptions& o) {
+  if (raw.shutdown_timeout) {
+    o.shutdown_timeout_s = *raw.shutdown_timeout;
   } else if (const auto v = env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
     const auto parsed = to_double(*v);
     if (!parsed || *parsed < 0) throw UsageError("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='" + *v + "': expected seconds");
@@ -633,25 +710,24 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
   }
   if (o.shutdown_timeout_s < 0) throw UsageError("--shutdown-timeout must not be negative");
   if (o.fault_stop_timeout_s < 0) throw UsageError("--fault-stop-timeout must not be negative");
-  o.evict_suspects = !no_evict;
-  parse_hang_timeout(hang_timeout, o.progress);
+}
+
+void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOptions& o) {
+  o.signals_to_handle = raw.signals.empty() ? default_forwarded_signals() : parse_signal_list(raw.signals);
+  if (!raw.signals.empty()) o.signals_to_handle_text = raw.signals;  // torchrun passes its flag on as given
+  convert_shutdown_timeouts(raw, env, o);
+  o.evict_suspects = !raw.no_evict;
+  parse_hang_timeout(raw.hang_timeout, o.progress);
   require_positive(o.progress.floor_s, "--hang-floor");
   require_positive(o.progress.phase_s, "--hang-phase-timeout");
   if (o.progress.straggler != 0 && o.progress.straggler <= 1) {
     throw UsageError("--straggler-threshold " + std::to_string(o.progress.straggler) +
                      ": expected a factor above 1 (1.3 names ranks 30% slower than the median), or 0 for off");
   }
+}
 
-  o.nnodes_given = nnodes_opt->count() > 0;
-  o.nproc_given = nproc_opt->count() > 0;
-  o.run_id_given = id_opt->count() > 0;
-
-  // Inside srun with no rendezvous flags: take nodes, rank, endpoint and run id from SLURM.
-  const bool rdzv_flags = o.standalone || backend_opt->count() > 0 || endpoint_opt->count() > 0 ||
-                          master_addr_opt->count() > 0 || master_port_opt->count() > 0 || o.node_rank_given;
-  if (!rdzv_flags && !hostfile_opt->count()) apply_slurm(result, env);
-
-  // Contradictions: fail now rather than hang later.
+void check_entrypoint_kind(ParseResult& result) {
+  LaunchOptions& o = result.options;
   if (o.module && o.no_python) {
     throw UsageError("--module and --no-python contradict each other: a module needs Python");
   }
@@ -660,54 +736,99 @@ ParseResult parse_launch_options(const std::vector<std::string>& user_args, cons
     result.warnings.push_back("--run-path takes precedence over --no-python (as in torchrun)");
     o.no_python = false;
   }
-  (void)module_opt;
-  (void)nopy_opt;
-  (void)runpath_opt;
-  if (o.standalone) {
-    if (o.max_nodes > 1) {
-      throw UsageError("--standalone runs a single node but --nnodes is " + nnodes +
-                       "; drop --standalone and give --rdzv-endpoint for multi-node runs");
-    }
-    if (backend_opt->count() > 0 && o.backend != RdzvBackend::kC10d) {
-      throw UsageError("--standalone uses the c10d rendezvous but --rdzv-backend " + backend +
-                       " was given; drop one of them");
-    }
-    if (endpoint_opt->count() > 0 || id_opt->count() > 0) {
-      result.warnings.push_back(
-          "--standalone: --rdzv-endpoint and --rdzv-id are ignored (a local rendezvous on a "
-          "free port with a random id is used, as in torchrun)");
-    }
-    o.backend = RdzvBackend::kC10d;
-    o.rdzv_endpoint.reset();
+}
+
+void check_standalone(const RawFlags& raw, const GivenFlags& given, ParseResult& result) {
+  LaunchOptions& o = result.options;
+  if (o.max_nodes > 1) {
+    throw UsageError("--standalone runs a single node but --nnodes is " + raw.nnodes +
+                     "; drop --standalone and give --rdzv-endpoint for multi-node runs");
   }
+  if (given.backend->count() > 0 && o.backend != RdzvBackend::kC10d) {
+    throw UsageError("--standalone uses the c10d rendezvous but --rdzv-backend " + raw.backend +
+                     " was given; drop one of them");
+  }
+  if (given.endpoint->count() > 0 || given.run_id->count() > 0) {
+    result.warnings.push_back(
+        "--standalone: --rdzv-endpoint and --rdzv-id are ignored (a local rendezvous on a "
+        "free port with a random id is used, as in torchrun)");
+  }
+  o.backend = RdzvBackend::kC10d;
+  o.rdzv_endpoint.reset();
+}
+
+void check_static(const RawFlags& raw, const GivenFlags& given, LaunchOptions& o) {
+  if (o.min_nodes != o.max_nodes) {
+    throw UsageError("--nnodes " + raw.nnodes +
+                     ": the static backend needs a fixed node count; use --rdzv-backend c10d "
+                     "for an elastic range");
+  }
+  if (o.node_rank >= o.max_nodes) {
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + raw.nnodes +
+                     " (valid: 0.." + std::to_string(o.max_nodes - 1) + ")");
+  }
+  if (given.endpoint->count() > 0 && given.master_addr->count() == 0 && o.rdzv_endpoint) {
+    // torchrun's static backend takes the master from --rdzv-endpoint when given.
+    o.master_addr = o.rdzv_endpoint->host;
+    if (!o.master_port && raw.endpoint.find(':') != std::string::npos) o.master_port = o.rdzv_endpoint->port;
+  }
+}
+
+// Contradictions between options: fail now rather than hang later.
+void check_contradictions(const RawFlags& raw, const GivenFlags& given, ParseResult& result) {
+  LaunchOptions& o = result.options;
+  check_entrypoint_kind(result);
+  if (o.standalone) check_standalone(raw, given, result);
   if (o.backend == RdzvBackend::kStatic) {
-    if (o.min_nodes != o.max_nodes) {
-      throw UsageError("--nnodes " + nnodes +
-                       ": the static backend needs a fixed node count; use --rdzv-backend c10d "
-                       "for an elastic range");
-    }
-    if (o.node_rank >= o.max_nodes) {
-      throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + nnodes +
-                       " (valid: 0.." + std::to_string(o.max_nodes - 1) + ")");
-    }
-    if (endpoint_opt->count() > 0 && master_addr_opt->count() == 0 && o.rdzv_endpoint) {
-      // torchrun's static backend takes the master from --rdzv-endpoint when given.
-      o.master_addr = o.rdzv_endpoint->host;
-      if (!o.master_port && endpoint.find(':') != std::string::npos) o.master_port = o.rdzv_endpoint->port;
-    }
+    check_static(raw, given, o);
   } else if (o.backend == RdzvBackend::kC10d && !o.standalone && !o.rdzv_endpoint && o.max_nodes > 1) {
-    throw UsageError("--rdzv-backend c10d with --nnodes " + nnodes +
+    throw UsageError("--rdzv-backend c10d with --nnodes " + raw.nnodes +
                      " needs --rdzv-endpoint HOST[:PORT] (otherwise every node would form a world of its own)");
   }
   if (o.node_rank_given && o.backend != RdzvBackend::kStatic && o.node_rank >= o.max_nodes) {
-    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + nnodes);
+    throw UsageError("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + raw.nnodes);
   }
-  if (!print_completion.empty()) {
+  if (!raw.print_completion.empty()) {
     throw UsageError("--print-completion is not supported by meshrun");
   }
-  refuse_python_only_flags(event_log_handler, logs_specs, numa_binding);
-  if (!dup_out.empty()) o.duplicate_stdout_filters = parse_filter_list(dup_out);
-  if (!dup_err.empty()) o.duplicate_stderr_filters = parse_filter_list(dup_err);
+  refuse_python_only_flags(raw.event_log_handler, raw.logs_specs, raw.numa_binding);
+}
+
+}  // namespace
+
+ParseResult parse_launch_options(const std::vector<std::string>& user_args, const EnvLookup& env,
+                                 const HostInfo& host) {
+  ParseResult result;
+  LaunchOptions& o = result.options;
+  LaunchCommandLine line(o);
+  std::vector<std::string> argv = env_arguments(env);
+  argv.insert(argv.end(), user_args.begin(), user_args.end());
+  if (auto text = line.parse(argv)) {
+    result.print_and_exit = std::move(text);
+    return result;
+  }
+  take_entrypoint(line.remaining(), user_args, o);
+
+  const RawFlags& raw = line.raw;
+  const GivenFlags& given = line.given;
+  convert_rendezvous(raw, env, host, result);
+  require_positive(o.monitor_interval_s, "--monitor-interval");
+  convert_output(raw, o);
+  o.node_rank_given = given.node_rank->count() > 0;
+  if (given.master_port->count() > 0) o.master_port = parse_port(raw.master_port, "--master-port");
+  convert_supervision(raw, env, o);
+  o.nnodes_given = given.nnodes->count() > 0;
+  o.nproc_given = given.nproc->count() > 0;
+  o.run_id_given = given.run_id->count() > 0;
+
+  // Inside srun with no rendezvous flags: take nodes, rank, endpoint and run id from SLURM.
+  const bool rdzv_flags = o.standalone || given.backend->count() > 0 || given.endpoint->count() > 0 ||
+                          given.master_addr->count() > 0 || given.master_port->count() > 0 || o.node_rank_given;
+  if (!rdzv_flags && !given.hostfile->count()) apply_slurm(result, env);
+
+  check_contradictions(raw, given, result);
+  if (!raw.dup_out.empty()) o.duplicate_stdout_filters = parse_filter_list(raw.dup_out);
+  if (!raw.dup_err.empty()) o.duplicate_stderr_filters = parse_filter_list(raw.dup_err);
   if (o.standalone) o.run_id.clear();  // the agent picks a random id, as torchrun does
   return result;
 }

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
+#include "common/env_lookup.hpp"
 #include "launcher/progress/hang_policy.hpp"
 
 namespace meshrun::launcher {
@@ -111,9 +111,6 @@ struct ParseResult {
   /// Settings meshrun derived by itself (SLURM detection), for the caller to log at info level.
   std::vector<std::string> notes;
 };
-
-/// Looks up an environment variable (injected so parsing stays pure); nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 
 /// Host facts that `--nproc-per-node auto|gpu|cpu` resolve against.
 struct HostInfo {

@@ -10,9 +10,9 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
-#include "launcher/node_rendezvous.hpp"
-#include "launcher/workers/signal_set.hpp"
+#include "launcher/signal_set.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::launcher {

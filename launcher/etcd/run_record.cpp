@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
-#include "rendezvous/group_ranks.hpp"
+#include "proto/group_ranks.hpp"
 
 namespace meshrun::launcher::etcd {
 namespace {
@@ -66,6 +66,8 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
 
 std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
 
+// The round policy, as the daemon applies it to its own state (rendezvous/membership.cpp,
+// Membership::maybe_close): change both together. Node ranks come from the shared proto::assign_group_ranks.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
                                                       bool last_call_passed) {
   if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;
@@ -80,7 +82,7 @@ std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, cons
   }
   if (!close) return std::nullopt;
   std::vector<proto::NodeInfo> nodes(joined.begin(), joined.begin() + std::min(count, run.max_nodes));
-  std::vector<rendezvous::RankRequest> requests;
+  std::vector<proto::RankRequest> requests;
   for (const auto& node : nodes) {
     const auto previous = run.previous_ranks.find(survivor_key(node));
     requests.push_back({.requested_rank = node.requested_rank,
@@ -88,7 +90,7 @@ std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, cons
                         .host = node.host,
                         .pid = node.pid});
   }
-  const std::vector<int> ranks = rendezvous::assign_group_ranks(requests);
+  const std::vector<int> ranks = proto::assign_group_ranks(requests);
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].group_rank = ranks[i];
   std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.group_rank < b.group_rank; });
   return nodes;

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/cli/options.hpp"
+#include "common/env_lookup.hpp"
 
 namespace meshrun::launcher {
 

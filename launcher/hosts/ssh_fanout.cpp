@@ -13,11 +13,12 @@
 #include <optional>
 #include <sstream>
 
+#include "common/clock.hpp"
 #include "common/error.hpp"
 #include "launcher/cli/env_file.hpp"
-#include "launcher/node_rendezvous.hpp"
+#include "launcher/net/host_identity.hpp"
+#include "launcher/signal_set.hpp"
 #include "launcher/workers/output_pump.hpp"
-#include "launcher/workers/signal_set.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_process.hpp"
@@ -266,45 +267,71 @@ std::vector<std::string> SshFanout::remote_args(const HostEntry& host, int node_
   return args;
 }
 
+SshFanout::~SshFanout() = default;
+
+SpawnSpec SshFanout::ssh_spawn(std::vector<std::string> argv, int stdin_fd, int stdout_fd, int stderr_fd) const {
+  return SpawnSpec{.executable = ssh_path_,
+                   .argv = std::move(argv),
+                   .env = current_environment(),
+                   .stdin_fd = stdin_fd,
+                   .stdout_fd = stdout_fd,
+                   .stderr_fd = stderr_fd,
+                   .child_sigmask = signals_.original_mask()};
+}
+
+namespace {
+
+// One `ssh HOST true` of the pre-flight check, its output captured (console -1 writes nowhere).
+struct HostCheck {
+  std::string host;
+  std::optional<WorkerProcess> proc;
+  LineStream out;
+};
+
+// Reads what the check printed so far; true while it may print more or run on.
+bool check_busy(HostCheck& c) {
+  if (c.out.fd.valid()) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(c.out.fd.get(), buf, sizeof(buf))) > 0) c.out.partial.append(buf, static_cast<size_t>(n));
+    if (n == 0) c.out.fd.reset();
+  }
+  c.proc->poll();
+  return c.proc->running() || c.out.fd.valid();
+}
+
+// Why a finished (or timed out) check failed; "" when it passed.
+std::string check_failure(const HostCheck& c, double timeout_s) {
+  if (c.proc->running()) return "no answer within " + std::to_string(static_cast<int>(timeout_s)) + " s";
+  if (c.proc->status()->ok()) return "";
+  // ssh's own last message says what went wrong (refused, no route, permission denied...).
+  std::string text = c.out.partial;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  const auto nl = text.rfind('\n');
+  return text.empty() ? "ssh failed with " + c.proc->status()->describe()
+                      : text.substr(nl == std::string::npos ? 0 : nl + 1);
+}
+
+}  // namespace
+
 void SshFanout::preflight(const std::vector<HostEntry>& hosts) {
-  struct Check {
-    std::string host;
-    std::optional<WorkerProcess> proc;
-    LineStream out;
-  };
-  std::vector<Check> checks(hosts.size());
+  std::vector<HostCheck> checks(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
     Pipe p = make_pipe();
     auto argv = ssh_argv(hosts[i].host);
     argv.push_back("true");
-    SpawnSpec spec{.executable = ssh_path_,
-                   .argv = argv,
-                   .env = current_environment(),
-                   .stdin_fd = -1,
-                   .stdout_fd = p.write.get(),
-                   .stderr_fd = p.write.get(),
-                   .child_sigmask = signals_.original_mask()};
     checks[i].host = hosts[i].host;
-    checks[i].proc.emplace(WorkerProcess::spawn(spec));
+    checks[i].proc.emplace(WorkerProcess::spawn(ssh_spawn(argv, -1, p.write.get(), p.write.get())));
     checks[i].proc->confirm_exec();
     ::fcntl(p.read.get(), F_SETFL, O_NONBLOCK);
     checks[i].out.fd = std::move(p.read);
     checks[i].out.console = -1;
   }
-  // The captured text is kept in `partial` (console -1 writes nowhere); read until EOF and exit.
-  const auto deadline = Clock::now() + from_seconds(options_.fanout.connect_timeout_s + 10);
+  const double timeout_s = options_.fanout.connect_timeout_s + 10;
+  const auto deadline = Clock::now() + from_seconds(timeout_s);
   while (Clock::now() < deadline) {
     bool busy = false;
-    for (auto& c : checks) {
-      if (c.out.fd.valid()) {
-        char buf[4096];
-        ssize_t n;
-        while ((n = ::read(c.out.fd.get(), buf, sizeof(buf))) > 0) c.out.partial.append(buf, static_cast<size_t>(n));
-        if (n == 0) c.out.fd.reset();
-      }
-      c.proc->poll();
-      busy = busy || c.proc->running() || c.out.fd.valid();
-    }
+    for (auto& c : checks) busy = check_busy(c) || busy;
     for (int sig : signals_.drain()) {
       if (is_terminating_signal(sig)) throw Error("interrupted by " + signal_name(sig) + " during the ssh check");
     }
@@ -314,17 +341,7 @@ void SshFanout::preflight(const std::vector<HostEntry>& hosts) {
   std::string report;
   int failed = 0;
   for (auto& c : checks) {
-    std::string why;
-    if (c.proc->running()) {
-      why = "no answer within " + std::to_string(static_cast<int>(options_.fanout.connect_timeout_s + 10)) + " s";
-    } else if (!c.proc->status()->ok()) {
-      // ssh's own last message says what went wrong (refused, no route, permission denied...).
-      std::string text = c.out.partial;
-      while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-      const auto nl = text.rfind('\n');
-      why = text.empty() ? "ssh failed with " + c.proc->status()->describe()
-                         : text.substr(nl == std::string::npos ? 0 : nl + 1);
-    }
+    const std::string why = check_failure(c, timeout_s);
     c.proc->reap();
     if (!why.empty()) {
       ++failed;
@@ -337,6 +354,143 @@ void SshFanout::preflight(const std::vector<HostEntry>& hosts) {
                        "\n(meshrun needs `ssh HOST true` to work without a password prompt: check the host name, "
                        "sshd, keys and known_hosts, or pass options with --ssh-opts)");
   }
+}
+
+std::string SshFanout::remote_command(const HostEntry& host, int node_rank, int nnodes_total,
+                                      const std::vector<std::pair<std::string, std::string>>& vars,
+                                      const std::string& remote_meshrun) const {
+  // Built with append() only: GCC 12 reports a bogus -Wrestrict for `" " + std::string` chains here.
+  std::string command;
+  const auto word = [&command](const std::string& w) { command.append(" ").append(shell_quote(w)); };
+  command.append("cd ").append(shell_quote(std::filesystem::current_path().string())).append(" && exec sh -c");
+  word(kRemoteWrapper);
+  command.append(" meshrun-fanout ").append(std::to_string(grace_s_)).append(" env");
+  for (const auto& [k, v] : vars) word(k + "=" + v);
+  if (!host.picked.empty()) {
+    std::string cvd = "CUDA_VISIBLE_DEVICES=";
+    for (size_t k = 0; k < host.picked.size(); ++k) {
+      if (k > 0) cvd.append(",");
+      cvd.append(std::to_string(host.picked[k]));
+    }
+    word(cvd);
+  }
+  word(remote_meshrun);
+  for (const auto& a : remote_args(host, node_rank, nnodes_total)) word(a);
+  return command;
+}
+
+void SshFanout::start_remote(Remote& r, const std::string& command) {
+  Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();
+  auto argv = ssh_argv(r.host);
+  argv.push_back(command);
+  r.ssh.emplace(WorkerProcess::spawn(ssh_spawn(argv, in.read.get(), out.write.get(), err.write.get())));
+  r.ssh->confirm_exec();
+  r.lifeline = std::move(in.write);
+  ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
+  r.out.fd = std::move(out.read);
+  r.out.console = 1;
+  r.err.fd = std::move(err.read);
+  r.err.console = 2;
+}
+
+void SshFanout::remote_kill(Remote& r, int sig) {
+  if (r.remote_pid <= 0 || r.done()) return;
+  auto argv = ssh_argv(r.host);
+  argv.push_back("kill -" + std::to_string(sig) + " " + std::to_string(r.remote_pid) + " 2>/dev/null");
+  helpers_.push_back(WorkerProcess::spawn(ssh_spawn(argv, -1, 2, 2)));
+}
+
+std::vector<int> SshFanout::pump(Clock::time_point deadline) {
+  std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
+  std::vector<std::pair<LineStream*, Remote*>> streams;
+  for (auto& r : remotes_) {
+    for (LineStream* s : {&r.out, &r.err}) {
+      if (s->fd.valid()) {
+        fds.push_back({s->fd.get(), POLLIN, 0});
+        streams.emplace_back(s, &r);
+      }
+    }
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(left, 0, 200)));
+  for (size_t k = 1; k < fds.size(); ++k) {
+    if (fds[k].revents != 0) {
+      auto [s, r] = streams[k - 1];
+      s->on_readable(r->host + ":", r->remote_pid);
+    }
+  }
+  for (auto& r : remotes_) {
+    // The job's exit code is the first failure in time, not in host order.
+    if (r.ssh && r.ssh->running() && r.ssh->poll() && !r.ssh->status()->ok() && first_failure_ == 0) {
+      first_failure_ = r.ssh->status()->exit_code();
+    }
+  }
+  for (auto& h : helpers_) h.poll();
+  std::vector<int> sigs;
+  for (int sig : signals_.drain()) {
+    if (sig != SIGCHLD) sigs.push_back(sig);
+  }
+  return sigs;
+}
+
+bool SshFanout::all_done() const {
+  for (const auto& r : remotes_) {
+    if (!r.done() || r.out.fd.valid() || r.err.fd.valid()) return false;
+  }
+  return true;
+}
+
+int SshFanout::relay_until_done_or_signal() {
+  while (!all_done()) {
+    for (int sig : pump(Clock::now() + 200ms)) {
+      if (is_terminating_signal(sig)) return sig;
+      for (auto& r : remotes_) remote_kill(r, sig);  // USR1/USR2: SLURM-style "checkpoint now"
+    }
+  }
+  return 0;
+}
+
+void SshFanout::stop_remotes(int stop_signal) {
+  say("got " + signal_name(stop_signal) + ": stopping the agents on " + std::to_string(remotes_.size()) + " host(s)");
+  for (auto& r : remotes_) r.lifeline.reset();  // EOF -> each remote wrapper sends SIGTERM to its meshrun
+  const auto deadline = Clock::now() + std::chrono::seconds(grace_s_);
+  bool hurry = false;
+  while (!all_done() && Clock::now() < deadline && !hurry) {
+    for (int sig : pump(deadline)) hurry = hurry || is_terminating_signal(sig);
+  }
+  if (all_done()) return;
+  // Fallback: the lifeline did not work (an ssh that ignores stdin EOF, a stuck wrapper).
+  for (auto& r : remotes_) {
+    if (!r.done()) {
+      say(r.host + ": still running; killing meshrun (pid " + std::to_string(r.remote_pid) + ") over ssh");
+      remote_kill(r, SIGKILL);
+    }
+  }
+  const auto kill_deadline = Clock::now() + from_seconds(options_.fanout.connect_timeout_s + 5);
+  while (!all_done() && Clock::now() < kill_deadline) pump(kill_deadline);
+}
+
+int SshFanout::reap_remotes() {
+  const auto helper_deadline = Clock::now() + from_seconds(options_.fanout.connect_timeout_s + 5);
+  for (auto& h : helpers_) {
+    while (h.running() && Clock::now() < helper_deadline) {
+      h.poll();
+      ::usleep(20000);
+    }
+  }
+  int code = first_failure_;
+  for (auto& r : remotes_) {
+    if (!r.ssh) continue;
+    if (r.ssh->running()) r.ssh->signal_group(SIGKILL);
+    r.ssh->reap();
+    const auto& st = r.ssh->status();
+    if (st && !st->ok()) {
+      if (st->exit_code() == 255) say(r.host + ": ssh failed (exit code 255): the connection was lost or refused");
+      if (code == 0) code = st->exit_code();
+    }
+  }
+  return code;
 }
 
 int SshFanout::run() {
@@ -357,155 +511,20 @@ int SshFanout::run() {
   preflight(hosts);
   spdlog::info("ssh check passed for {} host(s); rendezvous at {}, run id {}", hosts.size(), endpoint_, run_id_);
 
-  const int grace_s = static_cast<int>(options_.shutdown_timeout_s) + 5;
-  std::vector<Remote> remotes(hosts.size());
+  grace_s_ = static_cast<int>(options_.shutdown_timeout_s) + 5;
+  remotes_.resize(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
-    Remote& r = remotes[i];
-    r.host = hosts[i].host;
-    // Built with append() only: GCC 12 reports a bogus -Wrestrict for `" " + std::string` chains here.
-    std::string command;
-    const auto word = [&command](const std::string& w) { command.append(" ").append(shell_quote(w)); };
-    command.append("cd ").append(shell_quote(std::filesystem::current_path().string())).append(" && exec sh -c");
-    word(kRemoteWrapper);
-    command.append(" meshrun-fanout ").append(std::to_string(grace_s)).append(" env");
-    for (const auto& [k, v] : vars) word(k + "=" + v);
-    if (!hosts[i].picked.empty()) {
-      std::string cvd = "CUDA_VISIBLE_DEVICES=";
-      for (size_t k = 0; k < hosts[i].picked.size(); ++k) {
-        if (k > 0) cvd.append(",");
-        cvd.append(std::to_string(hosts[i].picked[k]));
-      }
-      word(cvd);
-    }
-    word(remote_meshrun);
-    for (const auto& a : remote_args(hosts[i], static_cast<int>(i), static_cast<int>(hosts.size()))) word(a);
-    Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();
-    auto argv = ssh_argv(r.host);
-    argv.push_back(command);
-    SpawnSpec spec{.executable = ssh_path_,
-                   .argv = argv,
-                   .env = current_environment(),
-                   .stdin_fd = in.read.get(),
-                   .stdout_fd = out.write.get(),
-                   .stderr_fd = err.write.get(),
-                   .child_sigmask = signals_.original_mask()};
-    r.ssh.emplace(WorkerProcess::spawn(spec));
-    r.ssh->confirm_exec();
-    r.lifeline = std::move(in.write);
-    ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
-    ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
-    r.out.fd = std::move(out.read);
-    r.out.console = 1;
-    r.err.fd = std::move(err.read);
-    r.err.console = 2;
+    remotes_[i].host = hosts[i].host;
+    const int nnodes = static_cast<int>(hosts.size());
+    start_remote(remotes_[i], remote_command(hosts[i], static_cast<int>(i), nnodes, vars, remote_meshrun));
   }
-
-  std::vector<WorkerProcess> helpers;  // `ssh HOST kill ...` side commands
-  int first_failure = 0;
-  const auto remote_kill = [&](Remote& r, int sig) {
-    if (r.remote_pid <= 0 || r.done()) return;
-    auto argv = ssh_argv(r.host);
-    argv.push_back("kill -" + std::to_string(sig) + " " + std::to_string(r.remote_pid) + " 2>/dev/null");
-    SpawnSpec spec{.executable = ssh_path_,
-                   .argv = argv,
-                   .env = current_environment(),
-                   .stdin_fd = -1,
-                   .stdout_fd = 2,
-                   .stderr_fd = 2,
-                   .child_sigmask = signals_.original_mask()};
-    helpers.push_back(WorkerProcess::spawn(spec));
-  };
-  // Pumps output and observes exits for up to 200 ms (or until the deadline); returns the signals received.
-  const auto pump = [&](Clock::time_point deadline) -> std::vector<int> {
-    std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
-    std::vector<std::pair<LineStream*, Remote*>> streams;
-    for (auto& r : remotes) {
-      for (LineStream* s : {&r.out, &r.err}) {
-        if (s->fd.valid()) {
-          fds.push_back({s->fd.get(), POLLIN, 0});
-          streams.emplace_back(s, &r);
-        }
-      }
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(left, 0, 200)));
-    for (size_t k = 1; k < fds.size(); ++k) {
-      if (fds[k].revents != 0) {
-        auto [s, r] = streams[k - 1];
-        s->on_readable(r->host + ":", r->remote_pid);
-      }
-    }
-    for (auto& r : remotes) {
-      // The job's exit code is the first failure in time, not in host order.
-      if (r.ssh && r.ssh->running() && r.ssh->poll() && !r.ssh->status()->ok() && first_failure == 0) {
-        first_failure = r.ssh->status()->exit_code();
-      }
-    }
-    for (auto& h : helpers) h.poll();
-    std::vector<int> sigs;
-    for (int sig : signals_.drain()) {
-      if (sig != SIGCHLD) sigs.push_back(sig);
-    }
-    return sigs;
-  };
-  const auto all_done = [&] {
-    for (auto& r : remotes) {
-      if (!r.done() || r.out.fd.valid() || r.err.fd.valid()) return false;
-    }
-    return true;
-  };
-
-  int stop_signal = 0;
-  while (!all_done() && stop_signal == 0) {
-    for (int sig : pump(Clock::now() + 200ms)) {
-      if (is_terminating_signal(sig)) {
-        stop_signal = sig;
-        break;
-      }
-      for (auto& r : remotes) remote_kill(r, sig);  // USR1/USR2: SLURM-style "checkpoint now"
-    }
-  }
-
+  const int stop_signal = relay_until_done_or_signal();
   if (stop_signal != 0) {
-    say("got " + signal_name(stop_signal) + ": stopping the agents on " + std::to_string(remotes.size()) + " host(s)");
-    for (auto& r : remotes) r.lifeline.reset();  // EOF -> each remote wrapper sends SIGTERM to its meshrun
-    const auto deadline = Clock::now() + std::chrono::seconds(grace_s);
-    bool hurry = false;
-    while (!all_done() && Clock::now() < deadline && !hurry) {
-      for (int sig : pump(deadline)) hurry = hurry || is_terminating_signal(sig);
-    }
-    if (!all_done()) {
-      // Fallback: the lifeline did not work (an ssh that ignores stdin EOF, a stuck wrapper).
-      for (auto& r : remotes) {
-        if (!r.done()) {
-          say(r.host + ": still running; killing meshrun (pid " + std::to_string(r.remote_pid) + ") over ssh");
-          remote_kill(r, SIGKILL);
-        }
-      }
-      const auto kill_deadline = Clock::now() + from_seconds(fo.connect_timeout_s + 5);
-      while (!all_done() && Clock::now() < kill_deadline) pump(kill_deadline);
-    }
+    stop_remotes(stop_signal);
   } else {
-    for (auto& r : remotes) r.lifeline.reset();
+    for (auto& r : remotes_) r.lifeline.reset();
   }
-  const auto helper_deadline = Clock::now() + from_seconds(fo.connect_timeout_s + 5);
-  for (auto& h : helpers) {
-    while (h.running() && Clock::now() < helper_deadline) {
-      h.poll();
-      ::usleep(20000);
-    }
-  }
-  int code = first_failure;
-  for (auto& r : remotes) {
-    if (!r.ssh) continue;
-    if (r.ssh->running()) r.ssh->signal_group(SIGKILL);
-    r.ssh->reap();
-    const auto& st = r.ssh->status();
-    if (st && !st->ok()) {
-      if (st->exit_code() == 255) say(r.host + ": ssh failed (exit code 255): the connection was lost or refused");
-      if (code == 0) code = st->exit_code();
-    }
-  }
+  const int code = reap_remotes();
   return stop_signal != 0 ? 128 + stop_signal : code;
 }
 

@@ -51,18 +51,13 @@ AddrInfoList lookup(const std::string& host, bool numeric_only) {
 
 }  // namespace
 
-std::vector<LocalInterface> list_local_interfaces() {
-  std::vector<LocalInterface> out;
-  for (auto& local : list_local_addresses()) {
-    if (!local.up) continue;
-    out.push_back(LocalInterface{
-        .name = std::move(local.interface), .address = std::move(local.address), .loopback = local.loopback});
-  }
+std::vector<LocalAddress> list_local_interfaces() {
+  std::vector<LocalAddress> out = list_local_addresses();
+  std::erase_if(out, [](const LocalAddress& local) { return !local.up; });
   return out;
 }
 
-std::optional<LocalInterface> interface_holding(const std::string& address,
-                                                const std::vector<LocalInterface>& interfaces) {
+std::optional<LocalAddress> interface_holding(const std::string& address, const std::vector<LocalAddress>& interfaces) {
   const auto wanted = raw_address(address);
   if (!wanted) return std::nullopt;
   for (const auto& i : interfaces) {
@@ -82,7 +77,7 @@ std::vector<std::string> host_addresses(const std::string& host) {
   return out;
 }
 
-std::optional<LocalInterface> route_interface(const std::string& host, std::string& error) {
+std::optional<LocalAddress> route_interface(const std::string& host, std::string& error) {
   const auto addresses = host_addresses(host);
   if (addresses.empty()) {
     error = "'" + host + "' does not resolve";
@@ -101,8 +96,8 @@ std::optional<LocalInterface> route_interface(const std::string& host, std::stri
   return std::nullopt;
 }
 
-std::optional<LocalInterface> workers_interface(const std::string& endpoint_host, const std::string& local_addr,
-                                                bool single_node) {
+std::optional<LocalAddress> workers_interface(const std::string& endpoint_host, const std::string& local_addr,
+                                              bool single_node) {
   if (!local_addr.empty()) {
     const auto interfaces = list_local_interfaces();
     for (const auto& address : host_addresses(local_addr)) {
@@ -120,7 +115,7 @@ std::optional<LocalInterface> workers_interface(const std::string& endpoint_host
   }
   if (route->loopback && !single_node) {
     spdlog::debug("the rendezvous {} is reached over loopback ({}), which other nodes cannot use", endpoint_host,
-                  route->name);
+                  route->interface);
     return std::nullopt;
   }
   return route;

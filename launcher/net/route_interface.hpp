@@ -11,21 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "common/net_address.hpp"
+
 namespace meshrun::launcher {
 
-/// One address of this host and the interface that holds it.
-struct LocalInterface {
-  std::string name;       // "eth0"
-  std::string address;    // numeric: "10.0.0.2", "fd00::2"
-  bool loopback = false;  // IFF_LOOPBACK: only this host can reach it
-};
-
-/// Every IPv4 and IPv6 address of every interface that is up.
-std::vector<LocalInterface> list_local_interfaces();
+/// Every IPv4 and IPv6 address of every interface that is up (LocalAddress: the address and the interface
+/// that holds it).
+std::vector<LocalAddress> list_local_interfaces();
 
 /// The entry of `interfaces` holding the numeric `address` (compared as addresses, not as text).
-std::optional<LocalInterface> interface_holding(const std::string& address,
-                                                const std::vector<LocalInterface>& interfaces);
+std::optional<LocalAddress> interface_holding(const std::string& address, const std::vector<LocalAddress>& interfaces);
 
 /// `host` itself when it is a numeric address, else what the resolver gives for it (a forward lookup of
 /// a name the user gave; IPv4 and IPv6, duplicates removed). Empty when the name does not resolve.
@@ -33,14 +28,14 @@ std::vector<std::string> host_addresses(const std::string& host);
 
 /// The interface and local address that reach `host` (a name or an address; the first of its addresses
 /// with a route wins). nullopt with `error` set when none does.
-std::optional<LocalInterface> route_interface(const std::string& host, std::string& error);
+std::optional<LocalAddress> route_interface(const std::string& host, std::string& error);
 
 /// The interface the workers' collectives should use: the one holding `local_addr` (--local-addr) when
 /// it is an address of this host, else the one that routes to the rendezvous host `endpoint_host`. A
 /// loopback interface is only returned for a job whose nodes are all this one (`single_node`): other
 /// nodes could not reach it. nullopt when there is nothing to say (the workers keep their own defaults).
-std::optional<LocalInterface> workers_interface(const std::string& endpoint_host, const std::string& local_addr,
-                                                bool single_node);
+std::optional<LocalAddress> workers_interface(const std::string& endpoint_host, const std::string& local_addr,
+                                              bool single_node);
 
 /// The wildcard address to listen on for clients that reach this host as `host`: "::" when `host` is, or
 /// resolves to, an IPv6 address (the daemon makes "::" dual-stack: IPv4 clients are served too),

@@ -1,39 +1,14 @@
 #include "launcher/workers/worker_env.hpp"
 
 #include <algorithm>
-#include <array>
 #include <string_view>
+
+#include "launcher/workers/worker_env_keys.hpp"
 
 extern char** environ;  // NOLINT: POSIX
 
 namespace meshrun::launcher {
 namespace {
-
-// Keys the launcher owns; a stale value inherited from an outer launch must not leak through.
-constexpr std::array<std::string_view, 22> kOwnedKeys = {
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "ROLE_NAME",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE",
-    "MESHRUN_PROGRESS",
-    "MESHRUN_RDZV_ENDPOINT",
-    "MESHRUN_RUN_ID",
-    "MESHRUN_JOB_TOKEN",
-    "CUDA_VISIBLE_DEVICES",
-};
 
 std::string_view key_of(std::string_view entry) { return entry.substr(0, entry.find('=')); }
 
@@ -55,7 +30,7 @@ WorkerEnvironment::WorkerEnvironment(const std::vector<std::string>& base, Attem
       (key == "GLOO_SOCKET_IFNAME" ? has_gloo_ifname : has_nccl_ifname) = true;
     }
     if (key == "CUDA_VISIBLE_DEVICES") cuda_visible_devices_ = e.substr(key.size() + 1);
-    if (std::find(kOwnedKeys.begin(), kOwnedKeys.end(), key) != kOwnedKeys.end()) {
+    if (std::find(kWorkerEnvKeys.begin(), kWorkerEnvKeys.end(), key) != kWorkerEnvKeys.end()) {
       // CUDA_VISIBLE_DEVICES is only ours under --virtual-local-rank.
       if (key != "CUDA_VISIBLE_DEVICES" || settings_.virtual_local_rank) continue;
     }

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "launcher/signal_set.hpp"
 #include "launcher/workers/job_token.hpp"
-#include "launcher/workers/signal_set.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -58,6 +58,86 @@ StreamRoute route(const GroupSpec& spec, int local_rank, int bit) {
   return {.console = (!redirect || tee) && shown, .file = spec.log_files || redirect || tee};
 }
 
+// What every worker of a group shares while the group starts.
+struct GroupStart {
+  const GroupSpec& spec;
+  WorkerEnvironment env;
+  std::string prefix_template;
+  UniqueFd dev_null;
+  int stdin_fd;
+  std::shared_ptr<const LineDuplicator> duplicate_out;
+  std::shared_ptr<const LineDuplicator> duplicate_err;
+
+  explicit GroupStart(const GroupSpec& group)
+      : spec(group),
+        env(group.base_env, group.settings),
+        prefix_template(group.prefix_template.empty() ? std::string(kDefaultPrefix) : group.prefix_template),
+        dev_null(::open("/dev/null", O_WRONLY | O_CLOEXEC)),
+        // A terminal stays with the launcher: workers run in background process groups, where reading it
+        // would stop them.
+        stdin_fd(::isatty(0) ? -1 : 0),
+        duplicate_out(make_duplicator(group.attempt_dir, "filtered_stdout.log", group.duplicate_stdout_filters)),
+        duplicate_err(make_duplicator(group.attempt_dir, "filtered_stderr.log", group.duplicate_stderr_filters)) {}
+};
+
+// One stream (bit 1: stdout, 2: stderr) of worker `w`: its log file, its pump, and the fd the child gets
+// (`child_end` keeps it open until fork() has copied it; `spec_fd` is what the spawn uses).
+void plan_stream(const GroupStart& g, Worker& w, int bit, const std::string& prefix, UniqueFd& child_end,
+                 int& spec_fd) {
+  const StreamRoute r = route(g.spec, w.local_rank, bit);
+  const bool keep_tail = (bit == 2);
+  const auto& duplicate = bit == 1 ? g.duplicate_out : g.duplicate_err;
+  std::string& log_path = bit == 1 ? w.stdout_log : w.stderr_log;
+  std::unique_ptr<OutputPump>& pump = bit == 1 ? w.out : w.err;
+  UniqueFd file;
+  if (r.file) {
+    log_path = w.dir + (bit == 1 ? "/stdout.log" : "/stderr.log");
+    file = open_log(log_path);
+  }
+  if (r.console || (keep_tail && !r.file) || duplicate) {
+    auto [read_end, write_end] = make_pipe();
+    pump = std::make_unique<OutputPump>(std::move(read_end), prefix, r.console ? bit : -1, std::move(file),
+                                        keep_tail ? kTailLines : 0, duplicate);
+    child_end = std::move(write_end);
+  } else if (r.file) {
+    child_end = std::move(file);  // file only: the worker writes it directly
+  } else {
+    spec_fd = g.dev_null.get();
+    return;
+  }
+  spec_fd = child_end.get();
+}
+
+// Forks worker `w` (local rank already set) with its folder, environment and streams.
+void start_worker(const GroupStart& g, Worker& w) {
+  const GroupSpec& spec = g.spec;
+  const int lr = w.local_rank;
+  w.rank = spec.settings.rank_offset + lr;
+  w.dir = spec.attempt_dir + "/" + std::to_string(w.rank);
+  std::error_code ec;
+  std::filesystem::create_directories(w.dir, ec);
+  if (ec) throw SpawnError("cannot create " + w.dir + ": " + ec.message() + " (check --log-dir)", ec.value());
+  w.error_file = w.dir + "/error.json";
+  const std::string prefix = expand_prefix(g.prefix_template, w.rank, lr, spec.settings.role, spec.hostname);
+  const auto socket_index = static_cast<size_t>(lr);
+  SpawnSpec s{
+      .executable = spec.command.executable,
+      .argv = spec.command.argv,
+      .env = g.env.for_worker(
+          {.local_rank = lr,
+           .error_file = w.error_file,
+           .progress_socket = socket_index < spec.progress_sockets.size() ? spec.progress_sockets[socket_index] : ""}),
+      .stdin_fd = g.stdin_fd,
+      .stdout_fd = 1,
+      .stderr_fd = 2,
+      .child_sigmask = spec.child_sigmask};
+  // The child ends of pipes/files must stay open until fork() has copied them.
+  UniqueFd child_out, child_err;
+  plan_stream(g, w, 1, prefix, child_out, s.stdout_fd);
+  plan_stream(g, w, 2, prefix, child_err, s.stderr_fd);
+  w.process.emplace(WorkerProcess::spawn(s));
+}
+
 }  // namespace
 
 WorkerGroup::WorkerGroup(const GroupSpec& spec)
@@ -66,66 +146,12 @@ WorkerGroup::WorkerGroup(const GroupSpec& spec)
       role_(spec.settings.role),
       hostname_(spec.hostname),
       job_token_(spec.settings.job_token) {
-  const WorkerEnvironment env(spec.base_env, spec.settings);
-  const std::string& tmpl = spec.prefix_template.empty() ? std::string(kDefaultPrefix) : spec.prefix_template;
-  const int n = spec.settings.local_world_size;
-  workers_.resize(static_cast<size_t>(n));
-  UniqueFd dev_null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
-  // A terminal stays with the launcher: workers run in background process groups, where reading it would stop them.
-  const int stdin_fd = ::isatty(0) ? -1 : 0;
-  const auto duplicate_out = make_duplicator(spec.attempt_dir, "filtered_stdout.log", spec.duplicate_stdout_filters);
-  const auto duplicate_err = make_duplicator(spec.attempt_dir, "filtered_stderr.log", spec.duplicate_stderr_filters);
+  const GroupStart start(spec);
+  workers_.resize(static_cast<size_t>(spec.settings.local_world_size));
   try {
-    for (int lr = 0; lr < n; ++lr) {
-      Worker& w = workers_[static_cast<size_t>(lr)];
-      w.local_rank = lr;
-      w.rank = spec.settings.rank_offset + lr;
-      w.dir = spec.attempt_dir + "/" + std::to_string(w.rank);
-      std::error_code ec;
-      std::filesystem::create_directories(w.dir, ec);
-      if (ec) throw SpawnError("cannot create " + w.dir + ": " + ec.message() + " (check --log-dir)", ec.value());
-      w.error_file = w.dir + "/error.json";
-      const std::string prefix = expand_prefix(tmpl, w.rank, lr, spec.settings.role, spec.hostname);
-
-      SpawnSpec s{.executable = spec.command.executable,
-                  .argv = spec.command.argv,
-                  .env = env.for_worker({.local_rank = lr,
-                                         .error_file = w.error_file,
-                                         .progress_socket = static_cast<size_t>(lr) < spec.progress_sockets.size()
-                                                                ? spec.progress_sockets[static_cast<size_t>(lr)]
-                                                                : ""}),
-                  .stdin_fd = stdin_fd,
-                  .stdout_fd = 1,
-                  .stderr_fd = 2,
-                  .child_sigmask = spec.child_sigmask};
-      // The child ends of pipes/files must stay open until fork() has copied them.
-      UniqueFd child_out, child_err;
-      const auto plan = [&](int bit, int console_fd, std::string& log_path, std::unique_ptr<OutputPump>& pump,
-                            UniqueFd& child_end, int& spec_fd) {
-        const StreamRoute r = route(spec, lr, bit);
-        const bool keep_tail = (bit == 2);
-        const auto& duplicate = bit == 1 ? duplicate_out : duplicate_err;
-        UniqueFd file;
-        if (r.file) {
-          log_path = w.dir + (bit == 1 ? "/stdout.log" : "/stderr.log");
-          file = open_log(log_path);
-        }
-        if (r.console || (keep_tail && !r.file) || duplicate) {
-          auto [read_end, write_end] = make_pipe();
-          pump = std::make_unique<OutputPump>(std::move(read_end), prefix, r.console ? console_fd : -1, std::move(file),
-                                              keep_tail ? kTailLines : 0, duplicate);
-          child_end = std::move(write_end);
-        } else if (r.file) {
-          child_end = std::move(file);  // file only: the worker writes it directly
-        } else {
-          spec_fd = dev_null.get();
-          return;
-        }
-        spec_fd = child_end.get();
-      };
-      plan(1, 1, w.stdout_log, w.out, child_out, s.stdout_fd);
-      plan(2, 2, w.stderr_log, w.err, child_err, s.stderr_fd);
-      w.process.emplace(WorkerProcess::spawn(s));
+    for (size_t lr = 0; lr < workers_.size(); ++lr) {
+      workers_[lr].local_rank = static_cast<int>(lr);
+      start_worker(start, workers_[lr]);
     }
     // Each exec is confirmed after all forks, so the workers start in parallel.
     for (auto& w : workers_) w.process->confirm_exec();

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "launcher/cli/options.hpp"
-#include "launcher/workers/failure_summary.hpp"
+#include "launcher/failure/failure_summary.hpp"
 #include "launcher/workers/output_pump.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"

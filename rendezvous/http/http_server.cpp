@@ -7,7 +7,6 @@
 #include "rendezvous/http/health.hpp"
 #include "rendezvous/http/http_session.hpp"
 #include "rendezvous/listen_socket.hpp"
-#include "rendezvous/session.hpp"  // address_text
 
 namespace meshrun::rendezvous::http {
 

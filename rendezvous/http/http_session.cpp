@@ -85,7 +85,7 @@ void HttpSession::handle(const bhttp::request<bhttp::string_body>& request) {
     return send(method_not_allowed(std::string(request.method_string())), !keep_alive_);
   }
   const Route route = parse_route(std::string_view(request.target().data(), request.target().size()));
-  if (!needs_snapshot(route.endpoint)) return send(render(route, nullptr, 0, host_.connection_count()), !keep_alive_);
+  if (!needs_snapshot(route.resource)) return send(render(route, nullptr, 0, host_.connection_count()), !keep_alive_);
   host_.query_state([self = shared_from_this(), route](std::shared_ptr<const LiveSnapshot> snapshot, double took) {
     if (self->closed_) return;
     self->guarded(

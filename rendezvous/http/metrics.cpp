@@ -97,6 +97,10 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
           [](Exposition& x, const proto::RunStatus& r) {
             x.sample({{"run", r.run_id}}, r.spares);
           });
+}
+
+// What the run's restarts cost: the latest recovery by phase, the goodput ledger, restarts and hangs by cause.
+void recovery_families(Exposition& e, const LiveSnapshot& s) {
   per_run(e, s, "meshrun_recovery_seconds", "gauge",
           "The latest restart's recovery, by phase (fault to first step; only phases reached)",
           [](Exposition& x, const proto::RunStatus& r) {
@@ -144,6 +148,9 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
               x.sample({{"run", r.run_id}, {"kind", kind}}, static_cast<double>(count));
             }
           });
+}
+
+void node_families(Exposition& e, const LiveSnapshot& s) {
   per_run(e, s, "meshrun_node_heartbeat_age_seconds", "gauge", "Seconds since the node's last heartbeat",
           [](Exposition& x, const proto::RunStatus& r) {
             for (const auto& n : r.nodes) {
@@ -228,6 +235,8 @@ std::string prometheus_text(const LiveSnapshot& snapshot, size_t http_connection
   Exposition e;
   daemon_families(e, snapshot, http_connections);
   run_families(e, snapshot);
+  recovery_families(e, snapshot);
+  node_families(e, snapshot);
   rank_families(e, snapshot);
   return e.take();
 }

@@ -66,27 +66,27 @@ Reply history_of(const LiveSnapshot& s, const std::string& run_id) {
 
 Route parse_route(std::string_view target) {
   const auto path = target.substr(0, target.find_first_of("?#"));
-  if (path == "/" || path == "/index.html") return {Endpoint::kPage, ""};
-  if (path == "/api/status") return {Endpoint::kStatus, ""};
-  if (path == "/api/history") return {Endpoint::kHistory, ""};
-  if (path == "/metrics") return {Endpoint::kMetrics, ""};
-  if (path == "/health") return {Endpoint::kHealth, ""};
+  if (path == "/" || path == "/index.html") return {Resource::kPage, ""};
+  if (path == "/api/status") return {Resource::kStatus, ""};
+  if (path == "/api/history") return {Resource::kHistory, ""};
+  if (path == "/metrics") return {Resource::kMetrics, ""};
+  if (path == "/health") return {Resource::kHealth, ""};
   if (path.size() > kRunsPrefix.size() + kHistorySuffix.size() && path.substr(0, kRunsPrefix.size()) == kRunsPrefix &&
       path.substr(path.size() - kHistorySuffix.size()) == kHistorySuffix) {
     const auto encoded = path.substr(kRunsPrefix.size(), path.size() - kRunsPrefix.size() - kHistorySuffix.size());
     if (auto run_id = percent_decode(encoded); run_id && encoded.find('/') == std::string_view::npos) {
-      return {Endpoint::kRunHistory, *run_id};
+      return {Resource::kRunHistory, *run_id};
     }
   }
-  return {Endpoint::kNotFound, ""};
+  return {Resource::kNotFound, ""};
 }
 
-bool needs_snapshot(Endpoint endpoint) { return endpoint != Endpoint::kPage && endpoint != Endpoint::kNotFound; }
+bool needs_snapshot(Resource resource) { return resource != Resource::kPage && resource != Resource::kNotFound; }
 
 Reply render(const Route& route, const LiveSnapshot* snapshot, double answer_s, size_t http_connections) {
-  if (route.endpoint == Endpoint::kPage) return Reply{200, "text/html; charset=utf-8", std::string(page_html())};
-  if (route.endpoint == Endpoint::kNotFound) return not_found("no such page");
-  if (route.endpoint == Endpoint::kHealth) {
+  if (route.resource == Resource::kPage) return Reply{200, "text/html; charset=utf-8", std::string(page_html())};
+  if (route.resource == Resource::kNotFound) return not_found("no such page");
+  if (route.resource == Resource::kHealth) {
     const Health health = judge_health(snapshot, answer_s, http_connections);
     return json_reply(health.body, health.healthy ? 200 : 503);
   }
@@ -95,11 +95,11 @@ Reply render(const Route& route, const LiveSnapshot* snapshot, double answer_s, 
                                      std::to_string(kHealthDeadline.count()) + " ms; see /health"}},
                       503);
   }
-  switch (route.endpoint) {
-    case Endpoint::kStatus: return json_reply(snapshot->status);
-    case Endpoint::kHistory: return history_of_all(*snapshot);
-    case Endpoint::kRunHistory: return history_of(*snapshot, route.run_id);
-    case Endpoint::kMetrics: return Reply{200, kPrometheusContentType, prometheus_text(*snapshot, http_connections)};
+  switch (route.resource) {
+    case Resource::kStatus: return json_reply(snapshot->status);
+    case Resource::kHistory: return history_of_all(*snapshot);
+    case Resource::kRunHistory: return history_of(*snapshot, route.run_id);
+    case Resource::kMetrics: return Reply{200, kPrometheusContentType, prometheus_text(*snapshot, http_connections)};
     default: return not_found("no such page");
   }
 }

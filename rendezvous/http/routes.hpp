@@ -1,5 +1,5 @@
-// The live view's endpoints: which one a request target names, and the reply each gives. Pure (no Beast,
-// no sockets): HttpSession parses the request, asks the io thread for a LiveSnapshot when the endpoint
+// The live view's resources: which one a request target names, and the reply each gives. Pure (no Beast,
+// no sockets): HttpSession parses the request, asks the io thread for a LiveSnapshot when the resource
 // needs one, and writes the Reply.
 //
 //   GET /                       the live page (page.html, compiled in)
@@ -19,10 +19,10 @@
 
 namespace meshrun::rendezvous::http {
 
-enum class Endpoint { kPage, kStatus, kHistory, kRunHistory, kMetrics, kHealth, kNotFound };
+enum class Resource { kPage, kStatus, kHistory, kRunHistory, kMetrics, kHealth, kNotFound };
 
 struct Route {
-  Endpoint endpoint = Endpoint::kNotFound;
+  Resource resource = Resource::kNotFound;
   std::string run_id;  // kRunHistory only, percent-decoded
 };
 
@@ -33,11 +33,11 @@ struct Reply {
   std::string body;
 };
 
-/// The endpoint a request target ("/path?query") names; the query is ignored.
+/// The resource a request target ("/path?query") names; the query is ignored.
 Route parse_route(std::string_view target);
-/// True for the endpoints rendered from daemon state (everything but the page and 404).
-bool needs_snapshot(Endpoint endpoint);
-/// The reply for `route`. `snapshot` is null when the io thread did not answer in time (state endpoints
+/// True for the resources rendered from daemon state (everything but the page and 404).
+bool needs_snapshot(Resource resource);
+/// The reply for `route`. `snapshot` is null when the io thread did not answer in time (state resources
 /// then answer 503); `answer_s` is how long the io thread took.
 Reply render(const Route& route, const LiveSnapshot* snapshot, double answer_s, size_t http_connections);
 /// 405, naming the methods this server answers.

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "common/net_address.hpp"
+#include "tests/support/skip.hpp"
 
 using namespace meshrun;
 
@@ -65,7 +66,11 @@ TEST_CASE("this host's addresses include loopback, each numeric and flagged", "[
 TEST_CASE("the route to loopback starts at loopback, a name has no route here", "[net_address]") {
   std::string error;
   CHECK(route_source_address("127.0.0.1", error) == "127.0.0.1");
-  if (has_ipv6_loopback()) CHECK(route_source_address("::1", error) == "::1");
+  if (has_ipv6_loopback()) {
+    CHECK(route_source_address("::1", error) == "::1");
+  } else {
+    MESHRUN_REPORT_SKIP("no IPv6 loopback on this host: the route to ::1");
+  }
   CHECK_FALSE(route_source_address("node0", error));  // names are not looked up here
   CHECK_THAT(error, Catch::Contains("not a numeric address"));
   error.clear();

@@ -21,7 +21,7 @@
 #include "proto/byte_codec.hpp"
 #include "proto/tcpstore_protocol.hpp"
 
-namespace meshrun::test {
+namespace meshrun::testing {
 
 enum class PeerRole { kSilent, kHttp, kTcpStoreOnly, kSkewedMeshrun };
 
@@ -123,4 +123,4 @@ class FakePeer {
   std::thread thread_;
 };
 
-}  // namespace meshrun::test
+}  // namespace meshrun::testing

@@ -44,7 +44,7 @@ const CheckResult& must_find(const CheckReport& report, const std::string& name)
 }  // namespace
 
 TEST_CASE("two agents requesting the same node rank are named", "[check][rdzv]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto a = daemon.rendezvous();
   auto b = daemon.rendezvous();
   a.join(join_request("dup", "host-a", 0, 2));
@@ -60,7 +60,7 @@ TEST_CASE("two agents requesting the same node rank are named", "[check][rdzv]")
 }
 
 TEST_CASE("one node of two missing is named, with the missing rank", "[check][rdzv]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto a = daemon.rendezvous();
   a.join(join_request("half", "host-a", 0, 2));
 
@@ -76,7 +76,7 @@ TEST_CASE("one node of two missing is named, with the missing rank", "[check][rd
 }
 
 TEST_CASE("a complete run on a live daemon passes, including MASTER_ADDR", "[check][rdzv]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto a = daemon.rendezvous();
   auto b = daemon.rendezvous();
   a.join(join_request("ok", "host-a", 0, 2));
@@ -99,7 +99,7 @@ TEST_CASE("a complete run on a live daemon passes, including MASTER_ADDR", "[che
 }
 
 TEST_CASE("an unknown run id fails and lists the runs the daemon has", "[check][rdzv]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto a = daemon.rendezvous();
   a.join(join_request("real", "host-a", -1, 2));
   const auto report = run_checks(options_for(daemon.endpoint(), "typo"));
@@ -109,7 +109,7 @@ TEST_CASE("an unknown run id fails and lists the runs the daemon has", "[check][
 }
 
 TEST_CASE("a refused endpoint fails endpoint.tcp and skips what depends on it", "[check]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   const Endpoint endpoint = daemon.endpoint();
   daemon.stop();
   auto options = options_for(endpoint, "x");
@@ -129,9 +129,9 @@ TEST_CASE("a refused endpoint fails endpoint.tcp and skips what depends on it", 
 }
 
 TEST_CASE("a rejected peer is named in endpoint.daemon", "[check]") {
-  auto daemon_options = test::TestDaemon::default_options();
+  auto daemon_options = testing::TestDaemon::default_options();
   daemon_options.allow = {"192.0.2.0/24"};
-  test::TestDaemon daemon(daemon_options);
+  testing::TestDaemon daemon(daemon_options);
   const auto report = run_checks(options_for(daemon.endpoint(), "x"));
   const auto& d = must_find(report, "endpoint.daemon");
   CHECK(d.status == CheckStatus::kFail);
@@ -139,13 +139,13 @@ TEST_CASE("a rejected peer is named in endpoint.daemon", "[check]") {
 }
 
 TEST_CASE("clock skew over 1 s warns", "[check]") {
-  test::FakePeer peer(test::PeerRole::kSkewedMeshrun, -3000);
+  testing::FakePeer peer(testing::PeerRole::kSkewedMeshrun, -3000);
   const auto report = run_checks(options_for({"127.0.0.1", peer.port()}, ""));
   const auto& skew = must_find(report, "endpoint.clock_skew");
   CHECK(skew.status == CheckStatus::kWarn);
   CHECK(skew.detail.find("behind") != std::string::npos);
 
-  test::FakePeer fine(test::PeerRole::kSkewedMeshrun, 0);
+  testing::FakePeer fine(testing::PeerRole::kSkewedMeshrun, 0);
   CHECK(must_find(run_checks(options_for({"127.0.0.1", fine.port()}, "")), "endpoint.clock_skew").status ==
         CheckStatus::kPass);
 }

@@ -61,7 +61,7 @@ uint16_t closed_port() {
 }  // namespace
 
 TEST_CASE("three instances measure all three pairs and #0 sees them all", "[peers][session]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   const auto outcomes = run_instances(daemon.endpoint(), small_session("all3", 3), 3);
   REQUIRE(outcomes.size() == 3);
   for (int i = 0; i < 3; ++i) {
@@ -91,7 +91,7 @@ TEST_CASE("three instances measure all three pairs and #0 sees them all", "[peer
 }
 
 TEST_CASE("a peer that never starts is named after a bounded wait", "[peers][session]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto options = small_session("missing", 3);
   options.join_timeout = 1s;
   const auto start = std::chrono::steady_clock::now();
@@ -109,7 +109,7 @@ TEST_CASE("a peer that never starts is named after a bounded wait", "[peers][ses
 }
 
 TEST_CASE("a peer address that refuses connections is reported as refused", "[peers][session]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto options = small_session("refused", 2);
   options.partner_timeout = 1s;
   // #0 is real; this test plays #1, which publishes an address nobody listens on and then goes silent.
@@ -134,7 +134,7 @@ TEST_CASE("a peer address that refuses connections is reported as refused", "[pe
 }
 
 TEST_CASE("an instance beyond --peers is refused with the reason", "[peers][session]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto store = daemon.client();
   store.add(peer_session_prefix("full") + "joined", 2);
   try {

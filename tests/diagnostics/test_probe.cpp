@@ -35,7 +35,7 @@ const auto kTimeout = std::chrono::seconds(2);
 }  // namespace
 
 TEST_CASE("a live meshrun daemon is recognized, with its version and how it sees us", "[probe]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   const auto r = probe_endpoint(daemon.endpoint(), kTimeout);
   INFO(r.detail);
   CHECK(r.outcome == ProbeOutcome::kMeshrun);
@@ -67,9 +67,9 @@ TEST_CASE("a name under .invalid is named 'resolve'", "[probe]") {
 }
 
 TEST_CASE("a daemon that rejects us by --allow is named 'rejected'", "[probe]") {
-  auto options = test::TestDaemon::default_options();
+  auto options = testing::TestDaemon::default_options();
   options.allow = {"10.0.0.0/8"};  // we connect from 127.0.0.1
-  test::TestDaemon daemon(options);
+  testing::TestDaemon daemon(options);
   const auto r = probe_endpoint(daemon.endpoint(), kTimeout);
   INFO(r.detail);
   CHECK(r.outcome == ProbeOutcome::kRejected);
@@ -78,7 +78,7 @@ TEST_CASE("a daemon that rejects us by --allow is named 'rejected'", "[probe]") 
 }
 
 TEST_CASE("a TCP server that never answers is 'not-a-store', not a timeout", "[probe]") {
-  test::FakePeer peer(test::PeerRole::kSilent);
+  testing::FakePeer peer(testing::PeerRole::kSilent);
   const auto r = probe_endpoint({"127.0.0.1", peer.port()}, std::chrono::milliseconds(500));
   INFO(r.detail);
   CHECK(r.outcome == ProbeOutcome::kNotStore);
@@ -87,7 +87,7 @@ TEST_CASE("a TCP server that never answers is 'not-a-store', not a timeout", "[p
 }
 
 TEST_CASE("an HTTP server is 'not-a-store' and its reply is shown", "[probe]") {
-  test::FakePeer peer(test::PeerRole::kHttp);
+  testing::FakePeer peer(testing::PeerRole::kHttp);
   const auto r = probe_endpoint({"127.0.0.1", peer.port()}, kTimeout);
   INFO(r.detail);
   CHECK(r.outcome == ProbeOutcome::kNotStore);
@@ -95,7 +95,7 @@ TEST_CASE("an HTTP server is 'not-a-store' and its reply is shown", "[probe]") {
 }
 
 TEST_CASE("a TCPStore that is not meshrun answers the ping but is named 'tcpstore'", "[probe]") {
-  test::FakePeer peer(test::PeerRole::kTcpStoreOnly);
+  testing::FakePeer peer(testing::PeerRole::kTcpStoreOnly);
   const auto r = probe_endpoint({"127.0.0.1", peer.port()}, kTimeout);
   INFO(r.detail);
   CHECK(r.outcome == ProbeOutcome::kTcpStore);
@@ -105,7 +105,7 @@ TEST_CASE("a TCPStore that is not meshrun answers the ping but is named 'tcpstor
 }
 
 TEST_CASE("clock skew is measured from the hello", "[probe]") {
-  test::FakePeer peer(test::PeerRole::kSkewedMeshrun, 5000);
+  testing::FakePeer peer(testing::PeerRole::kSkewedMeshrun, 5000);
   const auto r = probe_endpoint({"127.0.0.1", peer.port()}, kTimeout);
   INFO(r.detail);
   REQUIRE(r.outcome == ProbeOutcome::kMeshrun);

@@ -3,7 +3,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
-#include "launcher/workers/failure_summary.hpp"
+#include "launcher/failure/failure_summary.hpp"
 #include "launcher/workers/output_pump.hpp"
 #include "support/subprocess.hpp"
 

@@ -9,8 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/daemon_process.hpp"
 #include "support/subprocess.hpp"
 
+using meshrun::testing::DaemonProcess;
 using meshrun::testing::file_exists;
 using meshrun::testing::Process;
 using meshrun::testing::read_file;
@@ -32,19 +34,6 @@ std::vector<std::string> job(const std::vector<std::string>& meshrun_args, const
 std::vector<std::string> job_env(const TempDir& dir) {
   const char* path = std::getenv("PATH");
   return {"PATH=" + kVenv + ":" + (path ? path : "/usr/bin:/bin"), "PROGRESS_JOB_OUT=" + dir.path()};
-}
-
-// The HOST:PORT a daemon started with --port 0 announces ("listening on HOST:PORT"); empty if none came.
-std::string daemon_endpoint(const Process& daemon) {
-  for (int i = 0; i < 3000; ++i) {
-    const auto text = daemon.output();
-    const auto at = text.find("listening on ");
-    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
-      return text.substr(at + 13, text.find('\n', at) - at - 13);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return "";
 }
 
 // The run's failures in the daemon's status (empty while it has none, or after the run is gone).
@@ -125,9 +114,8 @@ TEST_CASE("no false alarm: a slow first step, a long checkpoint phase, a rank wi
 
 TEST_CASE("a rank that computes twice as long per step is named a straggler in status", "[progress][straggler]") {
   TempDir dir;
-  Process daemon({DAEMON_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"}, {}, dir.path() + "/daemon");
-  const std::string endpoint = daemon_endpoint(daemon);
-  REQUIRE(!endpoint.empty());
+  const DaemonProcess daemon(DAEMON_BIN, {"--log-level", "warn"}, dir.path() + "/daemon");
+  const std::string endpoint = daemon.endpoint();
   const auto t0 = std::chrono::steady_clock::now();
   Process p(job({"--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "slow"},
                 {"400", "0.05", "--slow-rank", "1", "--slow-factor", "2"}),
@@ -164,9 +152,8 @@ TEST_CASE("a rank that computes twice as long per step is named a straggler in s
 TEST_CASE("a rank that raises on node 1 is named the root cause by both nodes, with its traceback",
           "[progress][rootcause]") {
   TempDir dir;
-  Process daemon({DAEMON_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"}, {}, dir.path() + "/daemon");
-  const std::string endpoint = daemon_endpoint(daemon);
-  REQUIRE(!endpoint.empty());
+  const DaemonProcess daemon(DAEMON_BIN, {"--log-level", "warn"}, dir.path() + "/daemon");
+  const std::string endpoint = daemon.endpoint();
   const auto node = [&](int node_rank) {
     return job({"--nnodes", "2", "--node-rank", std::to_string(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint",
                 endpoint, "--rdzv-id", "rootcause", "--shutdown-timeout", "2"},

@@ -2,8 +2,8 @@
 // built from a failure, and the block printed from the daemon's time-ordered list.
 #include <catch2/catch.hpp>
 
-#include "launcher/workers/python_traceback.hpp"
-#include "launcher/workers/root_cause.hpp"
+#include "launcher/failure/python_traceback.hpp"
+#include "launcher/failure/root_cause.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;

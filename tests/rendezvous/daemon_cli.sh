@@ -24,6 +24,14 @@ assert s["server"] == "meshrun-rendezvous", s
 assert s["runs"] == [] and isinstance(s["keys"], int) and isinstance(s["uptime_s"], float), s
 ' || fail "status --json fields"
 
+# Inside a worker meshrun started, status needs no --endpoint: MESHRUN_RDZV_ENDPOINT names the job's daemon.
+MESHRUN_RDZV_ENDPOINT="127.0.0.1:$port" "$DAEMON" status | grep -q "no runs" || fail "status from MESHRUN_RDZV_ENDPOINT"
+set +e
+MESHRUN_RDZV_ENDPOINT="etcd0:2379,etcd1:2379" "$DAEMON" status >/dev/null 2>"$err"; code=$?
+set -e
+[ "$code" = 2 ] || fail "status of etcd members exited $code"
+grep -q "pass --endpoint HOST" "$err" || fail "status of etcd members: $(cat "$err")"
+
 # Usage errors exit 2 and name the problem.
 set +e
 "$DAEMON" --port 70000 >/dev/null 2>"$err"; code=$?

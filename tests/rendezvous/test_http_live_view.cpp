@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rendezvous/http_client.hpp"
+#include "support/daemon_process.hpp"
 #include "support/subprocess.hpp"
 
 using meshrun::testing::http_exchange;
@@ -30,31 +31,16 @@ std::string line_after(const std::string& text, const std::string& prefix) {
 }
 
 // A meshrun-rendezvous process on 127.0.0.1 with the live view on a free port.
-class Daemon {
+class Daemon : public meshrun::testing::DaemonProcess {
  public:
   explicit Daemon(const TempDir& dir, std::vector<std::string> extra = {})
-      : process_(args(std::move(extra)), {}, dir.path() + "/daemon") {
-    for (int i = 0; i < 3000 && http_port_ == 0; ++i) {
-      const auto out = process_.output();
-      endpoint_ = line_after(out, "listening on ");
-      const auto http = line_after(out, "http on ");
-      if (!http.empty()) http_port_ = static_cast<uint16_t>(std::stoi(http.substr(http.rfind(':') + 1)));
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  uint16_t http_port() const { return http_port_; }
-  std::string log() const { return process_.output(); }
+      : DaemonProcess(DAEMON_BIN, with_http(std::move(extra)), dir.path() + "/daemon") {}
 
  private:
-  static std::vector<std::string> args(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {DAEMON_BIN, "--host", "127.0.0.1", "--port", "0", "--http-port", "0"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
+  static std::vector<std::string> with_http(std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--http-port", "0"});
+    return extra;
   }
-  Process process_;
-  std::string endpoint_;
-  uint16_t http_port_ = 0;
 };
 
 json get_json(uint16_t port, const std::string& path) {

@@ -35,18 +35,18 @@ RunStatus run_at(int64_t step, int64_t round = 0) {
 }  // namespace
 
 TEST_CASE("live view routes: paths, queries, percent-encoded run ids", "[http]") {
-  CHECK(parse_route("/").endpoint == Endpoint::kPage);
-  CHECK(parse_route("/api/status?x=1").endpoint == Endpoint::kStatus);
-  CHECK(parse_route("/metrics").endpoint == Endpoint::kMetrics);
-  CHECK(parse_route("/health").endpoint == Endpoint::kHealth);
-  CHECK(parse_route("/api/history").endpoint == Endpoint::kHistory);
+  CHECK(parse_route("/").resource == Resource::kPage);
+  CHECK(parse_route("/api/status?x=1").resource == Resource::kStatus);
+  CHECK(parse_route("/metrics").resource == Resource::kMetrics);
+  CHECK(parse_route("/health").resource == Resource::kHealth);
+  CHECK(parse_route("/api/history").resource == Resource::kHistory);
   const auto run = parse_route("/api/runs/job%201%2Fb/history");
-  CHECK(run.endpoint == Endpoint::kRunHistory);
+  CHECK(run.resource == Resource::kRunHistory);
   CHECK(run.run_id == "job 1/b");
-  CHECK(parse_route("/api/runs/a/b/history").endpoint == Endpoint::kNotFound);
-  CHECK(parse_route("/api/runs/%zz/history").endpoint == Endpoint::kNotFound);
-  CHECK(parse_route("/api/runs//history").endpoint == Endpoint::kNotFound);
-  CHECK(parse_route("/favicon.ico").endpoint == Endpoint::kNotFound);
+  CHECK(parse_route("/api/runs/a/b/history").resource == Resource::kNotFound);
+  CHECK(parse_route("/api/runs/%zz/history").resource == Resource::kNotFound);
+  CHECK(parse_route("/api/runs//history").resource == Resource::kNotFound);
+  CHECK(parse_route("/favicon.ico").resource == Resource::kNotFound);
   CHECK(render(parse_route("/nope"), nullptr, 0, 0).status == 404);
   CHECK(method_not_allowed("POST").status == 405);
 }
@@ -61,8 +61,8 @@ TEST_CASE("health is 503 when the io thread does not answer or ran late, 200 oth
   const auto late = judge_health(&snapshot, 0.001, 1);
   CHECK_FALSE(late.healthy);
   CHECK_THAT(late.body.at("reason").get<std::string>(), Catch::Contains("2500 ms late"));
-  CHECK(render(Route{Endpoint::kHealth, ""}, &snapshot, 0.001, 1).status == 503);
-  CHECK(render(Route{Endpoint::kStatus, ""}, nullptr, 1.0, 1).status == 503);
+  CHECK(render(Route{Resource::kHealth, ""}, &snapshot, 0.001, 1).status == 503);
+  CHECK(render(Route{Resource::kStatus, ""}, nullptr, 1.0, 1).status == 503);
 }
 
 TEST_CASE("Prometheus text escapes label values and labels each rank", "[http]") {

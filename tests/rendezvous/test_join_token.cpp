@@ -12,10 +12,10 @@ using namespace meshrun;
 
 namespace {
 
-test::TestDaemon daemon_with_token(const std::string& token) {
-  rendezvous::ServerOptions options = test::TestDaemon::default_options();
+testing::TestDaemon daemon_with_token(const std::string& token) {
+  rendezvous::ServerOptions options = testing::TestDaemon::default_options();
   options.join_token = token;
-  return test::TestDaemon(options);
+  return testing::TestDaemon(options);
 }
 
 proto::JoinRequest one_node_join(const std::string& run) {
@@ -73,7 +73,7 @@ TEST_CASE("a proof is good for the challenge it answers only", "[server][token]"
 }
 
 TEST_CASE("a node with a token refuses a daemon that requires none", "[server][token]") {
-  test::TestDaemon open;
+  testing::TestDaemon open;
   auto rdzv = open.rendezvous();
   CHECK_THROWS_WITH(rdzv.authenticate("s3cret"), Catch::Contains("requires none"));
   rdzv.authenticate("");  // no token on either side: nothing to prove

@@ -26,7 +26,7 @@ c10::intrusive_ptr<c10d::TCPStore> connect(uint16_t port) {
 }  // namespace
 
 TEST_CASE("LibTorch c10d::TCPStore works against meshrun-rendezvous", "[libtorch]") {
-  meshrun::test::TestDaemon daemon;
+  meshrun::testing::TestDaemon daemon;
   auto store = connect(daemon.endpoint().port);
   auto other = connect(daemon.endpoint().port);
 

@@ -7,7 +7,7 @@
 #include "proto/store_client.hpp"
 #include "rendezvous/server.hpp"
 
-namespace meshrun::test {
+namespace meshrun::testing {
 
 class TestDaemon {
  public:
@@ -35,4 +35,4 @@ class TestDaemon {
   std::unique_ptr<rendezvous::Server> server_;
 };
 
-}  // namespace meshrun::test
+}  // namespace meshrun::testing

@@ -11,6 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/workers/worker_env_keys.hpp"
 
 namespace {
 
@@ -63,28 +67,14 @@ int main(int argc, char** argv) {
   if (argc < 2) return 64;
   const std::string mode = argv[1];
   if (mode == "env" && argc >= 3) {
-    static const char* kKeys[] = {"RANK",
-                                  "LOCAL_RANK",
-                                  "WORLD_SIZE",
-                                  "LOCAL_WORLD_SIZE",
-                                  "GROUP_RANK",
-                                  "GROUP_WORLD_SIZE",
-                                  "ROLE_RANK",
-                                  "ROLE_WORLD_SIZE",
-                                  "ROLE_NAME",
-                                  "MASTER_ADDR",
-                                  "MASTER_PORT",
-                                  "TORCHELASTIC_RESTART_COUNT",
-                                  "TORCHELASTIC_MAX_RESTARTS",
-                                  "TORCHELASTIC_RUN_ID",
-                                  "TORCHELASTIC_USE_AGENT_STORE",
-                                  "TORCHELASTIC_ERROR_FILE",
-                                  "OMP_NUM_THREADS",
-                                  "MESHRUN_RDZV_ENDPOINT",
-                                  "MESHRUN_RDZV_TOKEN"};  // must never be set: the token is the agents' secret
+    std::vector<std::string_view> keys(meshrun::launcher::kWorkerEnvKeys.begin(),
+                                       meshrun::launcher::kWorkerEnvKeys.end());
+    keys.push_back("OMP_NUM_THREADS");     // torchrun sets it for several workers per node; so does meshrun
+    keys.push_back("MESHRUN_RDZV_TOKEN");  // must never be set: the token is the agents' secret
     std::string text;
-    for (const char* k : kKeys) {
-      if (const char* v = std::getenv(k)) text += std::string(k) + "=" + v + "\n";
+    for (const auto k : keys) {
+      const std::string key(k);
+      if (const char* v = std::getenv(key.c_str())) text += key + "=" + v + "\n";
     }
     text += "ARGS=";
     for (int i = 3; i < argc; ++i) text += std::string(i > 3 ? " " : "") + argv[i];

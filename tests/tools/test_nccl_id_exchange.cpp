@@ -9,11 +9,11 @@
 #include "tools/nccl_bench/nccl_id_exchange.hpp"
 
 using namespace meshrun;
-using namespace meshrun::diagnostics;
+using namespace meshrun::tools;
 using namespace std::chrono_literals;
 
 TEST_CASE("the NCCL unique id travels from rank 0 through the store", "[nccl][store]") {
-  test::TestDaemon daemon;
+  testing::TestDaemon daemon;
   auto rank0 = daemon.client();
   auto rank1 = daemon.client();
   const std::string id(128, '\x5a');

@@ -5,7 +5,7 @@
 #include "tools/nccl_bench/nccl_sweep.hpp"
 
 using namespace meshrun;
-using namespace meshrun::diagnostics;
+using namespace meshrun::tools;
 
 TEST_CASE("sizes parse with K, M and G suffixes", "[nccl][sweep]") {
   CHECK(parse_size("8") == 8);

@@ -14,9 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/daemon_process.hpp"
 #include "support/subprocess.hpp"
 
-namespace meshrun::trainer::test {
+namespace meshrun::testing {
 namespace {
 
 using namespace std::chrono_literals;
@@ -91,8 +92,6 @@ std::string make_temp_dir() {
   return tmpl;
 }
 
-std::string read_file(const std::string& path) { return meshrun::testing::read_file(path); }
-
 LauncherJob::LauncherJob(const std::string& dir, int nproc, const std::vector<std::string>& sets,
                          const std::map<std::string, std::string>& env, const std::vector<std::string>& rendezvous)
     : log_(dir + "/launcher.txt") {
@@ -112,35 +111,17 @@ int LauncherJob::wait() { return process_->wait(kRunLimit); }
 
 std::string LauncherJob::output() const { return read_file(log_); }
 
-Daemon::Daemon() : dir_(make_temp_dir()) {
-  const std::string out = dir_ + "/daemon.txt";
-  process_ = std::make_unique<Process>(
-      std::vector<std::string>{MESHRUN_RENDEZVOUS_BIN, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"},
-      std::vector<std::string>{}, out);
-  // The daemon prints "listening on HOST:PORT" once its socket is bound.
-  const auto end = std::chrono::steady_clock::now() + 30s;
-  std::string line;
-  while (line.find('\n') == std::string::npos) {
-    if (std::chrono::steady_clock::now() > end || !meshrun::testing::process_alive(process_->pid())) {
-      throw std::runtime_error("meshrun-rendezvous did not print 'listening on HOST:PORT' (got '" + read_file(out) +
-                               "')");
-    }
-    std::this_thread::sleep_for(10ms);
-    line = read_file(out);
-  }
-  line.resize(line.find('\n'));
-  const auto colon = line.rfind(':');
-  if (line.rfind("listening on", 0) != 0 || colon == std::string::npos) {
-    throw std::runtime_error("meshrun-rendezvous did not print 'listening on HOST:PORT' (got '" + line + "')");
-  }
-  port_ = std::stoi(line.substr(colon + 1));
-}
+Daemon::Daemon()
+    : dir_(make_temp_dir()),
+      process_(std::make_unique<testing::DaemonProcess>(
+          MESHRUN_RENDEZVOUS_BIN, std::vector<std::string>{"--log-level", "warn"}, dir_ + "/daemon.txt")) {}
 
 Daemon::~Daemon() {
-  process_->signal(SIGTERM);
-  process_->wait(30s);
+  process_.reset();  // SIGTERM, reaped
   std::system(("rm -rf '" + dir_ + "'").c_str());
 }
+
+int Daemon::port() const { return process_->port(); }
 
 bool RunResult::ok() const {
   for (int c : exit_codes) {
@@ -227,4 +208,4 @@ std::vector<float> read_params(const std::string& dir) {
   return out;
 }
 
-}  // namespace meshrun::trainer::test
+}  // namespace meshrun::testing

@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "support/subprocess.hpp"  // Process, read_file
+
 namespace meshrun::testing {
-class Process;
+class DaemonProcess;
 }  // namespace meshrun::testing
 
-namespace meshrun::trainer::test {
+namespace meshrun::testing {
 
 /// meshrun-rendezvous --host 127.0.0.1 --port 0, stopped (SIGTERM) on destruction.
 class Daemon {
@@ -21,12 +23,11 @@ class Daemon {
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
-  int port() const { return port_; }
+  int port() const;
 
  private:
   std::string dir_;  // holds the daemon's output
-  std::unique_ptr<testing::Process> process_;
-  int port_ = 0;
+  std::unique_ptr<testing::DaemonProcess> process_;
 };
 
 struct RankRun {
@@ -77,6 +78,5 @@ std::string make_temp_dir();
 std::map<int64_t, double> read_step_losses(const std::string& dir);
 std::vector<double> read_losses(const std::string& dir);
 std::vector<float> read_params(const std::string& dir);
-std::string read_file(const std::string& path);
 
-}  // namespace meshrun::trainer::test
+}  // namespace meshrun::testing

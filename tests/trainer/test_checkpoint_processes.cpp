@@ -16,7 +16,7 @@
 
 #include "tests/trainer/process_runner.hpp"
 
-using namespace meshrun::trainer::test;
+using namespace meshrun::testing;
 namespace fs = std::filesystem;
 
 namespace {

@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/support/skip.hpp"
 #include "trainer/distributed/cma_transport.hpp"
 
 using meshrun::trainer::CmaSegmentFile;
@@ -223,10 +224,7 @@ TEST_CASE("cma: a rank that abandons a collective is named by the peer still wai
 }
 
 TEST_CASE("cma: when one rank may not read its peers, every rank gets the same refusal", "[trainer][cma]") {
-  if (geteuid() != 0) {
-    WARN("needs root to start a rank as another user; not run");
-    return;
-  }
+  if (geteuid() != 0) MESHRUN_SKIP_OR_FAIL("needs root to start a rank as another user");
   const CmaSegmentFile segment(2);
   auto pids = fork_peers(2, [&](int rank) {
     // Rank 1 maps the block as root, then becomes nobody: it may not read root's memory, so its probe fails.

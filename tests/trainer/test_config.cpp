@@ -19,8 +19,8 @@ TEST_CASE("config: defaults and file values and --set overrides with dotted keys
       user, {"train.steps=9", "fsdp.strategy=NO_SHARD", "fsdp.param_dtype=bf16", "data.exclude=[\"*.dat\"]"}, "test");
   CHECK(c.train.lr == Approx(0.01));
   CHECK(c.train.steps == 9);
-  CHECK(c.fsdp.strategy == ShardingStrategy::NoShard);
-  CHECK(c.fsdp.param_dtype == DType::BFloat16);
+  CHECK(c.fsdp.strategy == ShardingStrategy::kNoShard);
+  CHECK(c.fsdp.param_dtype == DType::kBFloat16);
   CHECK(c.data.exclude == std::vector<std::string>{"*.dat"});
   CHECK(c.model.dim == 128);
 }
@@ -29,6 +29,21 @@ TEST_CASE("config: every key has documentation", "[trainer][config]") {
   const auto docs = config_key_docs();
   CHECK(docs.size() == config_defaults().flatten().size());
   for (const auto& [key, doc] : docs) CHECK_FALSE(doc.empty());
+}
+
+TEST_CASE("config: the defaults are the structs' own, read back unchanged through the key table", "[trainer][config]") {
+  const json defaults = config_defaults();
+  CHECK(defaults.at("model").at("name") == "custom");  // the documented label
+  CHECK(TrainerConfig{}.model.name == "custom");
+  // Every key of a config made from nothing but the required data.path holds its default.
+  const auto made = make_config(minimal(), {}, "test");
+  const json flat = made.merged.flatten();
+  const json flat_defaults = defaults.flatten();
+  for (const auto& [key, value] : flat_defaults.items()) {
+    if (key == "/data/path") continue;
+    INFO(key);
+    CHECK(flat.at(key) == value);
+  }
 }
 
 TEST_CASE("config: unknown keys are rejected by name", "[trainer][config]") {
@@ -65,7 +80,7 @@ TEST_CASE("config: hybrid strategies and checkpoint keys parse", "[trainer][conf
                              {"fsdp.strategy=HYBRID_SHARD_ZERO2", "fsdp.shard_group_size=2", "checkpoint.dir=/tmp/ck",
                               "checkpoint.resume=auto", "checkpoint.keep_last=3"},
                              "t");
-  CHECK(c.fsdp.strategy == ShardingStrategy::HybridShardZero2);
+  CHECK(c.fsdp.strategy == ShardingStrategy::kHybridShardZero2);
   CHECK(c.fsdp.hybrid());
   CHECK(!c.fsdp.reshard_after_forward());
   CHECK(c.fsdp.shard_group_size == 2);

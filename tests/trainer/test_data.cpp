@@ -40,9 +40,9 @@ TEST_CASE("data: text is read as bytes and the tail is held out", "[trainer][dat
   c.val_fraction = 0.2;
   TokenDataset d(c);
   CHECK(d.size() == 25);
-  CHECK(d.split_size(Split::Val) == 5);
-  CHECK(d.token(Split::Train, 0) == 'h');
-  CHECK(d.token(Split::Val, 1) == 't');  // "text" starts at byte 21
+  CHECK(d.split_size(Split::kVal) == 5);
+  CHECK(d.token(Split::kTrain, 0) == 'h');
+  CHECK(d.token(Split::kVal, 1) == 't');  // "text" starts at byte 21
   CHECK(decode_bytes(encode_bytes("héllo")) == "héllo");
 }
 
@@ -55,14 +55,14 @@ TEST_CASE("data: uint16 and uint32 token files are memory-mapped", "[trainer][da
   c.path = write_temp("t16.bin", bytes16);
   TokenDataset d16(c);
   CHECK(d16.size() == 4);
-  CHECK(d16.token(Split::Train, 2) == 300);
-  CHECK(d16.token(Split::Train, 3) == 65535);
+  CHECK(d16.token(Split::kTrain, 2) == 300);
+  CHECK(d16.token(Split::kTrain, 3) == 65535);
   c.format = "bin_u32";
   std::string bytes32;
   for (uint32_t v : {7u, 100000u}) bytes32.append(reinterpret_cast<const char*>(&v), 4);
   c.path = write_temp("t32.bin", bytes32);
   TokenDataset d32(c);
-  CHECK(d32.token(Split::Train, 1) == 100000u);
+  CHECK(d32.token(Split::kTrain, 1) == 100000u);
   c.path = write_temp("odd.bin", "abc");
   CHECK_THROWS_WITH(TokenDataset(c), Catch::Contains("not a multiple of 4"));
 }
@@ -119,17 +119,17 @@ TEST_CASE("data: llm.c shards by glob in name order, a validation shard of their
   std::vector<uint32_t> train = range_tokens(50000, 3);
   for (uint32_t t : range_tokens(100, 5)) train.push_back(t);
   for (uint32_t t : range_tokens(70000, 4)) train.push_back(t);
-  CHECK(read_all(d, Split::Train) == train);             // every training token, the shard boundaries included
-  CHECK(read_all(d, Split::Val) == range_tokens(7, 6));  // and the validation shard alone
+  CHECK(read_all(d, Split::kTrain) == train);             // every training token, the shard boundaries included
+  CHECK(read_all(d, Split::kVal) == range_tokens(7, 6));  // and the validation shard alone
   // data.format=bin recognises the header by itself; a flat nanoGPT file next to it stays flat uint16.
   c.format = "bin";
-  CHECK(read_all(TokenDataset(c), Split::Train) == train);
+  CHECK(read_all(TokenDataset(c), Split::kTrain) == train);
   std::string flat;
   for (uint16_t v : {11, 12, 13}) flat.append(reinterpret_cast<const char*>(&v), 2);
   c.path = write_temp("nanogpt_train.bin", flat);
   c.val_path.clear();
   c.val_fraction = 0;
-  CHECK(read_all(TokenDataset(c), Split::Train) == (std::vector<uint32_t>{11, 12, 13}));
+  CHECK(read_all(TokenDataset(c), Split::kTrain) == (std::vector<uint32_t>{11, 12, 13}));
 }
 
 TEST_CASE("data: a wrong llm.c header or length is refused naming the file and the numbers", "[trainer][data][llmc]") {
@@ -165,10 +165,10 @@ TEST_CASE("data: the validation files never overlap the training files", "[train
   c.val_path.clear();
   c.val_fraction = 0.25;
   const TokenDataset d(c);
-  CHECK(d.split_size(Split::Train) == 12);
-  CHECK(read_all(d, Split::Val) == range_tokens(13, 4));
-  const auto mb = sample_micro_batch(d, Split::Train, 1, 0, 0, 64, 11, 0, 1);  // windows of 11 + 1 tokens
-  CHECK(*std::max_element(mb.targets.begin(), mb.targets.end()) <= 12);        // token 12 is the last training one
+  CHECK(d.split_size(Split::kTrain) == 12);
+  CHECK(read_all(d, Split::kVal) == range_tokens(13, 4));
+  const auto mb = sample_micro_batch(d, Split::kTrain, 1, 0, 0, 64, 11, 0, 1);  // windows of 11 + 1 tokens
+  CHECK(*std::max_element(mb.targets.begin(), mb.targets.end()) <= 12);         // token 12 is the last training one
 }
 
 TEST_CASE("data: a split of exactly seq_len+1 tokens has one window", "[trainer][data]") {
@@ -179,10 +179,10 @@ TEST_CASE("data: a split of exactly seq_len+1 tokens has one window", "[trainer]
   for (uint16_t v : {1, 2, 3, 4, 5}) five.append(reinterpret_cast<const char*>(&v), 2);
   c.path = write_temp("five.bin", five);
   const TokenDataset d(c);
-  const auto mb = sample_micro_batch(d, Split::Train, 1, 0, 0, 2, 4, 0, 1);
+  const auto mb = sample_micro_batch(d, Split::kTrain, 1, 0, 0, 2, 4, 0, 1);
   CHECK(mb.inputs == (std::vector<int64_t>{1, 2, 3, 4, 1, 2, 3, 4}));
   CHECK(mb.targets == (std::vector<int64_t>{2, 3, 4, 5, 2, 3, 4, 5}));
-  CHECK_THROWS_WITH(sample_micro_batch(d, Split::Train, 1, 0, 0, 2, 5, 0, 1),
+  CHECK_THROWS_WITH(sample_micro_batch(d, Split::kTrain, 1, 0, 0, 2, 5, 0, 1),
                     Catch::Contains("has 5 tokens, fewer than train.seq_len+1 (6)"));
 }
 
@@ -192,11 +192,11 @@ TEST_CASE("data: the global batch is the same for any world size and ranks get d
   DataConfig c;
   c.path = write_temp("b.txt", text);
   TokenDataset d(c);
-  const auto whole = sample_micro_batch(d, Split::Train, 42, 3, 0, 8, 16, 0, 1);
+  const auto whole = sample_micro_batch(d, Split::kTrain, 42, 3, 0, 8, 16, 0, 1);
   for (int world : {2, 4, 8}) {
     std::vector<int64_t> joined;
     for (int r = 0; r < world; ++r) {
-      const auto part = sample_micro_batch(d, Split::Train, 42, 3, 0, 8, 16, r, world);
+      const auto part = sample_micro_batch(d, Split::kTrain, 42, 3, 0, 8, 16, r, world);
       CHECK(part.batch == 8 / world);
       joined.insert(joined.end(), part.inputs.begin(), part.inputs.end());
     }
@@ -204,13 +204,13 @@ TEST_CASE("data: the global batch is the same for any world size and ranks get d
   }
   // Targets are inputs shifted by one; another step or seed gives another batch.
   CHECK(whole.targets[0] == whole.inputs[1]);
-  CHECK(sample_micro_batch(d, Split::Train, 42, 4, 0, 8, 16, 0, 1).inputs != whole.inputs);
-  CHECK(sample_micro_batch(d, Split::Train, 43, 3, 0, 8, 16, 0, 1).inputs != whole.inputs);
+  CHECK(sample_micro_batch(d, Split::kTrain, 42, 4, 0, 8, 16, 0, 1).inputs != whole.inputs);
+  CHECK(sample_micro_batch(d, Split::kTrain, 43, 3, 0, 8, 16, 0, 1).inputs != whole.inputs);
   // Micro-batch m of size B is sequences [m*B, (m+1)*B) of the step: accumulation sees the big batch.
-  const auto big = sample_micro_batch(d, Split::Train, 42, 3, 0, 16, 16, 0, 1);
-  const auto second = sample_micro_batch(d, Split::Train, 42, 3, 8, 8, 16, 0, 1);
+  const auto big = sample_micro_batch(d, Split::kTrain, 42, 3, 0, 16, 16, 0, 1);
+  const auto second = sample_micro_batch(d, Split::kTrain, 42, 3, 8, 8, 16, 0, 1);
   CHECK(std::vector<int64_t>(big.inputs.begin() + 8 * 16, big.inputs.end()) == second.inputs);
-  CHECK_THROWS_WITH(sample_micro_batch(d, Split::Train, 42, 3, 0, 6, 16, 0, 4), Catch::Contains("divisible"));
+  CHECK_THROWS_WITH(sample_micro_batch(d, Split::kTrain, 42, 3, 0, 6, 16, 0, 4), Catch::Contains("divisible"));
 }
 
 TEST_CASE("model: configs have the advertised sizes", "[trainer][model]") {

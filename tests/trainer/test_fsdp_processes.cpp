@@ -10,7 +10,7 @@
 
 #include "tests/trainer/process_runner.hpp"
 
-using namespace meshrun::trainer::test;
+using namespace meshrun::testing;
 
 namespace {
 

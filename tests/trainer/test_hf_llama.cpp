@@ -132,7 +132,7 @@ TEST_CASE("hf config: llama3 rope scaling is read from either spelling", "[train
   m.n_kv_heads = 2;
   m.ffn_hidden = 176;
   m.rope_theta = 500000.0;
-  m.rope_scaling = RopeScaling::Llama3;
+  m.rope_scaling = RopeScaling::kLlama3;
   m.rope_scaling_factor = 32.0;
   m.rope_original_max_seq_len = 8192;
   const json again = model_keys_from_hf_config(hf_llama_config(m, "bfloat16"), "c.json");
@@ -236,7 +236,7 @@ TEST_CASE("rope: llama3 scaling gives transformers' frequencies in all three ban
   m.dim = 64;
   m.n_heads = 4;  // head_dim 16: 8 frequencies
   m.rope_theta = 50000.0;
-  m.rope_scaling = RopeScaling::Llama3;
+  m.rope_scaling = RopeScaling::kLlama3;
   m.rope_scaling_factor = 8.0;
   m.rope_original_max_seq_len = 64;  // wavelengths: 6.3 (kept), 24.3 (blended), >= 94 (stretched)
   // transformers 5.23, ROPE_INIT_FUNCTIONS["llama3"] for this config (it computes in fp32).
@@ -268,7 +268,7 @@ TEST_CASE("safetensors: element ranges of F32, BF16 and F16 tensors read as fp32
   SafetensorsFile file(path.string());
   REQUIRE(file.tensors().size() == 4);
   CHECK(file.find("a")->shape == std::vector<int64_t>{2, 3});
-  CHECK(file.find("b")->dtype == TensorDType::BF16);
+  CHECK(file.find("b")->dtype == TensorDType::kBF16);
   CHECK(file.find("zzz") == nullptr);
   std::vector<float> out(4);
   file.read_f32("a", 2, 3, out.data());

@@ -21,7 +21,7 @@
 #include "support/subprocess.hpp"
 #include "trainer/process_runner.hpp"
 
-using namespace meshrun::trainer::test;
+using namespace meshrun::testing;
 using meshrun::UniqueFd;
 using meshrun::proto::Beat;
 

@@ -21,7 +21,7 @@
 #include "tools/nccl_bench/nccl_id_exchange.hpp"
 #include "tools/nccl_bench/nccl_sweep.hpp"
 
-namespace meshrun::diagnostics {
+namespace meshrun::tools {
 namespace {
 
 // CUDA and NCCL failures become exceptions with file:line; only main() catches.
@@ -218,10 +218,10 @@ int run(const SweepOptions& options, double id_timeout_s) {
 }
 
 }  // namespace
-}  // namespace meshrun::diagnostics
+}  // namespace meshrun::tools
 
 int main(int argc, char** argv) {
-  using namespace meshrun::diagnostics;
+  using namespace meshrun::tools;
   CLI::App app{
       "meshrun-nccl-bench: NCCL all-reduce bus bandwidth (like nccl-tests' all_reduce_perf); one "
       "process per GPU under meshrun"};

@@ -2,7 +2,7 @@
 
 #include "common/error.hpp"
 
-namespace meshrun::diagnostics {
+namespace meshrun::tools {
 
 std::string exchange_unique_id(proto::StoreClient& store, const std::string& key, int rank, const std::string& id,
                                size_t id_bytes, Duration timeout) {
@@ -26,4 +26,4 @@ std::string exchange_unique_id(proto::StoreClient& store, const std::string& key
   return stored;
 }
 
-}  // namespace meshrun::diagnostics
+}  // namespace meshrun::tools

@@ -8,7 +8,7 @@
 #include "common/clock.hpp"
 #include "proto/store_client.hpp"
 
-namespace meshrun::diagnostics {
+namespace meshrun::tools {
 
 /// Rank 0 stores `id` under `key` and returns it; other ranks wait (up to `timeout`) and return the
 /// stored bytes. Throws TimeoutError naming the key and rank 0 when it never arrives, ProtocolError
@@ -16,4 +16,4 @@ namespace meshrun::diagnostics {
 std::string exchange_unique_id(proto::StoreClient& store, const std::string& key, int rank, const std::string& id,
                                size_t id_bytes, Duration timeout);
 
-}  // namespace meshrun::diagnostics
+}  // namespace meshrun::tools

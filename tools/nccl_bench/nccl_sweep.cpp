@@ -6,7 +6,7 @@
 
 #include "common/error.hpp"
 
-namespace meshrun::diagnostics {
+namespace meshrun::tools {
 
 uint64_t parse_size(const std::string& text) {
   uint64_t value = 0;
@@ -91,4 +91,4 @@ std::string sweep_footer(const std::vector<SweepRow>& rows, int ranks) {
   return buf;
 }
 
-}  // namespace meshrun::diagnostics
+}  // namespace meshrun::tools

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace meshrun::diagnostics {
+namespace meshrun::tools {
 
 struct SweepOptions {
   uint64_t min_bytes = 8;             // -b
@@ -47,4 +47,4 @@ std::string format_sweep_row(const SweepRow& row, int ranks, const std::string& 
 /// "# Avg bus bandwidth    : X" over the rows' out-of-place and in-place busbw.
 std::string sweep_footer(const std::vector<SweepRow>& rows, int ranks);
 
-}  // namespace meshrun::diagnostics
+}  // namespace meshrun::tools

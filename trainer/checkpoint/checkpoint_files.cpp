@@ -85,6 +85,101 @@ void prune(const std::string& dir, int64_t keep_last, int64_t newest) {
   }
 }
 
+// <path>/rank<R>.index.json: where a rank leaves its index for rank 0 (sharded format).
+fs::path rank_index_path(const std::string& path, int rank) {
+  return fs::path(path) / ("rank" + std::to_string(rank) + ".index.json");
+}
+
+// The indexes metadata.json is built from: `own_index` alone (full format), else every rank's index file.
+std::vector<json> collect_indexes(const std::string& path, int world_size, const json* own_index) {
+  std::vector<json> indexes;
+  if (own_index != nullptr) {
+    indexes.push_back(*own_index);
+    return indexes;
+  }
+  for (int r = 0; r < world_size; ++r) {
+    const fs::path p = rank_index_path(path, r);
+    if (fs::exists(p)) indexes.push_back(read_json_file(p.string()));
+  }
+  return indexes;
+}
+
+// Every tensor of every kind the model's checkpoint holds, with no chunks yet.
+json empty_tensor_table(const ModelConfig& model) {
+  json tensors = json::object();
+  for (const auto& unit : build_unit_specs(model)) {
+    for (const auto* kind : kCheckpointKinds) {
+      for (const auto& p : unit.params)
+        tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
+    }
+  }
+  return tensors;
+}
+
+// metadata.json's "files" and "tensors", merged from the ranks' indexes.
+struct CheckpointContents {
+  json files = json::object();
+  json tensors;
+  int64_t total_bytes = 0;  // of the data files
+};
+
+CheckpointContents merge_indexes(const std::vector<json>& indexes, json tensors) {
+  CheckpointContents contents;
+  contents.tensors = std::move(tensors);
+  for (const auto& idx : indexes) {
+    contents.files[idx["file"].get<std::string>()] = {{"bytes", idx["bytes"]}};
+    contents.total_bytes += idx["bytes"].get<int64_t>();
+    for (auto it = idx["chunks"].begin(); it != idx["chunks"].end(); ++it) {
+      auto& list = contents.tensors.at(it.key())["chunks"];
+      for (const auto& c : it.value()) list.push_back(c);
+    }
+  }
+  return contents;
+}
+
+// Sorts each tensor's chunks by position. Every tensor must be covered exactly once, or the save itself is
+// broken.
+void check_chunks_tile(json& tensors) {
+  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
+    auto& list = it.value()["chunks"];
+    std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
+    int64_t next = 0;
+    for (const auto& c : list) {
+      if (c["begin"].get<int64_t>() != next)
+        throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
+      next += c["count"].get<int64_t>();
+    }
+    int64_t numel = 1;
+    for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
+    if (next != numel)
+      throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
+                  std::to_string(numel));
+  }
+}
+
+// metadata.json: the save record, the resolved config and where every chunk of every tensor lies.
+json metadata_json(const TrainerConfig& config, const SaveRecord& record, const CheckpointContents& contents) {
+  json meta = {
+      {"format_version", kCheckpointFormatVersion},
+      {"step", record.step},
+      {"optimizer_steps", record.optimizer_steps},
+      // Training draws no random numbers after init: the data position is a function of (train.seed, step)
+      // and the learning rate of step, so these two integers are the whole RNG and schedule state.
+      {"seed", config.train.seed},
+      {"saved_with",
+       {{"world_size", record.world_size},
+        {"strategy", to_string(config.fsdp.strategy)},
+        {"layout", record.layout},
+        {"format", config.checkpoint.format}}},
+      {"model", config.merged.at("model")},
+      {"config", config.merged},
+      {"files", contents.files},
+      {"tensors", contents.tensors},
+  };
+  if (!config.hf_config.is_null()) meta["hf_config"] = config.hf_config;  // model.init_from's, for export
+  return meta;
+}
+
 }  // namespace
 
 std::string step_dir(const std::string& dir, int64_t step) {
@@ -144,77 +239,20 @@ json ShardFileWriter::commit() {
 }
 
 void write_rank_index(const std::string& path, int rank, const json& index) {
-  write_file_atomic((fs::path(path) / ("rank" + std::to_string(rank) + ".index.json")).string(), index.dump());
+  write_file_atomic(rank_index_path(path, rank).string(), index.dump());
 }
 
 int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, const SaveRecord& record,
                           const json* own_index) {
-  std::vector<json> indexes;
-  if (own_index != nullptr) {
-    indexes.push_back(*own_index);
-  } else {
-    for (int r = 0; r < record.world_size; ++r) {
-      const fs::path p = fs::path(path) / ("rank" + std::to_string(r) + ".index.json");
-      if (fs::exists(p)) indexes.push_back(read_json_file(p.string()));
-    }
-  }
-  json files = json::object();
-  json tensors = json::object();
-  for (const auto& unit : build_unit_specs(config.model)) {
-    for (const auto* kind : kCheckpointKinds) {
-      for (const auto& p : unit.params)
-        tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
-    }
-  }
-  int64_t total_bytes = 0;
-  for (const auto& idx : indexes) {
-    files[idx["file"].get<std::string>()] = {{"bytes", idx["bytes"]}};
-    total_bytes += idx["bytes"].get<int64_t>();
-    for (auto it = idx["chunks"].begin(); it != idx["chunks"].end(); ++it) {
-      auto& list = tensors.at(it.key())["chunks"];
-      for (const auto& c : it.value()) list.push_back(c);
-    }
-  }
-  // Every tensor must be covered exactly once, or the save itself is broken.
-  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
-    auto& list = it.value()["chunks"];
-    std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
-    int64_t next = 0;
-    for (const auto& c : list) {
-      if (c["begin"].get<int64_t>() != next)
-        throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
-      next += c["count"].get<int64_t>();
-    }
-    int64_t numel = 1;
-    for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
-    if (next != numel)
-      throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
-                  std::to_string(numel));
-  }
+  const std::vector<json> indexes = collect_indexes(path, record.world_size, own_index);
+  CheckpointContents contents = merge_indexes(indexes, empty_tensor_table(config.model));
+  check_chunks_tile(contents.tensors);
   const auto& cc = config.checkpoint;
-  json meta = {
-      {"format_version", kCheckpointFormatVersion},
-      {"step", record.step},
-      {"optimizer_steps", record.optimizer_steps},
-      // Training draws no random numbers after init: the data position is a function of (train.seed, step)
-      // and the learning rate of step, so these two integers are the whole RNG and schedule state.
-      {"seed", config.train.seed},
-      {"saved_with",
-       {{"world_size", record.world_size},
-        {"strategy", to_string(config.fsdp.strategy)},
-        {"layout", record.layout},
-        {"format", cc.format}}},
-      {"model", config.merged.at("model")},
-      {"config", config.merged},
-      {"files", files},
-      {"tensors", tensors},
-  };
-  if (!config.hf_config.is_null()) meta["hf_config"] = config.hf_config;  // model.init_from's, for export
-  write_file_atomic((fs::path(path) / "metadata.json").string(), meta.dump(1));
-  for (int r = 0; r < record.world_size; ++r) fs::remove(fs::path(path) / ("rank" + std::to_string(r) + ".index.json"));
+  write_file_atomic((fs::path(path) / "metadata.json").string(), metadata_json(config, record, contents).dump(1));
+  for (int r = 0; r < record.world_size; ++r) fs::remove(rank_index_path(path, r));
   fsync_dir(cc.dir);
   prune(cc.dir, cc.keep_last, record.step);
-  return total_bytes;
+  return contents.total_bytes;
 }
 
 nlohmann::json read_json_file(const std::string& path) {

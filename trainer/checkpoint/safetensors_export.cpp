@@ -33,7 +33,7 @@ TrainerConfig saved_config(const CheckpointReader& reader, const std::string& pa
 }
 
 void write_tensor(AtomicFile& f, const std::vector<float>& values, DType dtype) {
-  if (dtype == DType::Float32) {
+  if (dtype == DType::kFloat32) {
     f.write(values.data(), values.size() * sizeof(float));  // x86 floats are little-endian already
     return;
   }
@@ -73,7 +73,7 @@ void copy_tokenizer_files(const std::string& source, const fs::path& folder) {
 }  // namespace
 
 void export_safetensors(const std::string& checkpoint, const std::string& out, DType dtype) {
-  if (dtype == DType::Float16) throw UsageError("export --dtype: fp16 is not written; use fp32 or bf16");
+  if (dtype == DType::kFloat16) throw UsageError("export --dtype: fp16 is not written; use fp32 or bf16");
   std::string path = checkpoint;
   if (!fs::exists(fs::path(path) / "metadata.json")) {
     const auto latest = latest_checkpoint(path);
@@ -84,7 +84,7 @@ void export_safetensors(const std::string& checkpoint, const std::string& out, D
   }
   CheckpointReader reader(path);
   const TrainerConfig saved = saved_config(reader, path);
-  const bool bf16 = dtype == DType::BFloat16;
+  const bool bf16 = dtype == DType::kBFloat16;
   const int64_t element = bf16 ? 2 : 4;
 
   std::vector<Entry> entries;

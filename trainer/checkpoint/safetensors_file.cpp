@@ -102,28 +102,28 @@ void check_tiling(const std::map<std::string, SafetensorsTensor>& tensors, uint6
 }  // namespace
 
 TensorDType parse_tensor_dtype(const std::string& name) {
-  if (name == "F32") return TensorDType::F32;
-  if (name == "BF16") return TensorDType::BF16;
-  if (name == "F16") return TensorDType::F16;
-  return TensorDType::Other;
+  if (name == "F32") return TensorDType::kF32;
+  if (name == "BF16") return TensorDType::kBF16;
+  if (name == "F16") return TensorDType::kF16;
+  return TensorDType::kOther;
 }
 
 std::string to_string(TensorDType dtype) {
   switch (dtype) {
-    case TensorDType::F32: return "F32";
-    case TensorDType::BF16: return "BF16";
-    case TensorDType::F16: return "F16";
-    case TensorDType::Other: break;
+    case TensorDType::kF32: return "F32";
+    case TensorDType::kBF16: return "BF16";
+    case TensorDType::kF16: return "F16";
+    case TensorDType::kOther: break;
   }
   return "other";
 }
 
 int element_size(TensorDType dtype) {
   switch (dtype) {
-    case TensorDType::F32: return 4;
-    case TensorDType::BF16:
-    case TensorDType::F16: return 2;
-    case TensorDType::Other: break;
+    case TensorDType::kF32: return 4;
+    case TensorDType::kBF16:
+    case TensorDType::kF16: return 2;
+    case TensorDType::kOther: break;
   }
   return 0;
 }
@@ -181,13 +181,13 @@ void SafetensorsFile::read_f32(const std::string& name, int64_t first, int64_t c
   const uint64_t offset = t->begin + static_cast<uint64_t>(first) * static_cast<uint64_t>(size);
   const size_t n = static_cast<size_t>(count);
   bytes_read_ += n * static_cast<size_t>(size);
-  if (t->dtype == TensorDType::F32) {  // x86 is little-endian: straight into place
+  if (t->dtype == TensorDType::kF32) {  // x86 is little-endian: straight into place
     pread_all(fd_.get(), dst, n * sizeof(float), offset, path_);
     return;
   }
   std::vector<uint16_t> half(n);
   pread_all(fd_.get(), half.data(), n * sizeof(uint16_t), offset, path_);
-  const bool bf16 = t->dtype == TensorDType::BF16;
+  const bool bf16 = t->dtype == TensorDType::kBF16;
   for (size_t i = 0; i < n; ++i) dst[i] = bf16 ? f32_from_bf16(half[i]) : f32_from_f16(half[i]);
 }
 

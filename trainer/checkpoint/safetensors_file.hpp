@@ -16,7 +16,7 @@
 namespace meshrun::trainer {
 
 /// The element types read as weights; Other covers the rest of the format's types (I64, U8, F64, ...).
-enum class TensorDType { F32, BF16, F16, Other };
+enum class TensorDType { kF32, kBF16, kF16, kOther };
 
 /// "F32" -> F32 ...; anything else -> Other.
 TensorDType parse_tensor_dtype(const std::string& name);
@@ -28,7 +28,7 @@ int element_size(TensorDType dtype);
 /// One tensor's entry in a safetensors header.
 struct SafetensorsTensor {
   std::string dtype_name;  // as the header spells it
-  TensorDType dtype = TensorDType::Other;
+  TensorDType dtype = TensorDType::kOther;
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // absolute byte offsets in the file
   uint64_t end = 0;

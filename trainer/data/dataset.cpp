@@ -61,8 +61,8 @@ void TokenDataset::split(const DataConfig& config) {
 }
 
 uint32_t TokenDataset::token(Split split, int64_t i) const {
-  if (split == Split::Val && !val_tokens_.empty()) return val_tokens_.at(i);
-  const int64_t at = split == Split::Train ? i : train_size_ + i;
+  if (split == Split::kVal && !val_tokens_.empty()) return val_tokens_.at(i);
+  const int64_t at = split == Split::kTrain ? i : train_size_ + i;
   if (tokens_.empty()) return bytes_[static_cast<size_t>(at)];
   return tokens_.at(at);
 }
@@ -70,7 +70,7 @@ uint32_t TokenDataset::token(Split split, int64_t i) const {
 uint32_t TokenDataset::max_token_sampled() const {
   uint32_t m = 0;
   const int64_t n = std::min<int64_t>(size_, 1 << 20);
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, token(Split::Train, i < train_size_ ? i : 0));
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, token(Split::kTrain, i < train_size_ ? i : 0));
   return m;
 }
 
@@ -82,7 +82,7 @@ MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t se
   }
   const int64_t span = data.split_size(split) - seq_len - 1;  // window starts 0..span
   if (span < 0) {
-    throw UsageError("the " + std::string(split == Split::Train ? "training" : "validation") + " split has " +
+    throw UsageError("the " + std::string(split == Split::kTrain ? "training" : "validation") + " split has " +
                      std::to_string(data.split_size(split)) + " tokens, fewer than train.seq_len+1 (" +
                      std::to_string(seq_len + 1) + "): lower seq_len or change data.val_fraction");
   }
@@ -91,7 +91,7 @@ MicroBatch sample_micro_batch(const TokenDataset& data, Split split, uint64_t se
   mb.seq_len = seq_len;
   mb.inputs.resize(static_cast<size_t>(mb.batch * seq_len));
   mb.targets.resize(mb.inputs.size());
-  const uint64_t stream = splitmix64(seed ^ (split == Split::Train ? 0x7261696EULL : 0x76616CULL));
+  const uint64_t stream = splitmix64(seed ^ (split == Split::kTrain ? 0x7261696EULL : 0x76616CULL));
   for (int64_t local = 0; local < mb.batch; ++local) {
     const int64_t seq = first_seq + rank * mb.batch + local;  // position in the step's batch
     const uint64_t h =

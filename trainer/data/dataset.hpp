@@ -14,7 +14,7 @@
 
 namespace meshrun::trainer {
 
-enum class Split { Train, Val };
+enum class Split { kTrain, kVal };
 
 class TokenDataset {
  public:
@@ -25,7 +25,7 @@ class TokenDataset {
   TokenDataset& operator=(const TokenDataset&) = delete;
 
   int64_t size() const { return size_; }
-  int64_t split_size(Split split) const { return split == Split::Train ? train_size_ : val_size_; }
+  int64_t split_size(Split split) const { return split == Split::kTrain ? train_size_ : val_size_; }
   uint32_t token(Split split, int64_t i) const;
   /// Largest token id in the first million tokens (for checking against model.vocab_size).
   uint32_t max_token_sampled() const;

@@ -157,7 +157,7 @@ class Communicator {
   int64_t failure_seq_ = 0;  // first_failure() calls so far (the same on every rank): its store keys
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
-  IntraNodeTransport intra_node_mode_ = IntraNodeTransport::Auto;
+  IntraNodeTransport intra_node_mode_ = IntraNodeTransport::kAuto;
   std::string node_;  // node_identity(): equal for ranks under the same launcher
   std::string intra_node_;
   std::shared_ptr<CmaTransport> cma_;

@@ -73,7 +73,7 @@ std::string node_identity(const DistEnv& env) {
 IntraNodeChoice choose_intra_node_transport(c10d::Store& store, int group_rank, int group_size,
                                             const std::string& own_node, IntraNodeTransport mode,
                                             std::chrono::milliseconds timeout) {
-  if (mode == IntraNodeTransport::Gloo || group_size < 2) return {nullptr, "sockets (system.intra_node=gloo)"};
+  if (mode == IntraNodeTransport::kGloo || group_size < 2) return {nullptr, "sockets (system.intra_node=gloo)"};
   store_set_text(store, node_key(group_rank), own_node);
   std::optional<CmaSegmentFile> file;  // rank 0 keeps the block open until every rank has mapped it
   if (group_rank == 0) store_set_text(store, "cma/segment", verdict_of_rank0(store, group_size, file, timeout));
@@ -81,7 +81,7 @@ IntraNodeChoice choose_intra_node_transport(c10d::Store& store, int group_rank, 
   const std::string verdict = store_get_text(store, "cma/segment");
   if (verdict.front() == kSpansNodes) return {nullptr, "sockets (" + verdict.substr(1) + ")"};
   auto unavailable = [mode](const std::string& why) -> IntraNodeChoice {
-    if (mode == IntraNodeTransport::CrossMemoryAttach) throw UsageError("system.intra_node=cma: " + why);
+    if (mode == IntraNodeTransport::kCrossMemoryAttach) throw UsageError("system.intra_node=cma: " + why);
     return {nullptr, "sockets (cross-memory attach unavailable: " + why + ")"};
   };
   if (verdict.front() == kUnavailable) return unavailable("group rank 0: " + verdict.substr(1));

@@ -49,18 +49,58 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
   }
 };
 
+// split_with_sizes() sizes of a unit's flat buffer: one per parameter, then the padding (if any).
+std::vector<int64_t> split_sizes_of(const UnitSpec& spec, int64_t padded_numel) {
+  std::vector<int64_t> sizes;
+  for (const auto& p : spec.params) sizes.push_back(p.numel());
+  if (padded_numel > spec.numel()) sizes.push_back(padded_numel - spec.numel());
+  return sizes;
+}
+
+// [begin, end) ranges of the shard [shard_offset, shard_offset + shard_numel) that hold parameters with
+// weight decay, relative to the shard.
+std::vector<std::pair<int64_t, int64_t>> decay_ranges_in_shard(const UnitSpec& spec, int64_t shard_offset,
+                                                               int64_t shard_numel) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t offset = 0;
+  for (const auto& p : spec.params) {
+    if (p.decay) {
+      const int64_t begin = std::max(offset, shard_offset) - shard_offset;
+      const int64_t end = std::min(offset + p.numel(), shard_offset + shard_numel) - shard_offset;
+      if (begin < end && !ranges.empty() && ranges.back().second == begin) {
+        ranges.back().second = end;  // adjacent matrices: one range
+      } else if (begin < end) {
+        ranges.emplace_back(begin, end);
+      }
+    }
+    offset += p.numel();
+  }
+  return ranges;
+}
+
 }  // namespace
 
 FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communicator& comm, UnitOptions options,
                              GatheredBytes& gathered, const at::Device& device)
     : spec_(std::move(spec)), comm_(comm), options_(options), gathered_(gathered), device_(device) {
+  place_shard();
+  init_shard(full_init);
+  split_sizes_ = split_sizes_of(spec_, padded_numel_);
+  decay_ranges_ = decay_ranges_in_shard(spec_, shard_offset_, shard_numel_);
+  plan_grad_reduction();
+  init_unsharded_storage();
+}
+
+void FlatParamUnit::place_shard() {
   const int64_t world = comm_.world_size();
   numel_ = spec_.numel();
-  layout_.sharded = options_.strategy != ShardingStrategy::NoShard && world > 1;
+  layout_.sharded = options_.strategy != ShardingStrategy::kNoShard && world > 1;
   padded_numel_ = layout_.sharded ? (numel_ + world - 1) / world * world : numel_;
   shard_numel_ = layout_.sharded ? padded_numel_ / world : padded_numel_;
   shard_offset_ = layout_.sharded ? static_cast<int64_t>(comm_.rank()) * shard_numel_ : 0;
+}
 
+void FlatParamUnit::init_shard(const at::Tensor& full_init) {
   // CPU offload keeps the master weights (and with them gradients and AdamW state) in pinned host memory;
   // on a CPU device there is nowhere to offload to, so it is a no-op.
   const bool offload = options_.cpu_offload && device_.is_cuda();
@@ -80,23 +120,9 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   // those pages every step would cost time; pinned (offloaded) host memory is slow to allocate.
   layout_.release_grad_between_steps = device_.is_cuda() && !offload;
   anchor_ = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_)).requires_grad_(true);
+}
 
-  int64_t offset = 0;
-  for (const auto& p : spec_.params) {
-    split_sizes_.push_back(p.numel());
-    if (p.decay) {
-      const int64_t begin = std::max(offset, shard_offset_) - shard_offset_;
-      const int64_t end = std::min(offset + p.numel(), shard_offset_ + shard_numel_) - shard_offset_;
-      if (begin < end && !decay_ranges_.empty() && decay_ranges_.back().second == begin) {
-        decay_ranges_.back().second = end;  // adjacent matrices: one range
-      } else if (begin < end) {
-        decay_ranges_.emplace_back(begin, end);
-      }
-    }
-    offset += p.numel();
-  }
-  if (padded_numel_ > numel_) split_sizes_.push_back(padded_numel_ - numel_);
-
+void FlatParamUnit::plan_grad_reduction() {
   // fp32 reductions sum, and the optimizer divides by the number of ranks in its fused pass; fp16/bf16
   // reductions divide first to stay in range.
   const int replicas = options_.replicas != nullptr ? options_.replicas->world_size() : 1;
@@ -106,7 +132,9 @@ FlatParamUnit::FlatParamUnit(UnitSpec spec, const at::Tensor& full_init, Communi
   // collective writes it directly (not for hybrid: the replica all-reduce follows).
   layout_.reduce_into_shard_grad = layout_.sharded && options_.reduce_dtype == at::kFloat &&
                                    options_.replicas == nullptr && shard_grad_.device() == device_;
+}
 
+void FlatParamUnit::init_unsharded_storage() {
   layout_.aliased = !layout_.sharded && options_.param_dtype == at::kFloat && shard_.device() == device_;
   param_state_ = ParamState::kUnsharded;
   if (layout_.aliased) {
@@ -194,7 +222,7 @@ at::Tensor FlatParamUnit::post_forward(const at::Tensor& out) {
     return out;
   }
   const bool frees =
-      options_.strategy == ShardingStrategy::FullShard || options_.strategy == ShardingStrategy::HybridShard;
+      options_.strategy == ShardingStrategy::kFullShard || options_.strategy == ShardingStrategy::kHybridShard;
   if (options_.reshard_after_forward && frees) reshard();
   return PreBackward::apply(out, reinterpret_cast<int64_t>(this));
 }

@@ -37,7 +37,7 @@ struct GatheredBytes {
 class FlatParamUnit;
 
 struct UnitOptions {
-  ShardingStrategy strategy = ShardingStrategy::FullShard;
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
   bool prefetch = true;
@@ -115,6 +115,16 @@ class FlatParamUnit {
   void post_backward(const at::Tensor& flat_grad);
 
  private:
+  // Construction, in this order.
+  /// numel_, padded_numel_, shard_numel_, shard_offset_, and whether the unit is sharded at all.
+  void place_shard();
+  /// shard_ (this rank's chunk of `full_init`, or zeros), shard_grad_ and anchor_, on the device or offloaded.
+  void init_shard(const at::Tensor& full_init);
+  /// grad_scale_, and whether the reduce-scatter writes shard_grad_ directly.
+  void plan_grad_reduction();
+  /// storage_: the fp32 shard itself when aliased, else a fresh unsharded buffer, freed at once.
+  void init_unsharded_storage();
+
   void materialize();
   /// shard_grad_ <- result (the step's first) or shard_grad_ += result.
   void accumulate_grad(const at::Tensor& result);

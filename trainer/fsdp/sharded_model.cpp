@@ -11,9 +11,9 @@ namespace meshrun::trainer {
 
 at::ScalarType to_scalar_type(DType d) {
   switch (d) {
-    case DType::Float32: return at::kFloat;
-    case DType::BFloat16: return at::kBFloat16;
-    case DType::Float16: return at::kHalf;
+    case DType::kFloat32: return at::kFloat;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat16: return at::kHalf;
   }
   return at::kFloat;
 }
@@ -28,40 +28,56 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
       world_(comm),
       device_(device) {
   const auto specs = build_unit_specs(config_);
-  Communicator* shard_comm = &comm;
-  UnitOptions options;
   if (config.fsdp.hybrid()) {
-    // 2-D mesh: rank = group * G + position. Shard inside a group (a node), replicate across groups.
-    const int world = comm.world_size();
-    const int g = config.fsdp.shard_group_size > 0 ? static_cast<int>(config.fsdp.shard_group_size) : local_world_size;
-    if (g < 1 || world % g != 0) {
-      throw UsageError(
-          "fsdp.strategy=" + to_string(config.fsdp.strategy) + ": shard group size " + std::to_string(g) +
-          " (fsdp.shard_group_size, or LOCAL_WORLD_SIZE when 0) must divide WORLD_SIZE=" + std::to_string(world));
-    }
-    const int group = comm.rank() / g;
-    const int position = comm.rank() % g;
-    std::vector<int> shard_ranks;
-    for (int i = 0; i < g; ++i) shard_ranks.push_back(group * g + i);
-    std::vector<int> replica_ranks;
-    for (int i = 0; i < world / g; ++i) replica_ranks.push_back(i * g + position);
-    shard_group_ = comm.new_group(shard_ranks, "shard" + std::to_string(group));
-    replica_group_ = comm.new_group(replica_ranks, "replica" + std::to_string(position));
-    shard_comm = shard_group_.get();
-    options.replicas = replica_group_.get();
-    replica_index_ = group;
-  } else if (config.fsdp.strategy == ShardingStrategy::NoShard) {
+    set_up_hybrid_mesh(config.fsdp, local_world_size);
+  } else if (config.fsdp.strategy == ShardingStrategy::kNoShard) {
     replica_index_ = comm.rank();
   }
-  options.strategy = config.fsdp.strategy;
-  options.cpu_offload = config.fsdp.cpu_offload;
-  options.param_dtype = to_scalar_type(config.fsdp.param_dtype);
-  options.reduce_dtype = to_scalar_type(config.fsdp.reduce_dtype);
-  options.prefetch = config.fsdp.prefetch;
+  const UnitOptions options = shared_unit_options(config.fsdp);
+  build_units(config, specs, options);
+  size_buffer_pool(options.param_dtype);
+  link_backward_prefetch();
+  rope_ = make_rope(config_, config_.max_seq_len, options.param_dtype, device_);
+  make_block_functions();
+}
+
+void ShardedModel::set_up_hybrid_mesh(const FsdpConfig& fsdp, int local_world_size) {
+  // 2-D mesh: rank = group * G + position. Shard inside a group (a node), replicate across groups.
+  const int world = world_.world_size();
+  const int g = fsdp.shard_group_size > 0 ? static_cast<int>(fsdp.shard_group_size) : local_world_size;
+  if (g < 1 || world % g != 0) {
+    throw UsageError(
+        "fsdp.strategy=" + to_string(fsdp.strategy) + ": shard group size " + std::to_string(g) +
+        " (fsdp.shard_group_size, or LOCAL_WORLD_SIZE when 0) must divide WORLD_SIZE=" + std::to_string(world));
+  }
+  const int group = world_.rank() / g;
+  const int position = world_.rank() % g;
+  std::vector<int> shard_ranks;
+  for (int i = 0; i < g; ++i) shard_ranks.push_back(group * g + i);
+  std::vector<int> replica_ranks;
+  for (int i = 0; i < world / g; ++i) replica_ranks.push_back(i * g + position);
+  // Every rank creates both groups, in this order.
+  shard_group_ = world_.new_group(shard_ranks, "shard" + std::to_string(group));
+  replica_group_ = world_.new_group(replica_ranks, "replica" + std::to_string(position));
+  replica_index_ = group;
+}
+
+UnitOptions ShardedModel::shared_unit_options(const FsdpConfig& fsdp) {
+  UnitOptions options;
+  options.replicas = replica_group_.get();
+  options.strategy = fsdp.strategy;
+  options.cpu_offload = fsdp.cpu_offload;
+  options.param_dtype = to_scalar_type(fsdp.param_dtype);
+  options.reduce_dtype = to_scalar_type(fsdp.reduce_dtype);
+  options.prefetch = fsdp.prefetch;
   options.pool = &pool_;
   options.last_reduce = &last_reduce_;
-  const bool frees =
-      config.fsdp.strategy == ShardingStrategy::FullShard || config.fsdp.strategy == ShardingStrategy::HybridShard;
+  return options;
+}
+
+void ShardedModel::build_units(const TrainerConfig& config, const std::vector<UnitSpec>& specs,
+                               const UnitOptions& options) {
+  Communicator& shard_comm = shard_group_ ? *shard_group_ : world_;
   for (size_t i = 0; i < specs.size(); ++i) {
     UnitOptions unit_options = options;
     // The root's backward follows its forward immediately, and so does the last block's (only the head runs
@@ -73,12 +89,16 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
     const at::Tensor full = config.model.init_from.empty()
                                 ? init_unit(specs[i], config_, config.train.seed, static_cast<int64_t>(i))
                                 : at::Tensor();
-    units_.push_back(std::make_unique<FlatParamUnit>(specs[i], full, *shard_comm, unit_options, gathered_, device_));
+    units_.push_back(std::make_unique<FlatParamUnit>(specs[i], full, shard_comm, unit_options, gathered_, device_));
   }
+}
+
+void ShardedModel::size_buffer_pool(at::ScalarType param_dtype) {
   // The pool keeps released buffers up to what the strategy holds gathered at its peak, so a step reuses
   // mapped pages instead of faulting fresh ones and the cache never raises the peak. FULL_SHARD: the root,
   // the computing block, the prefetched ones and the last block (kept from its forward to its backward).
-  const size_t elem = at::elementSize(options.param_dtype);
+  const bool frees = strategy_ == ShardingStrategy::kFullShard || strategy_ == ShardingStrategy::kHybridShard;
+  const size_t elem = at::elementSize(param_dtype);
   size_t all = 0;
   size_t largest_block = 0;
   for (size_t i = 0; i < units_.size(); ++i) {
@@ -89,6 +109,9 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
   const size_t root = static_cast<size_t>(units_[0]->padded_numel()) * elem;
   pool_.set_max_cached_bytes(frees ? std::min(all, root + (static_cast<size_t>(limit_all_gathers_) + 2) * largest_block)
                                    : all);
+}
+
+void ShardedModel::link_backward_prefetch() {
   // Backward runs blocks last to first; block 0's predecessor is the root, which stays gathered.
   for (size_t i = 2; i < units_.size(); ++i) {
     std::vector<FlatParamUnit*> previous;
@@ -97,7 +120,9 @@ ShardedModel::ShardedModel(const TrainerConfig& config, Communicator& comm, cons
     }
     units_[i]->set_backward_prefetch(previous);
   }
-  rope_ = make_rope(config_, config_.max_seq_len, options.param_dtype, device_);
+}
+
+void ShardedModel::make_block_functions() {
   // Stable closures for activation checkpointing (the recompute in backward calls them again).
   block_fns_.assign(units_.size(), UnitFunction{});
   for (size_t i = 1; i < units_.size(); ++i) {
@@ -140,7 +165,7 @@ void ShardedModel::finish_grad_sync() {
 }
 
 Communicator* ShardedModel::norm_group() {
-  if (strategy_ == ShardingStrategy::NoShard) return nullptr;
+  if (strategy_ == ShardingStrategy::kNoShard) return nullptr;
   return shard_group_ ? shard_group_.get() : &world_;
 }
 

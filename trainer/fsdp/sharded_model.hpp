@@ -54,6 +54,20 @@ class ShardedModel {
   at::Tensor full_params_fp32();
 
  private:
+  // Construction, in this order.
+  /// HYBRID_*: shard_group_ (G consecutive ranks, a node) and replica_group_ (the same position in every
+  /// group). Collective: every rank creates both groups, shard group first.
+  void set_up_hybrid_mesh(const FsdpConfig& fsdp, int local_world_size);
+  /// The options every unit shares (reshard_after_forward is set per unit).
+  UnitOptions shared_unit_options(const FsdpConfig& fsdp);
+  /// units_: one per spec, sharded over the shard group (the world unless hybrid).
+  void build_units(const TrainerConfig& config, const std::vector<UnitSpec>& specs, const UnitOptions& options);
+  /// Caps pool_'s cache at the gathered bytes the strategy holds at its peak.
+  void size_buffer_pool(at::ScalarType param_dtype);
+  /// Each block's backward prefetches the limit_all_gathers blocks before it.
+  void link_backward_prefetch();
+  void make_block_functions();
+
   ModelConfig config_;
   bool prefetch_;
   int64_t limit_all_gathers_ = 1;

@@ -95,7 +95,7 @@ bool hf_llama_ignorable(const std::string& tensor_name) {
 
 json hf_llama_config(const ModelConfig& m, const std::string& torch_dtype) {
   json rope = {{"rope_theta", m.rope_theta}, {"rope_type", "default"}};
-  if (m.rope_scaling == RopeScaling::Llama3) {
+  if (m.rope_scaling == RopeScaling::kLlama3) {
     rope = {{"rope_theta", m.rope_theta},
             {"rope_type", "llama3"},
             {"factor", m.rope_scaling_factor},
@@ -124,7 +124,7 @@ json hf_llama_config(const ModelConfig& m, const std::string& torch_dtype) {
                  {"initializer_range", m.init_std},
                  {"torch_dtype", torch_dtype},
                  {"dtype", torch_dtype}};
-  if (m.rope_scaling == RopeScaling::Llama3) config["rope_scaling"] = rope;
+  if (m.rope_scaling == RopeScaling::kLlama3) config["rope_scaling"] = rope;
   return config;
 }
 

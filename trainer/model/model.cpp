@@ -27,21 +27,21 @@ std::vector<UnitSpec> build_unit_specs(const ModelConfig& c) {
   const int64_t f = c.ffn_dim();
   std::vector<UnitSpec> units;
   UnitSpec root{"root", {}};
-  root.params.push_back({"tok_embeddings", {c.vocab_size, d}, InitKind::Normal, true});
-  root.params.push_back({"norm", {d}, InitKind::Ones, false});
-  if (!c.tie_embeddings) root.params.push_back({"output", {c.vocab_size, d}, InitKind::Normal, true});
+  root.params.push_back({"tok_embeddings", {c.vocab_size, d}, InitKind::kNormal, true});
+  root.params.push_back({"norm", {d}, InitKind::kOnes, false});
+  if (!c.tie_embeddings) root.params.push_back({"output", {c.vocab_size, d}, InitKind::kNormal, true});
   units.push_back(root);
   for (int64_t i = 0; i < c.n_layers; ++i) {
     UnitSpec b{"block" + std::to_string(i), {}};
-    b.params.push_back({"attention_norm", {d}, InitKind::Ones, false});
-    b.params.push_back({"wq", {d, d}, InitKind::Normal, true});
-    b.params.push_back({"wk", {kv, d}, InitKind::Normal, true});
-    b.params.push_back({"wv", {kv, d}, InitKind::Normal, true});
-    b.params.push_back({"wo", {d, d}, InitKind::ScaledNormal, true});
-    b.params.push_back({"ffn_norm", {d}, InitKind::Ones, false});
-    b.params.push_back({"w1", {f, d}, InitKind::Normal, true});
-    b.params.push_back({"w3", {f, d}, InitKind::Normal, true});
-    b.params.push_back({"w2", {d, f}, InitKind::ScaledNormal, true});
+    b.params.push_back({"attention_norm", {d}, InitKind::kOnes, false});
+    b.params.push_back({"wq", {d, d}, InitKind::kNormal, true});
+    b.params.push_back({"wk", {kv, d}, InitKind::kNormal, true});
+    b.params.push_back({"wv", {kv, d}, InitKind::kNormal, true});
+    b.params.push_back({"wo", {d, d}, InitKind::kScaledNormal, true});
+    b.params.push_back({"ffn_norm", {d}, InitKind::kOnes, false});
+    b.params.push_back({"w1", {f, d}, InitKind::kNormal, true});
+    b.params.push_back({"w3", {f, d}, InitKind::kNormal, true});
+    b.params.push_back({"w2", {d, f}, InitKind::kScaledNormal, true});
     units.push_back(std::move(b));
   }
   return units;
@@ -56,9 +56,9 @@ at::Tensor init_unit(const UnitSpec& spec, const ModelConfig& config, uint64_t s
   for (const auto& p : spec.params) {
     at::Tensor view = flat.narrow(0, offset, p.numel());
     switch (p.init) {
-      case InitKind::Normal: view.normal_(0.0, config.init_std, gen); break;
-      case InitKind::ScaledNormal: view.normal_(0.0, scaled, gen); break;
-      case InitKind::Ones: view.fill_(1.0); break;
+      case InitKind::kNormal: view.normal_(0.0, config.init_std, gen); break;
+      case InitKind::kScaledNormal: view.normal_(0.0, scaled, gen); break;
+      case InitKind::kOnes: view.fill_(1.0); break;
     }
     offset += p.numel();
   }
@@ -104,7 +104,7 @@ Rope make_rope(const ModelConfig& c, int64_t seq_len, at::ScalarType dtype, cons
   const int64_t half = c.head_dim() / 2;
   auto f64 = at::TensorOptions().dtype(at::kDouble);
   at::Tensor inv_freq = at::pow(c.rope_theta, -at::arange(0, half, f64) / static_cast<double>(half));
-  if (c.rope_scaling == RopeScaling::Llama3) inv_freq = llama3_scaled(inv_freq, c);
+  if (c.rope_scaling == RopeScaling::kLlama3) inv_freq = llama3_scaled(inv_freq, c);
   at::Tensor angles = at::outer(at::arange(0, seq_len, f64), inv_freq);  // [T, half]
   at::Tensor sin = angles.sin();
   angles = at::cat({angles, angles}, -1);  // [T, head_dim] (rotate-half layout)

@@ -14,12 +14,12 @@
 
 namespace meshrun::trainer {
 
-enum class InitKind { Normal, ScaledNormal, Ones };
+enum class InitKind { kNormal, kScaledNormal, kOnes };
 
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
-  InitKind init = InitKind::Normal;
+  InitKind init = InitKind::kNormal;
   bool decay = true;  // weight decay applies (matrices yes, norm gains no)
   int64_t numel() const;
 };

@@ -1,4 +1,4 @@
-#include "launcher/workers/signal_set.hpp"
+#include "launcher/signal_set.hpp"
 
 #include <sys/signalfd.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
-#include "launcher/rendezvous_backend.hpp"
+#include "launcher/rendezvous_factory.hpp"
 
+#include "launcher/cli/options.hpp"
 #include "launcher/etcd/etcd_rendezvous.hpp"
 #include "launcher/node_rendezvous.hpp"
 

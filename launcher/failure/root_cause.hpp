@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/workers/failure_summary.hpp"
+#include "launcher/failure/failure_summary.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {

@@ -1,4 +1,4 @@
-#include "launcher/workers/failure_summary.hpp"
+#include "launcher/failure/failure_summary.hpp"
 
 #include <algorithm>
 #include <csignal>

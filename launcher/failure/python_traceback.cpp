@@ -1,4 +1,4 @@
-#include "launcher/workers/python_traceback.hpp"
+#include "launcher/failure/python_traceback.hpp"
 
 #include <string_view>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace meshrun::rendezvous {
+namespace meshrun::proto {
 
 struct RankRequest {
   int requested_rank = -1;  // --node-rank, or -1
@@ -20,4 +20,4 @@ struct RankRequest {
 /// The group rank of each request, in the requests' order (a permutation of 0..n-1).
 std::vector<int> assign_group_ranks(const std::vector<RankRequest>& requests);
 
-}  // namespace meshrun::rendezvous
+}  // namespace meshrun::proto

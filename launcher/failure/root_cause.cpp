@@ -1,11 +1,11 @@
-#include "launcher/workers/root_cause.hpp"
+#include "launcher/failure/root_cause.hpp"
 
 #include <ctime>
 
 #include <fmt/format.h>
 
 #include "common/strings.hpp"
-#include "launcher/workers/python_traceback.hpp"
+#include "launcher/failure/python_traceback.hpp"
 
 namespace meshrun::launcher {
 namespace {

@@ -1,10 +1,10 @@
-#include "rendezvous/group_ranks.hpp"
+#include "proto/group_ranks.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <tuple>
 
-namespace meshrun::rendezvous {
+namespace meshrun::proto {
 
 std::vector<int> assign_group_ranks(const std::vector<RankRequest>& requests) {
   const size_t n = requests.size();
@@ -33,4 +33,4 @@ std::vector<int> assign_group_ranks(const std::vector<RankRequest>& requests) {
   return ranks;
 }
 
-}  // namespace meshrun::rendezvous
+}  // namespace meshrun::proto
