@@ -60,6 +60,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# --- the git commit-msg hook: subjects of at most 72 characters (nothing to do outside a git checkout) ---
+"$ROOT/scripts/commit-msg" --install || log "the commit-msg hook was not installed (see above)"
+
 if ((LAUNCHER_ONLY)); then
   if ((DO_BUILD)); then
     log "building meshrun and meshrun-rendezvous into $ROOT/build-launcher ($JOBS jobs)"

@@ -7,9 +7,10 @@
 set -euo pipefail
 ROOT="$1"; WORK="$2/gpu-kit-test"; PYTHON="$3"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=../support/skip.sh
+source "$ROOT/tests/support/skip.sh"
 if [ "$(id -u)" -ne 0 ] || ! unshare --mount true 2>/dev/null; then
-  [ "${CI:-}" = "true" ] && fail "CI must run this as root with mount namespaces (unshare --mount)"
-  echo "skipped: needs root and mount namespaces to hide the system headers"; exit 77
+  skip_or_fail "needs root and mount namespaces (unshare --mount) to hide the system headers"
 fi
 rm -rf "$WORK"; mkdir -p "$WORK/out"
 "$ROOT/scripts/gpu_kit.sh" fetch
