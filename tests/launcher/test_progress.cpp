@@ -98,10 +98,11 @@ TEST_CASE("a worker blocked forever is named hung with its Python stack, and the
 
 TEST_CASE("no false alarm: a slow first step, a long checkpoint phase, a rank without beats", "[progress][hang]") {
   TempDir dir;
-  // Automatic budget: floor 1 s + 2 x 0.05 s. The first step takes 3 s (before warm-up: not judged), the
-  // checkpoint phase 3 s (phase budget: 1800 s), and rank 1 never beats.
-  Process p(job({"--standalone", "--hang-floor", "1"}, {"30", "0.05", "--first-step-s", "3", "--checkpoint-at", "10",
-                                                        "--checkpoint-s", "3", "--silent-rank", "1"}),
+  // Automatic budget: floor 2 s + 2 x 0.05 s. The first step takes 4 s (before warm-up: not judged), the
+  // checkpoint phase 4 s (phase budget: 1800 s), and rank 1 never beats. (A 1 s floor was short of the silence
+  // between the last beat and the end of a job on a loaded machine.)
+  Process p(job({"--standalone", "--hang-floor", "2"}, {"30", "0.05", "--first-step-s", "4", "--checkpoint-at", "10",
+                                                        "--checkpoint-s", "4", "--silent-rank", "1"}),
             job_env(dir), dir.path() + "/out");
   const int code = p.wait(std::chrono::seconds(120));
   const std::string out = p.output();
