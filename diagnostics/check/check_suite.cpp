@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/strings.hpp"
 #include "common/version.hpp"
 #include "diagnostics/check/host_checks.hpp"
 #include "diagnostics/check/network_interfaces.hpp"
@@ -98,11 +99,9 @@ CheckResult check_dns(const Endpoint& endpoint, Duration timeout, std::vector<st
   CheckResult r;
   try {
     addresses = resolve_host(endpoint.host, timeout);
-    std::string list;
-    for (const auto& a : addresses) list += (list.empty() ? "" : ", ") + a;
     r = make_result(CheckStatus::kPass, "endpoint.dns",
                     is_numeric_address(endpoint.host) ? endpoint.host + " is a numeric address"
-                                                      : endpoint.host + " resolves to " + list);
+                                                      : endpoint.host + " resolves to " + join(addresses));
   } catch (const proto::ConnectError& e) {
     r = make_result(CheckStatus::kFail, "endpoint.dns", e.what(),
                     "use the rendezvous host's IP address, or fix /etc/hosts or DNS on this node");
@@ -207,11 +206,11 @@ CheckResult master_result(const Endpoint& master, int master_port, Duration time
         CheckStatus::kPass, "rdzv.master",
         "MASTER_ADDR:MASTER_PORT " + master.to_string() + " answers (store ping " + fixed(p.rtt_s * 1e6, 0) + " us)");
   } else {
-    r = make_result(CheckStatus::kFail, "rdzv.master",
-                    "workers' MASTER_ADDR:MASTER_PORT " + master.to_string() + " is not reachable from here: [" +
-                        outcome_name(p.outcome) + "] " + p.detail,
-                    "workers use the daemon host and the run's own store port: open that port (not only the "
-                    "rendezvous port) in the daemon host's firewall");
+    r = make_result(
+        CheckStatus::kFail, "rdzv.master",
+        "workers' MASTER_ADDR:MASTER_PORT " + master.to_string() + " is not reachable from here: " + tagged_detail(p),
+        "workers use the daemon host and the run's own store port: open that port (not only the "
+        "rendezvous port) in the daemon host's firewall");
   }
   r.data = {{"master_addr", master.host}, {"master_port", master_port}, {"outcome", outcome_name(p.outcome)}};
   return r;

@@ -106,9 +106,8 @@ CheckResult duplicate_ranks_result(const proto::RunStatus& run) {
   if (run.duplicate_ranks.empty()) {
     r = make_result(CheckStatus::kPass, "rdzv.duplicate_ranks", "no node rank was requested twice");
   } else {
-    std::string list;
-    for (const auto& d : run.duplicate_ranks) list += (list.empty() ? "" : "; ") + d;
-    r = make_result(CheckStatus::kFail, "rdzv.duplicate_ranks", "node rank requested by two nodes: " + list,
+    r = make_result(CheckStatus::kFail, "rdzv.duplicate_ranks",
+                    "node rank requested by two nodes: " + join(run.duplicate_ranks, "; "),
                     "give every node its own --node-rank (or leave it out and let the daemon assign ranks)");
   }
   r.data = {{"duplicate_ranks", run.duplicate_ranks}};

@@ -26,7 +26,6 @@
 namespace meshrun::launcher {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr uint16_t kDefaultRdzvPort = 29400;

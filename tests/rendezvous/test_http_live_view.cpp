@@ -16,19 +16,12 @@
 using meshrun::testing::http_exchange;
 using meshrun::testing::http_get;
 using meshrun::testing::HttpResponse;
+using meshrun::testing::line_after;
 using meshrun::testing::Process;
 using meshrun::testing::TempDir;
 using nlohmann::json;
 
 namespace {
-
-// The text after `prefix` up to the end of its line in `text`, once the line is complete.
-std::string line_after(const std::string& text, const std::string& prefix) {
-  const auto at = text.find(prefix);
-  if (at == std::string::npos) return "";
-  const auto end = text.find('\n', at);
-  return end == std::string::npos ? "" : text.substr(at + prefix.size(), end - at - prefix.size());
-}
 
 // A meshrun-rendezvous process on 127.0.0.1 with the live view on a free port.
 class Daemon : public meshrun::testing::DaemonProcess {

@@ -32,6 +32,7 @@ class DaemonProcess {
       const std::string http = line_after(out, "http on ");
       if (!http.empty()) http_port_ = static_cast<uint16_t>(std::stoi(http.substr(http.rfind(':') + 1)));
     }
+    port_ = static_cast<uint16_t>(std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1)));
   }
   ~DaemonProcess() {
     process_.signal(SIGTERM);
@@ -42,7 +43,7 @@ class DaemonProcess {
 
   /// "127.0.0.1:PORT"
   const std::string& endpoint() const { return endpoint_; }
-  uint16_t port() const { return static_cast<uint16_t>(std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1))); }
+  uint16_t port() const { return port_; }
   /// 0 unless --http-port was given.
   uint16_t http_port() const { return http_port_; }
   std::string log() const { return process_.output(); }
@@ -53,16 +54,9 @@ class DaemonProcess {
     out.insert(out.end(), extra.begin(), extra.end());
     return out;
   }
-  // The text after `prefix` up to the end of its line, once the line is complete.
-  static std::string line_after(const std::string& text, const std::string& prefix) {
-    const auto at = text.find(prefix);
-    if (at == std::string::npos) return "";
-    const auto end = text.find('\n', at);
-    return end == std::string::npos ? "" : text.substr(at + prefix.size(), end - at - prefix.size());
-  }
-
   Process process_;
   std::string endpoint_;
+  uint16_t port_ = 0;
   uint16_t http_port_ = 0;
 };
 

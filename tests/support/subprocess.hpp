@@ -181,6 +181,14 @@ inline std::vector<pid_t> wait_no_processes_with_env(const std::string& marker,
   }
 }
 
+/// The text after `prefix` up to the end of its line in `text`, once that line is complete; "" before.
+inline std::string line_after(const std::string& text, const std::string& prefix) {
+  const auto at = text.find(prefix);
+  if (at == std::string::npos) return "";
+  const auto end = text.find('\n', at);
+  return end == std::string::npos ? "" : text.substr(at + prefix.size(), end - at - prefix.size());
+}
+
 /// "127.0.0.1:PORT" for the port an agent started with `--rdzv-endpoint 127.0.0.1:0 --rdzv-conf is_host=1`
 /// serves the rendezvous on, read from its announcement ("hosting the rendezvous on ADDR:PORT"); empty if
 /// none came within `limit`. The
