@@ -1,0 +1,93 @@
+#include "launcher/memory/copy_shelf.hpp"
+
+#include <algorithm>
+
+namespace meshrun::launcher {
+
+CopyShelf::CopyShelf(int slots_per_rank) : slots_per_rank_(std::max(2, slots_per_rank)) {}
+
+std::vector<SlotView>& CopyShelf::slots_of(int rank) {
+  auto& slots = slots_[rank];
+  if (slots.empty()) slots.resize(static_cast<size_t>(slots_per_rank_));
+  return slots;
+}
+
+const std::vector<SlotView>& CopyShelf::slots(int rank) const {
+  static const std::vector<SlotView> kNone;
+  const auto it = slots_.find(rank);
+  return it == slots_.end() ? kNone : it->second;
+}
+
+std::optional<int64_t> CopyShelf::newest_commit(int rank) const {
+  const auto it = committed_.find(rank);
+  if (it == committed_.end() || it->second.empty()) return std::nullopt;
+  return *it->second.rbegin();
+}
+
+LendResult CopyShelf::lend(int rank, int64_t step) {
+  auto& slots = slots_of(rank);
+  for (const auto& s : slots) {
+    if (s.state == SlotState::kLent) {
+      return {std::nullopt, "a copy (step " + std::to_string(s.step) + ") is already in flight"};
+    }
+  }
+  const auto protected_step = newest_commit(rank);
+  std::optional<int> pick;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SlotView& s = slots[i];
+    if (s.state == SlotState::kEmpty || s.state == SlotState::kTorn) {
+      pick = static_cast<int>(i);
+      break;
+    }
+    if (protected_step && s.step == *protected_step) continue;
+    if (!pick || s.step < slots[static_cast<size_t>(*pick)].step) pick = static_cast<int>(i);
+  }
+  if (!pick) return {std::nullopt, "every slot holds a copy that must stay (the newest committed)"};
+  SlotView& chosen = slots[static_cast<size_t>(*pick)];
+  committed_[rank].erase(chosen.step);  // an older committed copy is overwritten: no longer a candidate
+  chosen = {SlotState::kLent, step};
+  return {pick, ""};
+}
+
+std::string CopyShelf::seal(int rank, int slot, int64_t step) {
+  auto& slots = slots_of(rank);
+  if (slot < 0 || static_cast<size_t>(slot) >= slots.size()) return "no slot " + std::to_string(slot);
+  SlotView& s = slots[static_cast<size_t>(slot)];
+  if (s.state != SlotState::kLent) return "slot " + std::to_string(slot) + " was not lent";
+  if (s.step != step) {
+    return "slot " + std::to_string(slot) + " was lent for step " + std::to_string(s.step) + ", not " +
+           std::to_string(step);
+  }
+  s.state = SlotState::kSealed;
+  return "";
+}
+
+void CopyShelf::commit(int rank, int64_t step) {
+  if (slot_of(rank, step)) committed_[rank].insert(step);
+}
+
+void CopyShelf::on_disconnect(int rank) {
+  for (auto& s : slots_of(rank)) {
+    if (s.state == SlotState::kLent) s = {SlotState::kTorn, -1};
+  }
+}
+
+std::vector<int64_t> CopyShelf::candidates(int rank) const {
+  std::vector<int64_t> out;
+  const auto it = committed_.find(rank);
+  if (it == committed_.end()) return out;
+  for (auto step = it->second.rbegin(); step != it->second.rend(); ++step) {
+    if (slot_of(rank, *step)) out.push_back(*step);
+  }
+  return out;
+}
+
+std::optional<int> CopyShelf::slot_of(int rank, int64_t step) const {
+  const auto& slots = this->slots(rank);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].state == SlotState::kSealed && slots[i].step == step) return static_cast<int>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,66 @@
+// CopyShelf: which of a node's memory-copy slots a worker may write next, and which copies a restart may use
+// (docs/design/in-memory-checkpoints.md, "Slot policy"). Pure: the keeper owns the memfds and checks each
+// sealed copy's header before telling the shelf.
+//
+// Each rank has a fixed number of slots (2). A slot holding the rank's newest committed step (every rank of
+// the job sealed that step) is never lent: a worker killed while it writes the next copy leaves that one
+// standing. Stage 1 of issue 30: the node's own copies only (no replica slots, no durable step yet).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace meshrun::launcher {
+
+enum class SlotState {
+  kEmpty,   // never written
+  kLent,    // a worker writes it now
+  kSealed,  // holds a complete copy of `step`
+  kTorn,    // its worker went away mid-copy: unusable until lent again
+};
+
+struct SlotView {
+  SlotState state = SlotState::kEmpty;
+  int64_t step = -1;  // kLent: the step being written; kSealed: the step held
+};
+
+/// The answer to a worker asking for a slot: a slot index, or why not (the copy of that step is skipped).
+struct LendResult {
+  std::optional<int> slot;
+  std::string busy_reason;
+};
+
+class CopyShelf {
+ public:
+  explicit CopyShelf(int slots_per_rank = 2);
+
+  /// A worker of `rank` starts the copy of `step`: the empty or torn slot first, else the oldest copy that is
+  /// not the rank's newest committed one. Busy while another copy of the rank is in flight.
+  LendResult lend(int rank, int64_t step);
+  /// The lent `slot` now holds a complete copy of `step` (its header checked). Returns why not otherwise.
+  std::string seal(int rank, int slot, int64_t step);
+  /// Every rank sealed `step`. A commit for a step no slot of the rank holds is a no-op.
+  void commit(int rank, int64_t step);
+  /// The rank's worker went away: the slot it was writing becomes torn.
+  void on_disconnect(int rank);
+
+  /// The committed steps `rank` still holds, newest first: what a restart may restore.
+  std::vector<int64_t> candidates(int rank) const;
+  /// The slot holding a sealed copy of `step` of `rank`.
+  std::optional<int> slot_of(int rank, int64_t step) const;
+  const std::vector<SlotView>& slots(int rank) const;
+
+ private:
+  std::vector<SlotView>& slots_of(int rank);
+  std::optional<int64_t> newest_commit(int rank) const;
+
+  int slots_per_rank_;
+  std::map<int, std::vector<SlotView>> slots_;
+  std::map<int, std::set<int64_t>> committed_;  // per rank; pruned to the steps its slots still hold
+};
+
+}  // namespace meshrun::launcher
