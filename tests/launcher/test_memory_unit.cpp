@@ -1,9 +1,18 @@
-// In-memory copies (issue 30, stage 1): the slot policy of a node's shelf, and the check of a copy's header.
-#include <catch2/catch.hpp>
+// In-memory copies (issue 30, stage 1): the slot policy of a node's shelf, the check of a copy's header, and a
+// slot (memfd) handed over a SEQPACKET socket as a worker gets it.
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <fcntl.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
 #include <vector>
 
+#include "common/fd_passing.hpp"
 #include "launcher/memory/copy_shelf.hpp"
+#include "launcher/memory/memfd_slot.hpp"
 #include "proto/memory_copy.hpp"
 
 using namespace meshrun::launcher;
@@ -115,4 +124,40 @@ TEST_CASE("copy header: sealed passes; torn, damaged or overflowing copies are r
   long_payload.header_check = meshrun::proto::header_check_of(long_payload);
   CHECK_THAT(meshrun::proto::validate_header(slot_with(long_payload, size).data(), size),
              Catch::Contains("beyond the slot"));
+}
+
+TEST_CASE("slot: a memfd handed over a SEQPACKET socket is written by the receiver and checked by the owner",
+          "[memory]") {
+  using namespace std::chrono_literals;
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+  meshrun::UniqueFd agent_end(pair[0]), worker_end(pair[1]);
+  const uint64_t size = meshrun::proto::slot_bytes(4096, 8192);
+  MemfdSlot slot("meshrun-memory test rank0 slot0", size);
+  CHECK(slot.bytes() == size);
+  CHECK_THAT(slot.check(), Catch::Contains("empty"));
+
+  meshrun::send_packet(agent_end.get(), R"({"op":"granted"})", {slot.fd()});
+  auto packet = meshrun::receive_packet(worker_end.get(), 5000ms);
+  REQUIRE(packet.fds.size() == 1);
+  CHECK(packet.text == R"({"op":"granted"})");
+  CHECK((::fcntl(packet.fds[0].get(), F_GETFD) & FD_CLOEXEC) != 0);
+  CHECK(::ftruncate(packet.fds[0].get(), 1 << 20) != 0);  // sealed: the worker cannot resize it
+
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, packet.fds[0].get(), 0);
+  REQUIRE(map != MAP_FAILED);
+  CopyHeader header = sealed_header(size);
+  header.state = CopyState::kWriting;  // what a worker killed mid-copy leaves
+  header.header_check = meshrun::proto::header_check_of(header);
+  std::memcpy(map, &header, sizeof header);
+  CHECK_THAT(slot.check(), Catch::Contains("torn"));
+  header.state = CopyState::kSealed;
+  header.header_check = meshrun::proto::header_check_of(header);
+  std::memcpy(map, &header, sizeof header);
+  CHECK(slot.check().empty());
+  CHECK(slot.read_header().step == 12);
+  ::munmap(map, size);
+
+  worker_end.reset();  // the worker is gone: the agent reads EOF
+  CHECK(meshrun::receive_packet(agent_end.get(), 5000ms).closed);
 }
