@@ -72,6 +72,11 @@ void CopyShelf::on_disconnect(int rank) {
   }
 }
 
+void CopyShelf::forget(int rank) {
+  slots_.erase(rank);
+  committed_.erase(rank);
+}
+
 std::vector<int64_t> CopyShelf::candidates(int rank) const {
   std::vector<int64_t> out;
   const auto it = committed_.find(rank);

@@ -47,6 +47,8 @@ class CopyShelf {
   void commit(int rank, int64_t step);
   /// The rank's worker went away: the slot it was writing becomes torn.
   void on_disconnect(int rank);
+  /// Forgets every slot and commit of `rank` (its slots were replaced: a new layout).
+  void forget(int rank);
 
   /// The committed steps `rank` still holds, newest first: what a restart may restore.
   std::vector<int64_t> candidates(int rank) const;

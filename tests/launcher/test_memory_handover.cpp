@@ -1,0 +1,155 @@
+// The memory-copy handover (issue 30, stage 1) over its real socket: a server as the agent runs it, and
+// workers as clients that write copies into lent memfds, die mid-copy, and read a copy back after a restart.
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/fd_passing.hpp"
+#include "launcher/memory/handover_server.hpp"
+#include "proto/memory_copy.hpp"
+#include "support/subprocess.hpp"
+
+using meshrun::UniqueFd;
+using meshrun::launcher::HandoverServer;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr uint64_t kPayload = 3 * 4096;
+const uint64_t kSlotBytes = meshrun::proto::slot_bytes(4096, kPayload);
+
+// A worker's end of the handover: connect, hello, then one request at a time.
+class Worker {
+ public:
+  Worker(const std::string& path, int rank) : rank_(rank) {
+    fd_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    REQUIRE(::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    auto granted = ask({{"op", "hello"}, {"rank", rank}, {"slot_bytes", kSlotBytes}, {"digest", 7}});
+    REQUIRE(granted.first.at("op") == "granted");
+    REQUIRE(granted.second.size() == 2);
+    slots_ = std::move(granted.second);
+  }
+
+  std::pair<json, std::vector<UniqueFd>> ask(const json& request) {
+    meshrun::send_packet(fd_.get(), request.dump());
+    auto packet = meshrun::receive_packet(fd_.get(), 5000ms);
+    REQUIRE_FALSE(packet.timed_out);
+    return {json::parse(packet.text), std::move(packet.fds)};
+  }
+  void tell(const json& message) { meshrun::send_packet(fd_.get(), message.dump()); }
+
+  // Writes a copy of `step` whose payload bytes are all `fill`: header as writing, payload, header as sealed
+  // (the last only when `finish`). Returns the slot it got.
+  int write_copy(int64_t step, char fill, bool finish = true) {
+    const auto [lend, fds] = ask({{"op", "begin"}, {"step", step}});
+    REQUIRE(lend.at("op") == "lend");
+    const int slot = lend.at("slot").get<int>();
+    auto* map = static_cast<char*>(
+        ::mmap(nullptr, kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, slots_[static_cast<size_t>(slot)].get(), 0));
+    REQUIRE(map != MAP_FAILED);
+    meshrun::proto::CopyHeader h{};
+    std::memcpy(h.magic, meshrun::proto::kCopyMagic, sizeof h.magic);
+    h.state = meshrun::proto::CopyState::kWriting;
+    h.step = step;
+    h.rank = rank_;
+    h.index_offset = meshrun::proto::kHeaderBytes;
+    h.index_capacity = 4096;
+    h.payload_offset = h.index_offset + h.index_capacity;
+    h.payload_bytes = kPayload;
+    std::memcpy(map, &h, sizeof h);
+    std::memset(map + h.payload_offset, fill, kPayload);
+    if (finish) {
+      h.state = meshrun::proto::CopyState::kSealed;
+      h.header_check = meshrun::proto::header_check_of(h);
+      std::memcpy(map, &h, sizeof h);
+    }
+    ::munmap(map, kSlotBytes);
+    if (finish) tell({{"op", "sealed"}, {"step", step}, {"slot", slot}});
+    return slot;
+  }
+
+  // The payload's first byte of the committed copy of `step`, read through the descriptor the agent sends.
+  char read_copy(int64_t step) {
+    auto [reply, fds] = ask({{"op", "open"}, {"step", step}});
+    REQUIRE(reply.at("op") == "copy");
+    REQUIRE(fds.size() == 1);
+    char byte = 0;
+    REQUIRE(::pread(fds[0].get(), &byte, 1, static_cast<off_t>(2 * 4096)) == 1);
+    return byte;
+  }
+
+ private:
+  int rank_;
+  UniqueFd fd_;
+  std::vector<UniqueFd> slots_;
+};
+
+// Waits until the server has taken in what the workers told it (one-way messages).
+void wait_for(const HandoverServer& server, int rank, const std::vector<int64_t>& want) {
+  for (int i = 0; i < 500 && server.candidates(rank) != want; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(server.candidates(rank) == want);
+}
+
+}  // namespace
+
+TEST_CASE("memory handover: a copy outlives the worker that wrote it and is read back by its successor", "[memory]") {
+  meshrun::testing::TempDir dir;
+  HandoverServer server(dir.path() + "/memory.sock", "meshrun-memory test");
+  {
+    Worker first(server.socket_path(), 0);
+    first.write_copy(4, 'a');
+    first.tell({{"op", "commit"}, {"step", 4}});
+    wait_for(server, 0, {4});
+  }  // the worker exits
+  CHECK(server.held_bytes() == 2 * kSlotBytes);
+  Worker second(server.socket_path(), 0);
+  const auto [plan, none] = second.ask({{"op", "plan"}});
+  CHECK(plan.at("candidates") == json::array({4}));
+  CHECK(second.read_copy(4) == 'a');
+}
+
+TEST_CASE("memory handover: a worker killed mid-copy leaves the previous committed copy, never the torn one",
+          "[memory]") {
+  meshrun::testing::TempDir dir;
+  HandoverServer server(dir.path() + "/memory.sock", "meshrun-memory test");
+  {
+    Worker first(server.socket_path(), 1);
+    first.write_copy(4, 'a');
+    first.tell({{"op", "commit"}, {"step", 4}});
+    first.write_copy(8, 'b', /*finish=*/false);  // dies before sealing step 8
+  }
+  wait_for(server, 1, {4});
+  Worker second(server.socket_path(), 1);
+  const auto [refused, none] = second.ask({{"op", "open"}, {"step", 8}});
+  CHECK(refused.at("op") == "error");
+  CHECK_THAT(refused.at("reason").get<std::string>(), Catch::Contains("no committed copy of step 8"));
+  CHECK(second.read_copy(4) == 'a');
+  // The torn slot is the one lent next; step 4's copy stays.
+  const int slot = second.write_copy(12, 'c');
+  second.tell({{"op", "commit"}, {"step", 12}});
+  wait_for(server, 1, {12, 4});
+  CHECK(second.read_copy(4) == 'a');
+  CHECK(second.read_copy(12) == 'c');
+  (void)slot;
+}
+
+TEST_CASE("memory handover: a sealed message for a copy whose header is not sealed keeps nothing", "[memory]") {
+  meshrun::testing::TempDir dir;
+  HandoverServer server(dir.path() + "/memory.sock", "meshrun-memory test");
+  Worker worker(server.socket_path(), 2);
+  const int slot = worker.write_copy(4, 'a', /*finish=*/false);
+  worker.tell({{"op", "sealed"}, {"step", 4}, {"slot", slot}});  // a lie: the header still says writing
+  worker.tell({{"op", "commit"}, {"step", 4}});
+  const auto [plan, none] = worker.ask({{"op", "plan"}});
+  CHECK(plan.at("candidates").empty());
+}
