@@ -16,6 +16,7 @@
 #include "launcher/hang/hang_inquiry.hpp"
 #include "launcher/hang/python_hook.hpp"
 #include "launcher/heartbeat_keeper.hpp"
+#include "launcher/memory/handover_server.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
@@ -98,6 +99,10 @@ int Agent::run() {
   if (!hook_dir_.empty()) add_python_hook(base_env_, hook_dir_);
   job_token_ = make_job_token();
   const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
+  // Memory copies of the workers' state (checkpoint.memory_interval) outlive each attempt, never this agent.
+  const HandoverServer memory(progress_root_ + "/memory.sock",
+                              "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()));
+  memory_socket_ = memory.socket_path();
   for (;;) {
     const auto assignment = rdzv.join();
     if (!assignment) return 128 + rdzv.interrupted_by();
@@ -183,6 +188,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
                                   .rank_offset = assignment.rank_offset,
                                   .virtual_local_rank = options_.virtual_local_rank,
                                   .job_token = job_token_,
+                                  .memory_socket = memory_socket_,
                                   .socket_ifname = net ? net->interface : std::string()};
   spec.base_env = base_env_;
   spec.attempt = static_cast<int>(assignment.round);

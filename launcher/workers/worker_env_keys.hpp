@@ -8,7 +8,7 @@
 
 namespace meshrun::launcher {
 
-inline constexpr std::array<std::string_view, 22> kWorkerEnvKeys = {
+inline constexpr std::array<std::string_view, 23> kWorkerEnvKeys = {
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -30,6 +30,7 @@ inline constexpr std::array<std::string_view, 22> kWorkerEnvKeys = {
     "MESHRUN_RDZV_ENDPOINT",
     "MESHRUN_RUN_ID",
     "MESHRUN_JOB_TOKEN",
+    "MESHRUN_MEMORY",
     "CUDA_VISIBLE_DEVICES",
 };
 

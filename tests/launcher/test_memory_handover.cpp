@@ -7,8 +7,11 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/fd_passing.hpp"
 #include "launcher/memory/handover_server.hpp"
@@ -152,4 +155,50 @@ TEST_CASE("memory handover: a sealed message for a copy whose header is not seal
   worker.tell({{"op", "commit"}, {"step", 4}});
   const auto [plan, none] = worker.ask({{"op", "plan"}});
   CHECK(plan.at("candidates").empty());
+}
+
+namespace {
+
+// Pids of processes holding a descriptor whose link names `marker` (a memfd shows as "/memfd:NAME (deleted)").
+std::vector<pid_t> holders_of(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = proc.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", ec)) {
+      const auto link = std::filesystem::read_symlink(fd.path(), ec);
+      if (!ec && link.string().find(marker) != std::string::npos) {
+        out.push_back(std::stoi(name));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("memory handover: after a kill -9 of meshrun no process holds its copies", "[memory][launch]") {
+  meshrun::testing::TempDir dir;
+  meshrun::testing::Process job(
+      {MESHRUN_BIN, "--standalone", "--nproc-per-node", "2", TEST_WORKER_BIN, "memory-hold", dir.path()}, {},
+      dir.path() + "/job.out");
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(meshrun::testing::wait_for_file(dir.path() + "/memory." + std::to_string(r), std::chrono::seconds(30)));
+    CHECK(meshrun::testing::read_file(dir.path() + "/memory." + std::to_string(r)) == "2");  // two slots each
+  }
+  const std::string marker = "meshrun-memory ";
+  const std::string agent = "agent" + std::to_string(job.pid()) + " ";
+  const auto before = holders_of(marker + "");
+  CHECK(before.size() >= 3);  // the agent and both workers
+  job.signal(SIGKILL);
+  job.wait();
+  std::vector<pid_t> left = holders_of(agent);
+  for (int i = 0; i < 1000 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    left = holders_of(agent);
+  }
+  INFO(job.output());
+  CHECK(left.empty());
 }

@@ -92,7 +92,7 @@ TEST_CASE("shelf: a worker gone mid-copy leaves its slot torn and the committed 
   CHECK(*again.slot == *lent.slot);
 }
 
-TEST_CASE("shelf: one copy in flight per rank; a seal names the slot and step it expected", "[memory]") {
+TEST_CASE("shelf: one copy in flight per rank, and a seal names the slot and step it expected", "[memory]") {
   CopyShelf shelf;
   const auto first = shelf.lend(1, 4);
   REQUIRE(first.slot);
@@ -106,7 +106,8 @@ TEST_CASE("shelf: one copy in flight per rank; a seal names the slot and step it
   CHECK(shelf.candidates(1).empty());  // sealed, never committed
 }
 
-TEST_CASE("copy header: sealed passes; torn, damaged or overflowing copies are refused with the reason", "[memory]") {
+TEST_CASE("copy header: sealed passes, and torn, damaged or overflowing copies are refused with the reason",
+          "[memory]") {
   const uint64_t size = meshrun::proto::slot_bytes(4096, 8192);
   CHECK(size == 4 * 4096);  // header page, index page, two payload pages
   const CopyHeader good = sealed_header(size);

@@ -34,6 +34,7 @@ AttemptSettings two_nodes_second() {
                          .rank_offset = 4,
                          .virtual_local_rank = false,
                          .job_token = "0123abcd",
+                         .memory_socket = "",
                          .socket_ifname = ""};
 }
 

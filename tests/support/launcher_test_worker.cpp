@@ -5,7 +5,11 @@
 //   fail-until RESTART RANK CODE  rank RANK exits CODE while TORCHELASTIC_RESTART_COUNT < RESTART; else exit 0
 //   wait DIR                  write DIR/pid.<RANK>, wait for SIGTERM/SIGINT, record it in DIR/got.<RANK>, exit 0
 //   stderr-then-exit CODE     print three lines on stderr, then exit CODE
+//   memory-hold DIR           hello on $MESHRUN_MEMORY, keep the two slots it grants, write DIR/memory.<RANK>, wait
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/fd_passing.hpp"
 #include "launcher/workers/worker_env_keys.hpp"
 
 namespace {
@@ -63,6 +68,23 @@ bool wait_for_the_others(const std::string& dir) {
 
 }  // namespace
 
+// Asks the agent for its memory-copy slots as a worker that checkpoints to memory would, records how many
+// descriptors came, and waits for a signal (the slots stay mapped in no way: holding the fds is enough).
+int hold_memory_slots(const std::string& dir) {
+  const std::string path = env_or("MESHRUN_MEMORY", "");
+  meshrun::UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (path.empty() || ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return 3;
+  meshrun::send_packet(fd.get(),
+                       R"({"op":"hello","rank":)" + env_or("RANK", "0") + R"(,"slot_bytes":16384,"digest":1})");
+  const auto granted = meshrun::receive_packet(fd.get(), std::chrono::milliseconds(10000));
+  if (granted.text.find("granted") == std::string::npos) return 4;
+  write_file(dir + "/memory." + env_or("RANK", "x"), std::to_string(granted.fds.size()));
+  for (;;) pause();
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 64;
   const std::string mode = argv[1];
@@ -97,6 +119,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "wait" && argc >= 3) return wait_for_signal(argv[2]);
+  if (mode == "memory-hold" && argc >= 3) return hold_memory_slots(argv[2]);
   if (mode == "stderr-then-exit" && argc >= 3) {
     std::fprintf(stderr, "line one\nline two\nboom: something broke\n");
     return std::atoi(argv[2]);
