@@ -271,6 +271,10 @@ const std::vector<ConfigKey>& config_keys() {
       MESHRUN_CONFIG_KEY(checkpoint, async,
                          "periodic saves copy the shards to host buffers and a background thread writes them while "
                          "training goes on (sharded format only); final and signal-triggered saves stay synchronous"),
+      MESHRUN_CONFIG_KEY(checkpoint, memory_interval,
+                         "under meshrun: every N steps a copy of each rank's shards, AdamW state and step goes to its "
+                         "node's agent, off the training thread; a restarted job restores the newest step every rank "
+                         "holds in memory before looking at checkpoint.dir (0 = off)"),
       MESHRUN_CONFIG_KEY(system, device, "auto | cpu | cuda (cuda uses device LOCAL_RANK)"),
       MESHRUN_CONFIG_KEY(system, backend,
                          "auto | gloo | nccl (auto: nccl on cuda, gloo on cpu; gloo on cuda copies through host "
@@ -441,8 +445,8 @@ void validate(const TrainerConfig& c) {
   require(c.fsdp.limit_all_gathers >= 1, "fsdp.limit_all_gathers must be >= 1");
   require(c.checkpoint.format == "sharded" || c.checkpoint.format == "full",
           "checkpoint.format must be sharded or full, got '" + c.checkpoint.format + "'");
-  require(c.checkpoint.interval >= 0 && c.checkpoint.keep_last >= 0,
-          "checkpoint.interval and checkpoint.keep_last must be >= 0");
+  require(c.checkpoint.interval >= 0 && c.checkpoint.keep_last >= 0 && c.checkpoint.memory_interval >= 0,
+          "checkpoint.interval, checkpoint.keep_last and checkpoint.memory_interval must be >= 0");
   require(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(), "checkpoint.resume=auto needs checkpoint.dir");
   // A full checkpoint is gathered through rank 0 with collectives, which must stay on the training thread (and
   // rank 0 would hold the whole state in its snapshot).

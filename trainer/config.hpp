@@ -105,6 +105,7 @@ struct CheckpointConfig {
   bool on_signal = true;           // SIGUSR1 / SIGTERM: finish the step, save, exit kCheckpointedOnSignal
   bool save_final = true;          // save after the last step
   bool async = false;              // periodic saves: snapshot, then a background thread writes (async_writer.hpp)
+  int64_t memory_interval = 0;     // a copy in the agent's memory every N steps (memory_checkpointer.hpp); 0: off
 };
 
 struct SystemConfig {

@@ -18,12 +18,17 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "proto/memory_copy.hpp"
 #include "trainer/checkpoint/async_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
+#include "trainer/checkpoint/checkpoint_files.hpp"
 #include "trainer/checkpoint/hf_import.hpp"
+#include "trainer/checkpoint/memory_checkpointer.hpp"
+#include "trainer/checkpoint/memory_restore.hpp"
 #include "trainer/data/dataset.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/distributed/nccl_backend.hpp"
+#include "trainer/fault_hooks.hpp"
 #include "trainer/fsdp/adamw.hpp"
 #include "trainer/fsdp/sharded_model.hpp"
 #include "trainer/metrics.hpp"
@@ -181,6 +186,16 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
                                       c.output.progress_bar && rank0, c.train.steps);
   if (c.checkpoint.async && !c.checkpoint.dir.empty())
     async_saves_ = std::make_unique<AsyncCheckpointer>(c, *model_, *optimizer_, *comm_);
+  restarted_ = env.restart_count != "0";
+  if (c.checkpoint.memory_interval > 0) {
+    const char* socket = std::getenv(proto::kMemoryEnv);
+    if (socket != nullptr && *socket != '\0') {
+      memory_saves_ = MemoryCheckpointer::create(c, *model_, *optimizer_, *comm_, socket, training_step_);
+    } else if (rank0) {
+      std::printf("checkpoint: checkpoint.memory_interval needs meshrun (%s is unset): no copies in memory\n",
+                  proto::kMemoryEnv);
+    }
+  }
   if (rank0) {
     std::printf(
         "meshrun-trainer: model %s, %.2fM params, %d rank(s), %s, %s, param %s, reduce %s, %lld tokens/step, "
@@ -200,12 +215,15 @@ Trainer::~Trainer() = default;
 int64_t Trainer::load() {
   const bool rank0 = comm_->rank() == 0;
   std::string resume_from = config_.checkpoint.resume;
-  if (resume_from == "auto") {
-    const auto latest = latest_checkpoint(config_.checkpoint.dir);
-    resume_from = latest.value_or("");
-    if (rank0 && !latest)
-      std::printf("checkpoint: nothing to resume in %s, starting fresh\n", config_.checkpoint.dir.c_str());
+  // A restart with copies in memory falls back to the newest complete storage checkpoint, if any.
+  if (memory_saves_ && restarted_ && resume_from.empty() && !config_.checkpoint.dir.empty()) resume_from = "auto";
+  const bool automatic = resume_from == "auto";
+  if (automatic) resume_from = latest_checkpoint(config_.checkpoint.dir).value_or("");
+  if (memory_saves_) {
+    if (const auto first_step = restore_from_memory(resume_from)) return *first_step;
   }
+  if (rank0 && automatic && resume_from.empty())
+    std::printf("checkpoint: nothing to resume in %s, starting fresh\n", config_.checkpoint.dir.c_str());
   if (resume_from.empty()) {
     if (!config_.model.init_from.empty()) init_from_hf_weights();
     return 1;
@@ -216,6 +234,35 @@ int64_t Trainer::load() {
   const TrainState state = load_checkpoint(resume_from, config_, *model_, *optimizer_, *comm_, &loaded);
   log_checkpoint(*log_, rank0, "loaded", loaded);
   return state.step + 1;
+}
+
+std::optional<int64_t> Trainer::restore_from_memory(const std::string& resume_from) {
+  const bool rank0 = comm_->rank() == 0;
+  std::optional<int64_t> storage_step;
+  if (!resume_from.empty()) storage_step = step_of_folder(std::filesystem::path(resume_from).filename().string());
+  const MemoryRestore restored =
+      trainer::restore_from_memory(memory_saves_->link(), config_, *model_, *optimizer_, *comm_, storage_step);
+  if (!restored.state) {
+    if (rank0 && !restored.why_not.empty()) {
+      std::printf("checkpoint: nothing restored from memory: %s; %s\n", restored.why_not.c_str(),
+                  resume_from.empty() ? "starting fresh" : ("loading " + resume_from).c_str());
+      std::fflush(stdout);
+    }
+    return std::nullopt;
+  }
+  if (rank0) {
+    const CheckpointStats& s = restored.stats;
+    std::printf("checkpoint: restored step %lld from memory (every rank from its own agent) in %.3f s, %s\n",
+                static_cast<long long>(restored.state->step), s.seconds,
+                format_bytes(static_cast<double>(s.bytes)).c_str());
+    std::fflush(stdout);
+    log_->log_event({{"event", "checkpoint_restored"},
+                     {"source", "memory"},
+                     {"step", restored.state->step},
+                     {"bytes", s.bytes},
+                     {"seconds", s.seconds}});
+  }
+  return restored.state->step + 1;
 }
 
 void Trainer::init_from_hf_weights() {
@@ -240,6 +287,7 @@ void Trainer::init_from_hf_weights() {
 StepResult Trainer::step(int64_t step) {
   const TrainerConfig& c = config_;
   const auto start = Clock::now();
+  training_step_.store(step);
   comm_->take_comm_seconds();
   const double lr = learning_rate(c.train, step);
   optimizer_->zero_grad();
@@ -262,14 +310,16 @@ StepResult Trainer::step(int64_t step) {
   model_->finish_grad_sync();
   const double norm = optimizer_->global_grad_norm(model_->norm_group());
   optimizer_->clip(norm, c.train.grad_clip);
-  if (async_saves_) async_saves_->before_update();  // the snapshot of a background save is taken
+  if (async_saves_) async_saves_->before_update();    // the snapshot of a background save is taken
+  if (memory_saves_) memory_saves_->before_update();  // the copy in memory is sealed
   optimizer_->step(lr);
   // One all-reduce: the loss averaged over ranks; whether any rank got a preemption signal, so every rank
-  // stops after the same step; and the background save's status, so every rank sees it complete (or fail)
-  // at the same step.
+  // stops after the same step; the background save's status, so every rank sees it complete (or fail) at
+  // the same step; and whether this rank's copy in memory is sealed (every rank commits it at the same step).
   const std::array<double, 2> save_status = async_saves_ ? async_saves_->status() : std::array<double, 2>{0, 0};
-  const auto sums =
-      comm_->sum_over_ranks({local_loss, preemption_.poll() != 0 ? 1.0 : 0.0, save_status[0], save_status[1]});
+  const double copy_sealed = memory_saves_ ? memory_saves_->status() : 0.0;
+  const auto sums = comm_->sum_over_ranks(
+      {local_loss, preemption_.poll() != 0 ? 1.0 : 0.0, save_status[0], save_status[1], copy_sealed});
   const double loss = sums[0] / comm_->world_size();
   const bool stop = sums[1] > 0;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -290,7 +340,37 @@ StepResult Trainer::step(int64_t step) {
     if (const auto saved = async_saves_->advance(sums[2], sums[3]))
       log_checkpoint(*log_, comm_->rank() == 0, "saved", *saved);
   }
+  if (memory_saves_) {
+    if (const auto copy = memory_saves_->advance(sums[4])) log_memory_copy(*copy);
+  }
+  kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_AFTER_STEP", {step, comm_->rank()});
   return {loss, stop};
+}
+
+void Trainer::log_memory_copy(const MemoryCopyStats& copy) {
+  uncommitted_copies_ = copy.committed ? 0 : uncommitted_copies_ + 1;
+  if (comm_->rank() != 0) return;
+  if (uncommitted_copies_ == 1) {
+    std::printf(
+        "checkpoint: the copy in memory of step %lld is not complete on every rank (their stderr says why); "
+        "the previous step stands\n",
+        static_cast<long long>(copy.step));
+    std::fflush(stdout);
+  }
+  log_->log_event({{"event", "memory_copy"},
+                   {"step", copy.step},
+                   {"bytes", copy.bytes},
+                   {"copy_s", copy.copy_seconds},
+                   {"blocked_s", copy.blocked_seconds},
+                   {"sealed_during_step", copy.sealed_during_step},
+                   {"skipped", copy.skipped},
+                   {"committed", copy.committed}});
+}
+
+void Trainer::copy_to_memory(int64_t step) {
+  const int64_t every = config_.checkpoint.memory_interval;
+  if (!memory_saves_ || step % every != 0 || step >= config_.train.steps) return;
+  memory_saves_->start({step, optimizer_->steps_taken()});
 }
 
 double Trainer::evaluate(int64_t step) {
@@ -361,6 +441,7 @@ TrainSummary Trainer::run() {
     const bool final = step == c.train.steps && c.checkpoint.save_final;
     if (!c.checkpoint.dir.empty() && (periodic || final))
       save(step, final ? SaveMode::kBlocking : SaveMode::kBackground);
+    copy_to_memory(step);
   }
   // train.steps=0: the initial state (model.init_from's weights, say) becomes checkpoint step 0.
   if (c.train.steps == 0 && summary.first_step == 1 && !c.checkpoint.dir.empty() && c.checkpoint.save_final) save(0);
@@ -406,6 +487,7 @@ void Trainer::report_memory(const TrainSummary& summary) {
       {"intra_node_transport", model_->intra_node_transport()},
       {"optimizer_bytes", optimizer_->state_bytes()},
       {"checkpoint_snapshot_bytes", async_saves_ ? async_saves_->snapshot_bytes() : 0},
+      {"memory_copy_bytes", memory_saves_ ? 2 * memory_saves_->slot_bytes() : 0},
       {"init_from_bytes_read", init_bytes_read_},
       {"peak_rss_bytes", peak_rss_bytes()},
       {"start_rss_bytes", start_rss_},

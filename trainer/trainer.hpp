@@ -7,8 +7,11 @@
 
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "trainer/collective_reporter.hpp"
@@ -22,8 +25,10 @@ namespace meshrun::trainer {
 
 class AdamW;
 class AsyncCheckpointer;
+class MemoryCheckpointer;
 class Communicator;
 class ShardedModel;
+struct MemoryCopyStats;
 class TokenDataset;
 
 struct TrainSummary {
@@ -50,8 +55,10 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Restores checkpoint.resume (a step folder, or the newest complete one for "auto"); with nothing to
-  /// resume, model.init_from's weights (if set). Returns the first step still to run: 1 for a fresh start.
+  /// Restores the newest step every rank holds in memory (checkpoint.memory_interval, after a restart) when
+  /// no storage checkpoint is as new; else checkpoint.resume (a step folder, or the newest complete one for
+  /// "auto", which a restart with copies in memory implies); with nothing to resume, model.init_from's
+  /// weights (if set). Returns the first step still to run: 1 for a fresh start.
   int64_t load();
   /// Runs optimizer step `step` (1-based) and logs it.
   StepResult step(int64_t step);
@@ -71,6 +78,11 @@ class Trainer {
 
  private:
   void init_from_hf_weights();
+  /// The restore from copies in memory; the first step to run, or nullopt when the caller loads `resume_from`.
+  std::optional<int64_t> restore_from_memory(const std::string& resume_from);
+  /// Starts the copy in memory of the state after `step` when one is due.
+  void copy_to_memory(int64_t step);
+  void log_memory_copy(const MemoryCopyStats& copy);
   void report_memory(const TrainSummary& summary);
   void dump_params();
   void print_sample();
@@ -85,8 +97,12 @@ class Trainer {
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<MetricsLog> log_;
-  std::unique_ptr<AsyncCheckpointer> async_saves_;   // checkpoint.async; after model_ and optimizer_, which it reads
-  ProgressBeats beats_{progress_socket_from_env()};  // to the agent under meshrun, else off
+  std::unique_ptr<AsyncCheckpointer> async_saves_;    // checkpoint.async; after model_ and optimizer_, which it reads
+  std::atomic<int64_t> training_step_{0};             // the step running now (the memory copy's overlap witness)
+  std::unique_ptr<MemoryCheckpointer> memory_saves_;  // checkpoint.memory_interval under meshrun
+  bool restarted_ = false;                            // TORCHELASTIC_RESTART_COUNT > 0
+  int64_t uncommitted_copies_ = 0;                    // copies in a row not sealed by every rank
+  ProgressBeats beats_{progress_socket_from_env()};   // to the agent under meshrun, else off
   int64_t tokens_per_step_ = 0;
   double flops_per_token_ = 0;
   int64_t grad_accum_peak_ = 0;

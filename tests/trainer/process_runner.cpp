@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -187,6 +189,35 @@ std::map<int64_t, double> read_step_losses(const std::string& dir) {
     if (j.contains("loss") && j.contains("step")) losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
   return losses;
+}
+
+std::vector<nlohmann::json> read_events(const std::string& dir, const std::string& event) {
+  std::vector<nlohmann::json> events;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") == event) events.push_back(std::move(j));
+  }
+  return events;
+}
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+std::string q(const std::string& s) { return "\"" + s + "\""; }
+
+std::pair<double, int> compare(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b, int64_t from) {
+  double worst = 0;
+  int n = 0;
+  for (const auto& [step, loss] : a) {
+    if (step < from || !b.count(step)) continue;
+    worst = std::max(worst, std::abs(loss - b.at(step)) / std::abs(b.at(step)));
+    ++n;
+  }
+  return {worst, n};
 }
 
 std::vector<double> read_losses(const std::string& dir) {

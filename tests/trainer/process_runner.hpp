@@ -3,10 +3,14 @@
 // directory.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "support/subprocess.hpp"  // Process, read_file
 
@@ -77,6 +81,15 @@ std::string make_temp_dir();
 /// The `loss` of every step record in metrics.jsonl, keyed by step.
 std::map<int64_t, double> read_step_losses(const std::string& dir);
 std::vector<double> read_losses(const std::string& dir);
+/// The events of metrics.jsonl named `event` ("memory_copy", "checkpoint_saved", ...), in order.
+std::vector<nlohmann::json> read_events(const std::string& dir, const std::string& event);
+
+/// `base` followed by `extra` (--set lists).
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra);
+/// `s` in double quotes: a --set value that is a path.
+std::string q(const std::string& s);
+/// The largest relative loss difference over the steps from `from` that both runs logged, and how many.
+std::pair<double, int> compare(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b, int64_t from);
 std::vector<float> read_params(const std::string& dir);
 
 }  // namespace meshrun::testing

@@ -25,25 +25,6 @@ namespace {
 const std::vector<std::string> kRun = {"train.steps=40", "train.seq_len=32", "train.global_batch_size=8",
                                        "train.log_interval=100", "checkpoint.interval=20"};
 
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
-  base.insert(base.end(), extra.begin(), extra.end());
-  return base;
-}
-
-std::string q(const std::string& s) { return "\"" + s + "\""; }
-
-// Largest relative difference over the steps both runs have, and how many steps that was.
-std::pair<double, int> compare(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b, int64_t from) {
-  double worst = 0;
-  int n = 0;
-  for (const auto& [step, loss] : a) {
-    if (step < from || !b.count(step)) continue;
-    worst = std::max(worst, std::abs(loss - b.at(step)) / std::abs(b.at(step)));
-    ++n;
-  }
-  return {worst, n};
-}
-
 std::string step_dir(const std::string& ck, int step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08d", step);

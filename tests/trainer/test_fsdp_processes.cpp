@@ -17,11 +17,6 @@ namespace {
 const std::vector<std::string> kParityRun = {"train.steps=20", "train.seq_len=32", "train.global_batch_size=8",
                                              "train.log_interval=100", "output.dump_params=true"};
 
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& extra) {
-  base.insert(base.end(), extra.begin(), extra.end());
-  return base;
-}
-
 struct Reference {
   std::vector<double> losses;
   std::vector<float> params;

@@ -174,35 +174,43 @@ void check_fits(const CheckpointReader& reader, const UnitSpec& spec, const Trai
 
 }  // namespace
 
-TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
-                           Communicator& world, CheckpointStats* stats) {
+TrainState load_from(const OpenReader& open, const std::string& label, const TrainerConfig& config, ShardedModel& model,
+                     AdamW& optimizer, Communicator& world, CheckpointStats* stats) {
   c10::NoGradGuard no_grad;
   const auto start = Clock::now();
+  const auto units = model.units();
+  std::optional<CheckpointReader> reader;
+  run_agreed(world, [&] {
+    reader.emplace(open());
+    for (auto* unit : units) check_fits(*reader, unit->spec(), config);
+  });
   TrainState state;
   int64_t elements = 0;
   run_agreed(world, [&] {
-    CheckpointReader reader(path);
-    const auto units = model.units();
     for (size_t i = 0; i < units.size(); ++i) {
       const UnitSpec& spec = units[i]->spec();
-      check_fits(reader, spec, config);
       for (int k = 0; k < kCheckpointKindCount; ++k) {
         const auto read = [&](const ParamSpec& p, int64_t first, int64_t count, float* out) {
-          reader.read(global_name(kCheckpointKinds[k], spec, p), first, count, out);
+          reader->read(global_name(kCheckpointKinds[k], spec, p), first, count, out);
         };
         elements += fill_shard(*units[i], kind_tensor(*units[i], optimizer, i, k), read);
       }
     }
-    state.step = reader.metadata().at("step").get<int64_t>();
-    state.optimizer_steps = reader.metadata().at("optimizer_steps").get<int64_t>();
+    state.step = reader->metadata().at("step").get<int64_t>();
+    state.optimizer_steps = reader->metadata().at("optimizer_steps").get<int64_t>();
   });
   // Re-gathered parameters must come from the new shards.
   model.reshard_all();
   optimizer.set_steps_taken(state.optimizer_steps);
   const double bytes = world.sum_over_ranks({static_cast<double>(elements) * sizeof(float)})[0];  // every rank
   if (stats != nullptr)
-    *stats = {path, static_cast<int64_t>(bytes), std::chrono::duration<double>(Clock::now() - start).count()};
+    *stats = {label, static_cast<int64_t>(bytes), std::chrono::duration<double>(Clock::now() - start).count()};
   return state;
+}
+
+TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
+                           Communicator& world, CheckpointStats* stats) {
+  return load_from([&] { return CheckpointReader(path); }, path, config, model, optimizer, world, stats);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
@@ -218,7 +226,21 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return best->second;
 }
 
-CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)) {
+namespace {
+
+void pread_chunk(const std::string& file, uint64_t offset, size_t bytes, void* dst) {
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error("cannot open checkpoint data file " + file + ": " + std::strerror(errno));
+  if (pread_full(fd.get(), dst, bytes, offset) != static_cast<ssize_t>(bytes))
+    throw Error("checkpoint data file " + file + " is truncated");
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(std::string label, nlohmann::json meta, ChunkBytes bytes)
+    : path_(std::move(label)), meta_(std::move(meta)), bytes_(std::move(bytes)) {}
+
+CheckpointReader::CheckpointReader(std::string path) : path_(std::move(path)), bytes_(pread_chunk) {
   const fs::path meta_path = fs::path(path_) / "metadata.json";
   if (!fs::exists(meta_path)) {
     throw Error("checkpoint " + path_ + " is incomplete: " + meta_path.string() +
@@ -270,11 +292,8 @@ void CheckpointReader::read(const std::string& name, int64_t begin, int64_t coun
       scratch.resize(static_cast<size_t>(cn));
       into = scratch.data();
     }
-    UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) throw Error("cannot open checkpoint data file " + file + ": " + std::strerror(errno));
     const size_t nbytes = static_cast<size_t>(cn) * sizeof(float);
-    if (pread_full(fd.get(), into, nbytes, c["offset"].get<uint64_t>()) != static_cast<ssize_t>(nbytes))
-      throw Error("checkpoint data file " + file + " is truncated (reading " + name + ")");
+    bytes_(file, c["offset"].get<uint64_t>(), nbytes, into);
     const uint32_t crc = crc32_of(into, nbytes);
     if (crc != c["crc32"].get<uint32_t>()) {
       throw Error("checkpoint data file " + file + " is corrupted: CRC-32 of " + name + " elements [" +

@@ -97,14 +97,32 @@ CheckpointStats save_checkpoint(const TrainerConfig& config, ShardedModel& model
 TrainState load_checkpoint(const std::string& path, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
                            Communicator& world, CheckpointStats* stats = nullptr);
 
+class CheckpointReader;
+
+/// Opens the checkpoint to load (on every rank, inside the load's agreement, so a refusal stops all ranks).
+using OpenReader = std::function<CheckpointReader()>;
+
+/// The load core shared by storage and memory: opens the reader and checks that the checkpoint fits this
+/// model (agreed), then fills every rank's shards and AdamW moments (agreed), then reshards. Nothing is
+/// changed before every rank has opened and checked its source, so a refusal leaves the model as it was.
+TrainState load_from(const OpenReader& open, const std::string& label, const TrainerConfig& config, ShardedModel& model,
+                     AdamW& optimizer, Communicator& world, CheckpointStats* stats = nullptr);
+
 /// The newest step_<N> folder under `dir` that has a metadata.json, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
 /// Reads tensors of a checkpoint by global name, checking sizes and CRCs (export, tests).
 class CheckpointReader {
  public:
+  /// Reads `bytes` of data file `file` (the path under the checkpoint's label) from `offset` into `dst`;
+  /// throws meshrun::Error naming the file when it cannot.
+  using ChunkBytes = std::function<void(const std::string& file, uint64_t offset, size_t bytes, void* dst)>;
+
   /// Throws meshrun::Error naming the file when metadata.json or a data file is missing or truncated.
   explicit CheckpointReader(std::string path);
+  /// A checkpoint held elsewhere (a copy in memory): its metadata and where its bytes come from. `label`
+  /// names it in messages.
+  CheckpointReader(std::string label, nlohmann::json meta, ChunkBytes bytes);
   const nlohmann::json& metadata() const { return meta_; }
   /// The step_<N> folder.
   const std::string& path() const { return path_; }
@@ -117,6 +135,7 @@ class CheckpointReader {
  private:
   std::string path_;
   nlohmann::json meta_;
+  ChunkBytes bytes_;
 };
 
 }  // namespace meshrun::trainer

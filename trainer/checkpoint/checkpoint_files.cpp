@@ -1,22 +1,19 @@
 #include "trainer/checkpoint/checkpoint_files.hpp"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
+#include "trainer/fault_hooks.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -24,39 +21,19 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Test hooks, MESHRUN_TRAINER_FAULT_<NAME>_IN_SAVE=STEP:RANK:
+// Test hooks (trainer/fault_hooks.hpp), MESHRUN_TRAINER_FAULT_<NAME>_IN_SAVE=STEP:RANK:
 //   KILL       that rank SIGKILLs itself halfway through writing its data file at that step (the crash the
 //              save protocol must survive);
 //   DISK_FULL  that rank's data file is a link to /dev/full, so its writes fail with ENOSPC, the real error
 //              of a full disk (the failure every rank must stop on, naming the rank);
 //   STALL      =STEP:RANK:SECONDS: that rank's write stalls that long halfway (a slow file system; the others
 //              wait for it at the save's agreement, so the whole save takes that much longer).
-// They fire in a launcher's first attempt only (TORCHELASTIC_RESTART_COUNT unset or 0): a fault that happens
-// once, which a job with restarts recovers from.
-bool first_attempt() {
-  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return count == nullptr || *count == '\0' || std::string(count) == "0";
-}
-
-bool fault_at(const char* variable, const SaveSite& site) {
-  const char* v = std::getenv(variable);
-  return v != nullptr && first_attempt() &&
-         std::string(v) == std::to_string(site.step) + ":" + std::to_string(site.rank);
-}
-
-void stall_if_asked(const SaveSite& site) {
-  const char* v = std::getenv("MESHRUN_TRAINER_FAULT_STALL_IN_SAVE");
-  if (v == nullptr || !first_attempt()) return;
-  const std::string spec(v);
-  const std::string here = std::to_string(site.step) + ":" + std::to_string(site.rank) + ":";
-  if (spec.rfind(here, 0) != 0) return;
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::stod(spec.substr(here.size()))));
-}
+FaultSite fault_site(const SaveSite& site) { return {site.step, site.rank}; }
 
 // The path the data file is opened at, after the disk-full hook has had its say.
 std::string data_file_path(const std::string& path, const std::string& file, const SaveSite& site) {
   const std::string target = (fs::path(path) / file).string();
-  if (fault_at("MESHRUN_TRAINER_FAULT_DISK_FULL_IN_SAVE", site)) {
+  if (fault_at("MESHRUN_TRAINER_FAULT_DISK_FULL_IN_SAVE", fault_site(site))) {
     if (::symlink("/dev/full", (target + ".tmp").c_str()) != 0)
       throw Error("test hook: cannot link " + target + ".tmp to /dev/full: " + std::strerror(errno));
   }
@@ -102,18 +79,6 @@ std::vector<json> collect_indexes(const std::string& path, int world_size, const
     if (fs::exists(p)) indexes.push_back(read_json_file(p.string()));
   }
   return indexes;
-}
-
-// Every tensor of every kind the model's checkpoint holds, with no chunks yet.
-json empty_tensor_table(const ModelConfig& model) {
-  json tensors = json::object();
-  for (const auto& unit : build_unit_specs(model)) {
-    for (const auto* kind : kCheckpointKinds) {
-      for (const auto& p : unit.params)
-        tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
-    }
-  }
-  return tensors;
 }
 
 // metadata.json's "files" and "tensors", merged from the ranks' indexes.
@@ -182,6 +147,17 @@ json metadata_json(const TrainerConfig& config, const SaveRecord& record, const 
 
 }  // namespace
 
+json empty_tensor_table(const ModelConfig& model) {
+  json tensors = json::object();
+  for (const auto& unit : build_unit_specs(model)) {
+    for (const auto* kind : kCheckpointKinds) {
+      for (const auto& p : unit.params)
+        tensors[global_name(kind, unit, p)] = {{"shape", p.shape}, {"dtype", "float32"}, {"chunks", json::array()}};
+    }
+  }
+  return tensors;
+}
+
 std::string step_dir(const std::string& dir, int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
@@ -229,8 +205,8 @@ void ShardFileWriter::append(const UnitSpec& unit, size_t unit_index, int kind, 
     offset += p.numel();
   }
   if (unit_index != site_.units / 2 || kind != 0) return;
-  if (fault_at("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", site_)) ::raise(SIGKILL);
-  stall_if_asked(site_);
+  kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", fault_site(site_));
+  stall_if_asked("MESHRUN_TRAINER_FAULT_STALL_IN_SAVE", fault_site(site_));
 }
 
 json ShardFileWriter::commit() {

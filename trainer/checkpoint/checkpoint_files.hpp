@@ -80,6 +80,10 @@ struct SaveRecord {
 int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, const SaveRecord& record,
                           const nlohmann::json* own_index);
 
+/// Every tensor of every kind a checkpoint of `model` holds, {shape, dtype, chunks: []}: the table the
+/// ranks' chunk indexes are merged into.
+nlohmann::json empty_tensor_table(const ModelConfig& model);
+
 /// A checkpoint JSON file (metadata.json, a rank index); throws Error naming it when unreadable or not JSON.
 nlohmann::json read_json_file(const std::string& path);
 

@@ -1,0 +1,51 @@
+#include "trainer/checkpoint/agent_link.hpp"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/fd_passing.hpp"
+
+namespace meshrun::trainer {
+
+AgentLink::AgentLink(const std::string& path) : path_(path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) throw Error("the agent's memory socket path is too long: " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  socket_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!socket_.valid() || ::connect(socket_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    throw Error("cannot reach the meshrun agent's memory socket " + path + ": " + std::strerror(errno));
+}
+
+AgentReply AgentLink::request(const nlohmann::json& message, std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mutex_);
+  Packet packet;
+  try {
+    send_packet(socket_.get(), message.dump());
+    packet = receive_packet(socket_.get(), timeout);
+  } catch (const std::exception& e) {
+    throw Error("the meshrun agent's memory socket " + path_ + ": " + e.what());
+  }
+  const std::string op = message.value("op", "");
+  if (packet.closed) throw Error("the meshrun agent closed its memory socket (asked '" + op + "')");
+  if (packet.timed_out)
+    throw Error("the meshrun agent did not answer '" + op + "' within " + std::to_string(timeout.count()) + " ms");
+  AgentReply reply{nlohmann::json::parse(packet.text, nullptr, false), std::move(packet.fds)};
+  if (!reply.message.is_object()) throw Error("the meshrun agent answered '" + op + "' with no JSON object");
+  return reply;
+}
+
+void AgentLink::tell(const nlohmann::json& message) {
+  std::lock_guard lock(mutex_);
+  try {
+    send_packet(socket_.get(), message.dump());
+  } catch (const std::exception& e) {
+    throw Error("the meshrun agent's memory socket " + path_ + ": " + e.what());
+  }
+}
+
+}  // namespace meshrun::trainer

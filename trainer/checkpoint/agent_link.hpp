@@ -1,0 +1,41 @@
+// AgentLink: a worker's end of its agent's memory handover socket (MESHRUN_MEMORY, a Unix SOCK_SEQPACKET
+// socket; docs/design/in-memory-checkpoints.md, 2.2). One JSON message per packet; slots (memfds) come back
+// with the replies. The training thread and the copy's writer thread share it: a mutex keeps a request and
+// its reply together, and one-way messages from the other thread wait for that round trip (microseconds).
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+
+namespace meshrun::trainer {
+
+/// A reply and the descriptors that came with it.
+struct AgentReply {
+  nlohmann::json message;
+  std::vector<UniqueFd> fds;
+};
+
+class AgentLink {
+ public:
+  /// Connects to the socket at `path`; throws meshrun::Error naming it when that fails.
+  explicit AgentLink(const std::string& path);
+
+  /// Sends `message` and waits up to `timeout` for the reply. Throws meshrun::Error when the agent is gone,
+  /// does not answer in time or answers with no JSON object.
+  AgentReply request(const nlohmann::json& message, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Sends a message that has no reply.
+  void tell(const nlohmann::json& message);
+
+ private:
+  std::string path_;
+  UniqueFd socket_;
+  std::mutex mutex_;
+};
+
+}  // namespace meshrun::trainer

@@ -1,0 +1,305 @@
+#include "trainer/checkpoint/memory_checkpointer.hpp"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "proto/memory_copy.hpp"
+#include "trainer/checkpoint/atomic_file.hpp"
+#include "trainer/checkpoint/checkpoint_files.hpp"
+#include "trainer/distributed/communicator.hpp"
+#include "trainer/fault_hooks.hpp"
+#include "trainer/fsdp/adamw.hpp"
+#include "trainer/fsdp/sharded_model.hpp"
+
+namespace meshrun::trainer {
+namespace {
+
+using nlohmann::json;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t round_up_page(uint64_t n) { return (n + proto::kHeaderBytes - 1) / proto::kHeaderBytes * proto::kHeaderBytes; }
+
+}  // namespace
+
+// The run a copy belongs to: the model, the data and the training settings. A copy of another run's model
+// (a changed config between attempts) is never restored.
+uint64_t memory_copy_digest(const TrainerConfig& config) {
+  uint64_t digest = proto::fnv1a64("", 0);
+  for (const char* section : {"model", "data", "train"}) {
+    const std::string text = config.merged.at(section).dump();
+    digest = proto::fnv1a64(text.data(), text.size(), digest);
+  }
+  return digest;
+}
+
+std::unique_ptr<MemoryCheckpointer> MemoryCheckpointer::create(const TrainerConfig& config, ShardedModel& model,
+                                                               AdamW& optimizer, Communicator& world,
+                                                               const std::string& socket,
+                                                               const std::atomic<int64_t>& training_step) {
+  std::unique_ptr<MemoryCheckpointer> made;
+  std::string why;
+  try {
+    // Every rank copies its own state, replicas included: each restores from its own agent.
+    std::vector<Piece> pieces;
+    const auto units = model.units();
+    for (size_t i = 0; i < units.size(); ++i) {
+      const auto [lo, hi] = local_range(*units[i]);
+      if (lo >= hi) continue;
+      for (int k = 0; k < kCheckpointKindCount; ++k) {
+        const at::Tensor& source = kind_tensor(*units[i], optimizer, i, k);
+        if (source.is_cuda())
+          throw Error(
+              "copies in memory of shards on a GPU are not built yet (fsdp.cpu_offload=true keeps them in host "
+              "memory)");
+        if (!source.is_contiguous() || source.scalar_type() != at::kFloat)
+          throw Error("internal: copies in memory need contiguous fp32 shards and moments");
+        pieces.push_back(
+            {&units[i]->spec(), i, k, lo, hi, source.const_data_ptr<float>() + (lo - units[i]->shard_offset())});
+      }
+    }
+    made.reset(
+        new MemoryCheckpointer(config, world, std::move(pieces), std::make_unique<AgentLink>(socket), training_step));
+    made->unit_count_ = units.size();
+    why = made->say_hello(config, model);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  const auto failure = world.first_failure(why);
+  if (world.rank() == 0) {
+    if (failure) {
+      std::printf("checkpoint: copies in memory are off: rank %d: %s; storage checkpoints only\n", failure->rank,
+                  failure->message.c_str());
+    } else {
+      std::printf("checkpoint: a copy in the meshrun agent's memory every %lld steps (2 slots of %.1f MiB per rank)\n",
+                  static_cast<long long>(config.checkpoint.memory_interval),
+                  static_cast<double>(made->slot_bytes_) / (1 << 20));
+    }
+    std::fflush(stdout);
+  }
+  if (failure) return nullptr;
+  made->writer_ = std::thread([m = made.get()] { m->writer_loop(); });
+  return made;
+}
+
+MemoryCheckpointer::MemoryCheckpointer(const TrainerConfig& config, Communicator& world, std::vector<Piece> pieces,
+                                       std::unique_ptr<AgentLink> link, const std::atomic<int64_t>& training_step)
+    : world_(world),
+      pieces_(std::move(pieces)),
+      link_(std::move(link)),
+      training_step_(training_step),
+      digest_(memory_copy_digest(config)),
+      world_size_(world.world_size()) {
+  for (const auto& p : pieces_) payload_bytes_ += static_cast<uint64_t>(p.hi - p.lo) * sizeof(float);
+  // Offsets never change between copies; only the CRCs do, in digits: the index's room is its widest text.
+  index_capacity_ = round_up_page(chunk_index(nullptr).dump().size() + 256);
+  slot_bytes_ = proto::slot_bytes(index_capacity_, payload_bytes_);
+}
+
+MemoryCheckpointer::~MemoryCheckpointer() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  for (const auto& slot : slots_) ::munmap(slot.data, slot.bytes);
+}
+
+std::string MemoryCheckpointer::say_hello(const TrainerConfig& config, ShardedModel& model) {
+  layout_ = model.layout();
+  const json hello = {{"op", "hello"},
+                      {"rank", world_.rank()},
+                      {"world_size", world_size_},
+                      {"shard_index", world_.rank()},
+                      {"shard_count", world_size_},
+                      {"layout", layout_},
+                      {"slot_bytes", slot_bytes_},
+                      {"digest", digest_},
+                      {"interval", config.checkpoint.memory_interval}};
+  AgentReply reply = link_->request(hello);
+  if (reply.message.value("op", "") != "granted")
+    return "the meshrun agent refused: " + reply.message.value("reason", reply.message.dump());
+  if (reply.fds.size() < 2 || reply.message.value("slot_bytes", uint64_t{0}) < slot_bytes_)
+    return "the meshrun agent lent " + std::to_string(reply.fds.size()) + " slot(s) of " +
+           std::to_string(reply.message.value("slot_bytes", uint64_t{0})) + " bytes; a copy needs 2 of " +
+           std::to_string(slot_bytes_);
+  const size_t bytes = reply.message.at("slot_bytes").get<size_t>();
+  for (auto& fd : reply.fds) {
+    // Populated now, so the first copy pays no page faults.
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+    if (data == MAP_FAILED) return std::string("cannot map a slot the meshrun agent lent: ") + std::strerror(errno);
+    slots_.push_back({data, bytes});
+    slot_fds_.push_back(std::move(fd));
+  }
+  return "";
+}
+
+json MemoryCheckpointer::chunk_index(const std::vector<uint32_t>* crcs) const {
+  const std::string file = "rank" + std::to_string(world_.rank()) + ".bin";
+  json chunks = json::object();
+  uint64_t at = 0;
+  size_t n = 0;
+  for (const auto& p : pieces_) {
+    int64_t offset = 0;
+    for (const auto& param : p.spec->params) {
+      const int64_t s = std::max(p.lo, offset);
+      const int64_t e = std::min(p.hi, offset + param.numel());
+      if (s < e) {
+        const uint32_t crc = crcs != nullptr ? (*crcs)[n] : 4294967295U;
+        chunks[global_name(kCheckpointKinds[p.kind], *p.spec, param)].push_back(
+            {{"file", file}, {"offset", at}, {"begin", s - offset}, {"count", e - s}, {"crc32", crc}});
+        at += static_cast<uint64_t>(e - s) * sizeof(float);
+        ++n;
+      }
+      offset += param.numel();
+    }
+  }
+  return {{"file", file}, {"bytes", payload_bytes_}, {"chunks", std::move(chunks)}};
+}
+
+void MemoryCheckpointer::start(const TrainState& state) {
+  {
+    std::lock_guard lock(mutex_);
+    job_ = state;
+    done_ = false;
+    stats_ = MemoryCopyStats{};
+    stats_.step = state.step;
+  }
+  changed_.notify_all();
+  in_flight_ = true;
+  gate_pending_ = true;
+}
+
+void MemoryCheckpointer::before_update() {
+  if (!gate_pending_) return;
+  const double begin = now_seconds();
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return done_; });
+  stats_.blocked_seconds = now_seconds() - begin;
+  gate_pending_ = false;
+}
+
+double MemoryCheckpointer::status() const {
+  std::lock_guard lock(mutex_);
+  return in_flight_ && done_ && stats_.skipped.empty() ? 1.0 : 0.0;
+}
+
+std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum) {
+  if (!in_flight_ || gate_pending_) return std::nullopt;
+  in_flight_ = false;
+  MemoryCopyStats stats;
+  {
+    std::lock_guard lock(mutex_);
+    stats = stats_;
+  }
+  if (sealed_sum < static_cast<double>(world_size_)) return stats;
+  try {
+    link_->tell({{"op", "commit"}, {"step", stats.step}});
+    stats.committed = true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "checkpoint: rank %d could not commit its copy in memory of step %lld: %s\n", world_.rank(),
+                 static_cast<long long>(stats.step), e.what());
+  }
+  return stats;
+}
+
+void MemoryCheckpointer::writer_loop() {
+  for (;;) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return stop_ || job_.has_value(); });
+    if (stop_) return;
+    const TrainState state = *job_;
+    job_.reset();
+    lock.unlock();
+    MemoryCopyStats stats;
+    stats.step = state.step;
+    const double begin = now_seconds();
+    try {
+      stats.skipped = copy(state, stats);
+    } catch (const std::exception& e) {
+      stats.skipped = e.what();
+    }
+    stats.copy_seconds = now_seconds() - begin;
+    if (!stats.skipped.empty())
+      std::fprintf(stderr, "checkpoint: rank %d made no copy in memory of step %lld: %s\n", world_.rank(),
+                   static_cast<long long>(state.step), stats.skipped.c_str());
+    lock.lock();
+    stats_ = stats;
+    done_ = true;
+    lock.unlock();
+    changed_.notify_all();
+  }
+}
+
+std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& stats) {
+  const AgentReply lent = link_->request({{"op", "begin"}, {"step", state.step}});
+  if (lent.message.value("op", "") != "lend") return "the agent lent no slot: " + lent.message.value("reason", "");
+  const int slot = lent.message.at("slot").get<int>();
+  if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return "the agent lent slot " + std::to_string(slot);
+  auto* base = static_cast<char*>(slots_[static_cast<size_t>(slot)].data);
+
+  proto::CopyHeader header;
+  std::memcpy(header.magic, proto::kCopyMagic, sizeof header.magic);
+  header.state = proto::CopyState::kWriting;
+  header.step = state.step;
+  header.optimizer_steps = state.optimizer_steps;
+  header.rank = world_.rank();
+  header.world_size = world_size_;
+  header.shard_index = world_.rank();
+  header.shard_count = world_size_;
+  header.config_digest = digest_;
+  header.index_offset = proto::kHeaderBytes;
+  header.index_capacity = index_capacity_;
+  header.payload_offset = proto::kHeaderBytes + index_capacity_;
+  header.payload_bytes = payload_bytes_;
+  std::snprintf(header.layout, sizeof header.layout, "%s", layout_.c_str());
+  std::memcpy(base, &header, sizeof header);  // "writing" until the last byte is in
+
+  // Raw pointers only: this thread never calls into ATen.
+  char* payload = base + header.payload_offset;
+  std::vector<uint32_t> crcs;
+  const FaultSite site{state.step, world_.rank()};
+  for (const auto& p : pieces_) {
+    int64_t offset = 0;
+    for (const auto& param : p.spec->params) {
+      const int64_t s = std::max(p.lo, offset);
+      const int64_t e = std::min(p.hi, offset + param.numel());
+      if (s < e) {
+        const size_t n = static_cast<size_t>(e - s) * sizeof(float);
+        std::memcpy(payload, p.source + (s - p.lo), n);
+        crcs.push_back(crc32_of(payload, n));  // cache-hot
+        payload += n;
+      }
+      offset += param.numel();
+    }
+    if (p.unit == unit_count_ / 2 && p.kind == 0) {
+      kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_IN_MEMORY_COPY", site);
+      stall_if_asked("MESHRUN_TRAINER_FAULT_STALL_IN_MEMORY_COPY", site);
+    }
+  }
+  const std::string index = chunk_index(&crcs).dump();
+  if (index.size() > index_capacity_) return "internal: the copy's index outgrew its room";
+  std::memcpy(base + proto::kHeaderBytes, index.data(), index.size());
+  header.index_bytes = index.size();
+  header.state = proto::CopyState::kSealed;
+  header.header_check = proto::header_check_of(header);
+  // Every field but the state, then the state: a copy cut short anywhere before says "writing".
+  proto::CopyHeader unsealed = header;
+  unsealed.state = proto::CopyState::kWriting;
+  std::memcpy(base, &unsealed, sizeof unsealed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(base + offsetof(proto::CopyHeader, state), &header.state, sizeof header.state);
+  link_->tell({{"op", "sealed"}, {"step", state.step}, {"slot", slot}});
+  stats.bytes = static_cast<int64_t>(payload_bytes_);
+  stats.sealed_during_step = training_step_.load();
+  return "";
+}
+
+}  // namespace meshrun::trainer

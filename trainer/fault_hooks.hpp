@@ -1,0 +1,24 @@
+// Test-only fault hooks (docs/checkpoints.md, "Fault hooks"): environment variables that make one rank
+// crash, stall or fail at one chosen point, so tests can prove what survives. Each names STEP:RANK (some add
+// :SECONDS) and fires in a launcher's first attempt only (TORCHELASTIC_RESTART_COUNT unset or 0): a fault
+// that happens once, which a job with restarts recovers from.
+#pragma once
+
+#include <cstdint>
+
+namespace meshrun::trainer {
+
+/// Where a hook may fire: this rank at this step.
+struct FaultSite {
+  int64_t step = 0;
+  int rank = 0;
+};
+
+/// True when `variable` is set to "STEP:RANK" of `site`, in the first attempt.
+bool fault_at(const char* variable, const FaultSite& site);
+/// Sleeps for SECONDS when `variable` is "STEP:RANK:SECONDS" of `site`, in the first attempt.
+void stall_if_asked(const char* variable, const FaultSite& site);
+/// SIGKILLs this process when `variable` is "STEP:RANK" of `site`, in the first attempt.
+void kill_if_asked(const char* variable, const FaultSite& site);
+
+}  // namespace meshrun::trainer
