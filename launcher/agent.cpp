@@ -16,7 +16,7 @@
 #include "launcher/hang/hang_inquiry.hpp"
 #include "launcher/hang/python_hook.hpp"
 #include "launcher/heartbeat_keeper.hpp"
-#include "launcher/memory/handover_server.hpp"
+#include "launcher/memory/memory_keeper.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
@@ -100,8 +100,9 @@ int Agent::run() {
   job_token_ = make_job_token();
   const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
   // Memory copies of the workers' state (checkpoint.memory_interval) outlive each attempt, never this agent.
-  const HandoverServer memory(progress_root_ + "/memory.sock",
-                              "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()));
+  MemoryKeeper memory(progress_root_ + "/memory.sock",
+                      "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()), rdzv.run_id(),
+                      rdzv.hostname());
   memory_socket_ = memory.socket_path();
   for (;;) {
     const auto assignment = rdzv.join();
@@ -117,6 +118,7 @@ int Agent::run() {
       progress_ = &progress;
       group_rank_ = assignment->group_rank;
       group_world_size_ = assignment->group_world_size;
+      memory.begin_attempt(memory_attempt(*assignment));
       WorkerGroup group(group_spec(*assignment, rdzv, progress));
       HangExchange exchange(
           Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
@@ -136,6 +138,20 @@ int Agent::run() {
     if (assignment->group_world_size > 1) print_root_cause(rdzv, assignment->round, result);
     if (const auto exit_code = conclude(result, rdzv)) return *exit_code;
   }
+}
+
+MemoryAttempt Agent::memory_attempt(const proto::Assignment& assignment) const {
+  const bool single = assignment.group_world_size == 1;
+  const auto net = workers_interface(assignment.master_addr, options_.local_addr, single);
+  // Without an interface other nodes can reach, the agents are on one host (loopback tests).
+  return MemoryAttempt{
+      .store = Endpoint{strip_brackets(assignment.master_addr), static_cast<uint16_t>(assignment.master_port)},
+      .round = assignment.round,
+      .node = assignment.group_rank,
+      .nodes = assignment.group_world_size,
+      .world_size = assignment.world_size,
+      .steps_done = assignment.steps_done,
+      .addr = net ? net->address : "127.0.0.1"};
 }
 
 void Agent::make_log_root(const std::string& run_id) {

@@ -39,6 +39,7 @@ class ProgressMonitor;
 class SignalSet;
 class WorkerGroup;
 struct GroupSpec;
+struct MemoryAttempt;
 
 class Agent {
  public:
@@ -79,6 +80,8 @@ class Agent {
   void make_progress_root();
   GroupSpec group_spec(const proto::Assignment& assignment, const RendezvousBackend& rdzv,
                        const ProgressMonitor& progress) const;
+  /// What the memory keeper needs of a round: its store, this node's place and address.
+  MemoryAttempt memory_attempt(const proto::Assignment& assignment) const;
   /// Supervises one attempt's workers until it ends.
   AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
                           HangExchange& exchange, AttemptClock& attempt);

@@ -252,12 +252,23 @@ std::optional<int64_t> Trainer::restore_from_memory(const std::string& resume_fr
   }
   if (rank0) {
     const CheckpointStats& s = restored.stats;
-    std::printf("checkpoint: restored step %lld from memory (every rank from its own agent) in %.3f s, %s\n",
-                static_cast<long long>(restored.state->step), s.seconds,
-                format_bytes(static_cast<double>(s.bytes)).c_str());
+    const int world = comm_->world_size();
+    const std::string sources = restored.fetched_ranks == 0
+                                    ? "every rank from its own agent"
+                                    : std::to_string(world - restored.fetched_ranks) +
+                                          " rank(s) from their own agents, " + std::to_string(restored.fetched_ranks) +
+                                          " from another node's (a lost node's copies, from its buddy)";
+    std::string lost;
+    if (restored.steps_done > restored.state->step)
+      lost = "; the run had reached step " + std::to_string(restored.steps_done) + ": " +
+             std::to_string(restored.steps_done - restored.state->step) + " step(s) to do again";
+    std::printf("checkpoint: restored step %lld from memory (%s) in %.3f s, %s%s\n",
+                static_cast<long long>(restored.state->step), sources.c_str(), s.seconds,
+                format_bytes(static_cast<double>(s.bytes)).c_str(), lost.c_str());
     std::fflush(stdout);
     log_->log_event({{"event", "checkpoint_restored"},
                      {"source", "memory"},
+                     {"fetched_ranks", restored.fetched_ranks},
                      {"step", restored.state->step},
                      {"bytes", s.bytes},
                      {"seconds", s.seconds}});
@@ -315,11 +326,12 @@ StepResult Trainer::step(int64_t step) {
   optimizer_->step(lr);
   // One all-reduce: the loss averaged over ranks; whether any rank got a preemption signal, so every rank
   // stops after the same step; the background save's status, so every rank sees it complete (or fail) at
-  // the same step; and whether this rank's copy in memory is sealed (every rank commits it at the same step).
+  // the same step; and whether this rank's copy in memory is sealed and its last committed copy on its buddy
+  // node (every rank commits, and declares durable, at the same step).
   const std::array<double, 2> save_status = async_saves_ ? async_saves_->status() : std::array<double, 2>{0, 0};
-  const double copy_sealed = memory_saves_ ? memory_saves_->status() : 0.0;
-  const auto sums = comm_->sum_over_ranks(
-      {local_loss, preemption_.poll() != 0 ? 1.0 : 0.0, save_status[0], save_status[1], copy_sealed});
+  const std::array<double, 2> copy_status = memory_saves_ ? memory_saves_->status() : std::array<double, 2>{0, 0};
+  const auto sums = comm_->sum_over_ranks({local_loss, preemption_.poll() != 0 ? 1.0 : 0.0, save_status[0],
+                                           save_status[1], copy_status[0], copy_status[1]});
   const double loss = sums[0] / comm_->world_size();
   const bool stop = sums[1] > 0;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -341,7 +353,7 @@ StepResult Trainer::step(int64_t step) {
       log_checkpoint(*log_, comm_->rank() == 0, "saved", *saved);
   }
   if (memory_saves_) {
-    if (const auto copy = memory_saves_->advance(sums[4])) log_memory_copy(*copy);
+    if (const auto copy = memory_saves_->advance(sums[4], sums[5])) log_memory_copy(*copy);
   }
   kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_AFTER_STEP", {step, comm_->rank()});
   return {loss, stop};

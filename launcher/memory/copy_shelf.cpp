@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/strings.hpp"
+
 namespace meshrun::launcher {
 
 CopyShelf::CopyShelf(int slots_per_rank) : slots_per_rank_(std::max(2, slots_per_rank)) {}
@@ -31,18 +33,27 @@ LendResult CopyShelf::lend(int rank, int64_t step) {
       return {std::nullopt, "a copy (step " + std::to_string(s.step) + ") is already in flight"};
     }
   }
-  const auto protected_step = newest_commit(rank);
+  const auto committed = newest_commit(rank);
+  const auto durable = durable_.find(rank);
   std::optional<int> pick;
+  std::vector<std::string> kept;
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotView& s = slots[i];
     if (s.state == SlotState::kEmpty || s.state == SlotState::kTorn) {
       pick = static_cast<int>(i);
       break;
     }
-    if (protected_step && s.step == *protected_step) continue;
-    if (!pick || s.step < slots[static_cast<size_t>(*pick)].step) pick = static_cast<int>(i);
+    if (committed && s.step == *committed) {
+      kept.push_back(std::to_string(s.step) + " (the newest committed)");
+    } else if (durable != durable_.end() && s.step == durable->second) {
+      kept.push_back(std::to_string(s.step) + " (the newest on every buddy)");
+    } else if (pinned_.count({rank, s.step}) > 0) {
+      kept.push_back(std::to_string(s.step) + " (being sent to the buddy)");
+    } else if (!pick || s.step < slots[static_cast<size_t>(*pick)].step) {
+      pick = static_cast<int>(i);
+    }
   }
-  if (!pick) return {std::nullopt, "every slot holds a copy that must stay (the newest committed)"};
+  if (!pick) return {std::nullopt, "every slot holds a copy that must stay: step " + join(kept)};
   SlotView& chosen = slots[static_cast<size_t>(*pick)];
   committed_[rank].erase(chosen.step);  // an older committed copy is overwritten: no longer a candidate
   chosen = {SlotState::kLent, step};
@@ -66,6 +77,15 @@ void CopyShelf::commit(int rank, int64_t step) {
   if (slot_of(rank, step)) committed_[rank].insert(step);
 }
 
+void CopyShelf::durable(int rank, int64_t step) {
+  auto& newest = durable_[rank];
+  newest = std::max(newest, step);
+}
+
+void CopyShelf::pin(int rank, int64_t step) { pinned_.insert({rank, step}); }
+
+void CopyShelf::unpin(int rank, int64_t step) { pinned_.erase({rank, step}); }
+
 void CopyShelf::on_disconnect(int rank) {
   for (auto& s : slots_of(rank)) {
     if (s.state == SlotState::kLent) s = {SlotState::kTorn, -1};
@@ -75,6 +95,8 @@ void CopyShelf::on_disconnect(int rank) {
 void CopyShelf::forget(int rank) {
   slots_.erase(rank);
   committed_.erase(rank);
+  durable_.erase(rank);
+  std::erase_if(pinned_, [rank](const auto& pin) { return pin.first == rank; });
 }
 
 std::vector<int64_t> CopyShelf::candidates(int rank) const {

@@ -4,7 +4,10 @@
 //
 // Each rank has a fixed number of slots (2). A slot holding the rank's newest committed step (every rank of
 // the job sealed that step) is never lent: a worker killed while it writes the next copy leaves that one
-// standing. Stage 1 of issue 30: the node's own copies only (no replica slots, no durable step yet).
+// standing. Nor is the slot of its newest durable step (every rank's copy of it reached its buddy node), nor
+// one being pushed to the buddy: with replication slower than the copies, a copy is skipped rather than the
+// step a lost node's ranks would restore from overwritten. The node's replicas of other nodes' copies are
+// ReplicaShelf's.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meshrun::launcher {
@@ -45,6 +49,11 @@ class CopyShelf {
   std::string seal(int rank, int slot, int64_t step);
   /// Every rank sealed `step`. A commit for a step no slot of the rank holds is a no-op.
   void commit(int rank, int64_t step);
+  /// Every rank's copy of `step` reached its buddy: it stays until a newer step is durable.
+  void durable(int rank, int64_t step);
+  /// The copy of `step` is being pushed to the buddy: its slot is not lent meanwhile.
+  void pin(int rank, int64_t step);
+  void unpin(int rank, int64_t step);
   /// The rank's worker went away: the slot it was writing becomes torn.
   void on_disconnect(int rank);
   /// Forgets every slot and commit of `rank` (its slots were replaced: a new layout).
@@ -63,6 +72,8 @@ class CopyShelf {
   int slots_per_rank_;
   std::map<int, std::vector<SlotView>> slots_;
   std::map<int, std::set<int64_t>> committed_;  // per rank; pruned to the steps its slots still hold
+  std::map<int, int64_t> durable_;              // per rank: the newest durable step
+  std::set<std::pair<int, int64_t>> pinned_;    // (rank, step) being pushed
 };
 
 }  // namespace meshrun::launcher

@@ -15,25 +15,19 @@
 
 #include "common/error.hpp"
 #include "common/fd_passing.hpp"
+#include "launcher/memory/memory_keeper.hpp"
 
 namespace meshrun::launcher {
 
 using nlohmann::json;
-
-namespace {
-constexpr int kSlotsPerRank = 2;
-}  // namespace
 
 struct HandoverServer::Connection {
   UniqueFd fd;
   int rank = -1;  // -1 until its hello
 };
 
-HandoverServer::HandoverServer(std::string socket_path, std::string slots_name)
-    : socket_path_(std::move(socket_path)),
-      slots_name_(std::move(slots_name)),
-      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      shelf_(kSlotsPerRank) {
+HandoverServer::HandoverServer(std::string socket_path, MemoryKeeper& keeper)
+    : socket_path_(std::move(socket_path)), keeper_(keeper), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path_.size() >= sizeof(addr.sun_path)) {
@@ -95,114 +89,41 @@ bool HandoverServer::handle(Connection& c, const std::string& text) {
   const json message = json::parse(text, nullptr, false);
   if (!message.is_object()) return false;
   const std::string op = message.value("op", "");
+  const int64_t step = message.value("step", int64_t{-1});
   std::vector<int> fds;
-  std::string reply;
-  std::lock_guard lock(mutex_);
+  json reply;
   if (op == "hello") {
-    reply = on_hello(c, message, fds);
+    reply = keeper_.hello(message.value("rank", -1), message, fds);
+    if (reply.value("op", "") == "granted") c.rank = message.value("rank", -1);
   } else if (c.rank < 0) {
-    reply = json{{"op", "error"}, {"reason", "say hello first"}}.dump();
+    reply = {{"op", "error"}, {"reason", "say hello first"}};
   } else if (op == "begin") {
-    reply = on_begin(c, message.value("step", int64_t{-1}));
+    reply = keeper_.begin(c.rank, step);
   } else if (op == "sealed") {
-    on_sealed(c, message.value("slot", -1), message.value("step", int64_t{-1}));
+    keeper_.sealed(c.rank, message.value("slot", -1), step);
   } else if (op == "commit") {
-    shelf_.commit(c.rank, message.value("step", int64_t{-1}));
+    keeper_.commit(c.rank, step);
+  } else if (op == "durable") {
+    keeper_.durable(c.rank, step);
   } else if (op == "plan") {
-    reply = json{{"op", "plan"}, {"candidates", shelf_.candidates(c.rank)}}.dump();
+    reply = keeper_.plan(c.rank);
   } else if (op == "open") {
-    reply = on_open(c, message.value("step", int64_t{-1}), fds);
+    reply = keeper_.open(c.rank, step, fds);
   } else {
-    reply = json{{"op", "error"}, {"reason", "unknown op '" + op + "'"}}.dump();
+    reply = {{"op", "error"}, {"reason", "unknown op '" + op + "'"}};
   }
-  if (reply.empty()) return true;  // one-way messages
+  if (reply.is_null()) return true;  // one-way messages
   try {
-    send_packet(c.fd.get(), reply, fds);
+    send_packet(c.fd.get(), reply.dump(), fds);
   } catch (const std::exception&) {
     return false;
   }
   return true;
 }
 
-std::string HandoverServer::on_hello(Connection& c, const nlohmann::json& hello, std::vector<int>& fds) {
-  const int rank = hello.value("rank", -1);
-  const uint64_t bytes = hello.value("slot_bytes", uint64_t{0});
-  const uint64_t digest = hello.value("digest", uint64_t{0});
-  if (rank < 0 || bytes < proto::kHeaderBytes) {
-    return json{{"op", "refused"}, {"reason", "hello needs a rank and the bytes of a copy"}}.dump();
-  }
-  RankSlots& held = slots_[rank];
-  if (held.slots.empty() || held.slot_bytes != bytes || held.digest != digest) {
-    // A new layout or another run's model: new slots (stage 1 keeps no older layout).
-    held = RankSlots{bytes, digest, {}};
-    shelf_.forget(rank);
-    try {
-      for (int i = 0; i < kSlotsPerRank; ++i) {
-        const std::string name = slots_name_ + " rank" + std::to_string(rank) + " slot" + std::to_string(i);
-        held.slots.push_back(std::make_unique<MemfdSlot>(name, bytes));
-      }
-    } catch (const std::exception& e) {
-      slots_.erase(rank);
-      return json{{"op", "refused"}, {"reason", e.what()}}.dump();
-    }
-  }
-  c.rank = rank;
-  for (const auto& slot : held.slots) fds.push_back(slot->fd());
-  return json{{"op", "granted"}, {"slot_bytes", held.slots.front()->bytes()}, {"slots", kSlotsPerRank}}.dump();
-}
-
-std::string HandoverServer::on_begin(const Connection& c, int64_t step) {
-  const LendResult lent = shelf_.lend(c.rank, step);
-  if (!lent.slot) return json{{"op", "busy"}, {"reason", lent.busy_reason}}.dump();
-  return json{{"op", "lend"}, {"slot", *lent.slot}}.dump();
-}
-
-void HandoverServer::on_sealed(const Connection& c, int slot, int64_t step) {
-  const auto& held = slots_.at(c.rank).slots;
-  std::string why = slot >= 0 && static_cast<size_t>(slot) < held.size() ? held[static_cast<size_t>(slot)]->check()
-                                                                         : "no slot " + std::to_string(slot);
-  if (why.empty()) {
-    const proto::CopyHeader header = held[static_cast<size_t>(slot)]->read_header();
-    if (header.step != step || header.rank != c.rank) why = "the copy's header names another step or rank";
-  }
-  if (why.empty()) why = shelf_.seal(c.rank, slot, step);
-  if (!why.empty()) {
-    spdlog::warn("memory copy of rank {} step {} is not kept: {}", c.rank, step, why);
-    shelf_.on_disconnect(c.rank);  // the lent slot is unusable: torn
-  }
-}
-
-std::string HandoverServer::on_open(const Connection& c, int64_t step, std::vector<int>& fds) {
-  const auto slot = shelf_.slot_of(c.rank, step);
-  const auto candidates = shelf_.candidates(c.rank);
-  if (!slot || std::find(candidates.begin(), candidates.end(), step) == candidates.end()) {
-    return json{{"op", "error"},
-                {"reason", "no committed copy of step " + std::to_string(step) + " for rank " + std::to_string(c.rank) +
-                               " on this node"}}
-        .dump();
-  }
-  fds.push_back(slots_.at(c.rank).slots[static_cast<size_t>(*slot)]->fd());
-  return json{{"op", "copy"}, {"step", step}, {"slot", *slot}}.dump();
-}
-
 void HandoverServer::on_closed(Connection& c) {
-  std::lock_guard lock(mutex_);
-  if (c.rank >= 0) shelf_.on_disconnect(c.rank);
+  if (c.rank >= 0) keeper_.disconnected(c.rank);
   c.fd.reset();
-}
-
-std::vector<int64_t> HandoverServer::candidates(int rank) const {
-  std::lock_guard lock(mutex_);
-  return shelf_.candidates(rank);
-}
-
-uint64_t HandoverServer::held_bytes() const {
-  std::lock_guard lock(mutex_);
-  uint64_t total = 0;
-  for (const auto& [rank, held] : slots_) {
-    for (const auto& slot : held.slots) total += slot->bytes();
-  }
-  return total;
 }
 
 }  // namespace meshrun::launcher

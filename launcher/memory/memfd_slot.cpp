@@ -18,8 +18,7 @@ namespace {
 }  // namespace
 
 MemfdSlot::MemfdSlot(const std::string& name, uint64_t bytes)
-    : fd_(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING)),
-      bytes_((bytes + proto::kHeaderBytes - 1) / proto::kHeaderBytes * proto::kHeaderBytes) {
+    : fd_(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING)), bytes_(rounded(bytes)) {
   if (!fd_.valid()) fail("memfd_create", name);
   if (::ftruncate(fd_.get(), static_cast<off_t>(bytes_)) != 0) fail("ftruncate", name);
   // Pages now, not at the first copy: a node without the memory finds out at start, not mid-training.

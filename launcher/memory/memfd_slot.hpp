@@ -18,6 +18,11 @@ class MemfdSlot {
   /// std::runtime_error naming errno (ENOMEM, ENOSPC: not enough memory for the copies).
   MemfdSlot(const std::string& name, uint64_t bytes);
 
+  /// The size a slot asked for `bytes` has: rounded up to 4 KiB.
+  static uint64_t rounded(uint64_t bytes) {
+    return (bytes + proto::kHeaderBytes - 1) / proto::kHeaderBytes * proto::kHeaderBytes;
+  }
+
   int fd() const { return fd_.get(); }
   uint64_t bytes() const { return bytes_; }
   /// The copy's header as the worker last wrote it (pread, no mapping).

@@ -14,12 +14,12 @@
 #include <thread>
 
 #include "common/fd_passing.hpp"
-#include "launcher/memory/handover_server.hpp"
+#include "launcher/memory/memory_keeper.hpp"
 #include "proto/memory_copy.hpp"
 #include "support/subprocess.hpp"
 
 using meshrun::UniqueFd;
-using meshrun::launcher::HandoverServer;
+using meshrun::launcher::MemoryKeeper;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -39,7 +39,8 @@ class Worker {
     REQUIRE(::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
     auto granted = ask({{"op", "hello"}, {"rank", rank}, {"slot_bytes", kSlotBytes}, {"digest", 7}});
     REQUIRE(granted.first.at("op") == "granted");
-    REQUIRE(granted.second.size() == 2);
+    REQUIRE(granted.second.size() == 3);  // two slots and the control block
+    granted.second.pop_back();
     slots_ = std::move(granted.second);
   }
 
@@ -98,7 +99,7 @@ class Worker {
 };
 
 // Waits until the server has taken in what the workers told it (one-way messages).
-void wait_for(const HandoverServer& server, int rank, const std::vector<int64_t>& want) {
+void wait_for(const MemoryKeeper& server, int rank, const std::vector<int64_t>& want) {
   for (int i = 0; i < 500 && server.candidates(rank) != want; ++i) std::this_thread::sleep_for(10ms);
   CHECK(server.candidates(rank) == want);
 }
@@ -107,7 +108,7 @@ void wait_for(const HandoverServer& server, int rank, const std::vector<int64_t>
 
 TEST_CASE("memory handover: a copy outlives the worker that wrote it and is read back by its successor", "[memory]") {
   meshrun::testing::TempDir dir;
-  HandoverServer server(dir.path() + "/memory.sock", "meshrun-memory test");
+  MemoryKeeper server(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
   {
     Worker first(server.socket_path(), 0);
     first.write_copy(4, 'a');
@@ -124,7 +125,7 @@ TEST_CASE("memory handover: a copy outlives the worker that wrote it and is read
 TEST_CASE("memory handover: a worker killed mid-copy leaves the previous committed copy, never the torn one",
           "[memory]") {
   meshrun::testing::TempDir dir;
-  HandoverServer server(dir.path() + "/memory.sock", "meshrun-memory test");
+  MemoryKeeper server(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
   {
     Worker first(server.socket_path(), 1);
     first.write_copy(4, 'a');
@@ -148,7 +149,7 @@ TEST_CASE("memory handover: a worker killed mid-copy leaves the previous committ
 
 TEST_CASE("memory handover: a sealed message for a copy whose header is not sealed keeps nothing", "[memory]") {
   meshrun::testing::TempDir dir;
-  HandoverServer server(dir.path() + "/memory.sock", "meshrun-memory test");
+  MemoryKeeper server(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
   Worker worker(server.socket_path(), 2);
   const int slot = worker.write_copy(4, 'a', /*finish=*/false);
   worker.tell({{"op", "sealed"}, {"step", 4}, {"slot", slot}});  // a lie: the header still says writing
@@ -186,7 +187,8 @@ TEST_CASE("memory handover: after a kill -9 of meshrun no process holds its copi
       dir.path() + "/job.out");
   for (int r = 0; r < 2; ++r) {
     REQUIRE(meshrun::testing::wait_for_file(dir.path() + "/memory." + std::to_string(r), std::chrono::seconds(30)));
-    CHECK(meshrun::testing::read_file(dir.path() + "/memory." + std::to_string(r)) == "2");  // two slots each
+    CHECK(meshrun::testing::read_file(dir.path() + "/memory." + std::to_string(r)) ==
+          "3");  // two slots and a control block each
   }
   const std::string marker = "meshrun-memory ";
   const std::string agent = "agent" + std::to_string(job.pid()) + " ";

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -110,6 +111,7 @@ MemoryCheckpointer::~MemoryCheckpointer() {
   changed_.notify_all();
   if (writer_.joinable()) writer_.join();
   for (const auto& slot : slots_) ::munmap(slot.data, slot.bytes);
+  if (pushed_step_ != nullptr) ::munmap(const_cast<std::atomic<int64_t>*>(pushed_step_), proto::kHeaderBytes);
 }
 
 std::string MemoryCheckpointer::say_hello(const TrainerConfig& config, ShardedModel& model) {
@@ -126,11 +128,15 @@ std::string MemoryCheckpointer::say_hello(const TrainerConfig& config, ShardedMo
   AgentReply reply = link_->request(hello);
   if (reply.message.value("op", "") != "granted")
     return "the meshrun agent refused: " + reply.message.value("reason", reply.message.dump());
-  if (reply.fds.size() < 2 || reply.message.value("slot_bytes", uint64_t{0}) < slot_bytes_)
-    return "the meshrun agent lent " + std::to_string(reply.fds.size()) + " slot(s) of " +
-           std::to_string(reply.message.value("slot_bytes", uint64_t{0})) + " bytes; a copy needs 2 of " +
-           std::to_string(slot_bytes_);
+  if (reply.fds.size() != 3 || reply.message.value("slot_bytes", uint64_t{0}) < slot_bytes_)
+    return "the meshrun agent lent " + std::to_string(reply.fds.size()) + " descriptor(s) and slots of " +
+           std::to_string(reply.message.value("slot_bytes", uint64_t{0})) + " bytes; a copy needs 2 slots of " +
+           std::to_string(slot_bytes_) + " and a control block";
   const size_t bytes = reply.message.at("slot_bytes").get<size_t>();
+  void* control = ::mmap(nullptr, proto::kHeaderBytes, PROT_READ, MAP_SHARED, reply.fds.back().get(), 0);
+  if (control == MAP_FAILED) return std::string("cannot map the agent's control block: ") + std::strerror(errno);
+  pushed_step_ = static_cast<const std::atomic<int64_t>*>(control);
+  reply.fds.pop_back();
   for (auto& fd : reply.fds) {
     // Populated now, so the first copy pays no page faults.
     void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
@@ -186,12 +192,22 @@ void MemoryCheckpointer::before_update() {
   gate_pending_ = false;
 }
 
-double MemoryCheckpointer::status() const {
+std::array<double, 2> MemoryCheckpointer::status() const {
+  const bool pushed = durable_pending_ > 0 && pushed_step_->load(std::memory_order_relaxed) >= durable_pending_;
   std::lock_guard lock(mutex_);
-  return in_flight_ && done_ && stats_.skipped.empty() ? 1.0 : 0.0;
+  return {in_flight_ && done_ && stats_.skipped.empty() ? 1.0 : 0.0, pushed ? 1.0 : 0.0};
 }
 
-std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum) {
+std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, double pushed_sum) {
+  if (durable_pending_ > 0 && pushed_sum >= static_cast<double>(world_size_)) {
+    try {
+      link_->tell({{"op", "durable"}, {"step", durable_pending_}});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "checkpoint: rank %d could not mark step %lld durable: %s\n", world_.rank(),
+                   static_cast<long long>(durable_pending_), e.what());
+    }
+    durable_pending_ = 0;
+  }
   if (!in_flight_ || gate_pending_) return std::nullopt;
   in_flight_ = false;
   MemoryCopyStats stats;
@@ -203,6 +219,7 @@ std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum) {
   try {
     link_->tell({{"op", "commit"}, {"step", stats.step}});
     stats.committed = true;
+    durable_pending_ = stats.step;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "checkpoint: rank %d could not commit its copy in memory of step %lld: %s\n", world_.rank(),
                  static_cast<long long>(stats.step), e.what());

@@ -11,9 +11,13 @@
 // last byte is in, then "sealed" (the agent checks it); the step's loss all-reduce carries one more number
 // per rank, status() = sealed, and when the sum is the world size at step S+1 every rank tells its agent
 // "commit S". An agent never lends out the slot of its newest committed step, so a worker killed mid-copy
-// leaves the previous committed step standing.
+// leaves the previous committed step standing. The agent then pushes the copy to its buddy node; a control
+// block it lent (8 bytes the worker maps read-only) says which step the buddy holds, and when the step's
+// all-reduce shows every rank's copy on its buddy, every rank tells its agent "durable S": the step a lost
+// node's ranks restore from, which the agents keep until a newer one is durable.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -59,11 +63,13 @@ class MemoryCheckpointer {
   void start(const TrainState& state);
   /// Before anything changes the shards or the moments: waits until the copy in flight is sealed.
   void before_update();
-  /// This rank's part of the step's all-reduce: 1 when its copy of the step in flight is sealed.
-  double status() const;
-  /// The sum over ranks of status(), after the step's all-reduce. At the step after a copy started, every
+  /// This rank's part of the step's all-reduce: {sealed, pushed}: its copy of the step in flight is sealed;
+  /// its copy of the newest committed step is on its buddy node.
+  std::array<double, 2> status() const;
+  /// The sums over ranks of status(), after the step's all-reduce. At the step after a copy started, every
   /// rank's copy is done: commits it when every rank sealed it, and returns its stats (this rank's) either way.
-  std::optional<MemoryCopyStats> advance(double sealed_sum);
+  /// Tells the agent "durable" once every rank's committed copy is on its buddy.
+  std::optional<MemoryCopyStats> advance(double sealed_sum, double pushed_sum);
   /// Bytes of the two slots this rank writes into.
   int64_t slot_bytes() const { return static_cast<int64_t>(slot_bytes_); }
   AgentLink& link() { return *link_; }
@@ -104,10 +110,12 @@ class MemoryCheckpointer {
   uint64_t slot_bytes_ = 0;
   std::vector<Slot> slots_;
   std::vector<UniqueFd> slot_fds_;
+  const std::atomic<int64_t>* pushed_step_ = nullptr;  // the control block: this rank's newest step on its buddy
 
   // Training thread only.
   bool in_flight_ = false;  // started, not yet decided by advance()
   bool gate_pending_ = false;
+  int64_t durable_pending_ = 0;  // the newest committed step not yet on every buddy (0: none)
   double blocked_ = 0;
   int64_t uncommitted_streak_ = 0;
 

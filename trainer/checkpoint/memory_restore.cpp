@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -42,15 +43,18 @@ class MappedCopy {
   size_t bytes_ = 0;
 };
 
-// The committed steps the agent holds for this rank, newest first (none when it cannot say).
-std::vector<int64_t> held_steps(AgentLink& agent, std::string& why_not) {
+// The steps the agent can give this rank, newest first (none when it cannot say, and why).
+std::vector<int64_t> held_steps(AgentLink& agent, MemoryRestore& out) {
   try {
-    const AgentReply reply = agent.request({{"op", "plan"}});
+    // The agent may wait for every node's inventory (up to 10 s) before it answers.
+    const AgentReply reply = agent.request({{"op", "plan"}}, std::chrono::seconds(30));
     auto steps = reply.message.value("candidates", std::vector<int64_t>{});
+    out.steps_done = reply.message.value("steps_done", int64_t{0});
+    out.why_not = reply.message.value("why_none", "");
     std::sort(steps.rbegin(), steps.rend());
     return steps;
   } catch (const std::exception& e) {
-    why_not = e.what();
+    out.why_not = e.what();
     return {};
   }
 }
@@ -95,10 +99,12 @@ json checked_index(const MappedCopy& copy, int64_t step, int rank, int world_siz
 
 // A reader over this rank's copy of `step`: metadata as a storage checkpoint's, bytes from the mapping.
 CheckpointReader open_copy(AgentLink& agent, const TrainerConfig& config, Communicator& world, int64_t step,
-                           uint64_t digest, std::shared_ptr<MappedCopy>& mapping) {
+                           uint64_t digest, std::shared_ptr<MappedCopy>& mapping, bool& fetched) {
   const std::string label =
       "the copy in memory of step " + std::to_string(step) + " (rank " + std::to_string(world.rank()) + ")";
-  const AgentReply reply = agent.request({{"op", "open"}, {"step", step}});
+  // A copy on another node is fetched first: a transfer's worth of time.
+  const AgentReply reply = agent.request({{"op", "open"}, {"step", step}}, std::chrono::seconds(120));
+  fetched = reply.message.value("source", "own") != "own";
   if (reply.message.value("op", "") != "copy" || reply.fds.empty())
     throw Error(label + ": the agent says " + reply.message.value("reason", reply.message.dump()));
   mapping = std::make_shared<MappedCopy>(reply.fds.front().get(), label);
@@ -119,12 +125,13 @@ CheckpointReader open_copy(AgentLink& agent, const TrainerConfig& config, Commun
 MemoryRestore restore_from_memory(AgentLink& agent, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
                                   Communicator& world, std::optional<int64_t> storage_step) {
   MemoryRestore out;
-  const std::vector<int64_t> held = held_steps(agent, out.why_not);
+  const std::vector<int64_t> held = held_steps(agent, out);
   const int64_t step = agree_on_step(world, held);
   if (step < 0) {
     if (out.why_not.empty() && !held.empty()) out.why_not = "no step is held in memory for every rank";
     return out;
   }
+  out.why_not.clear();
   if (storage_step && *storage_step >= step) {
     out.why_not = "the storage checkpoint of step " + std::to_string(*storage_step) +
                   " is at least as new as the newest step in memory, " + std::to_string(step);
@@ -133,8 +140,10 @@ MemoryRestore restore_from_memory(AgentLink& agent, const TrainerConfig& config,
   std::shared_ptr<MappedCopy> mapping;
   const uint64_t digest = memory_copy_digest(config);
   try {
-    const auto open = [&] { return open_copy(agent, config, world, step, digest, mapping); };
+    bool fetched = false;
+    const auto open = [&] { return open_copy(agent, config, world, step, digest, mapping, fetched); };
     out.state = load_from(open, "memory", config, model, optimizer, world, &out.stats);
+    out.fetched_ranks = static_cast<int>(world.sum_over_ranks({fetched ? 1.0 : 0.0})[0]);
   } catch (const std::exception& e) {
     // load_from changes nothing until every rank has opened and checked its copy.
     out.why_not = e.what();

@@ -20,6 +20,8 @@ struct MemoryRestore {
   std::optional<TrainState> state;  // restored from memory; nullopt: the caller loads storage (or starts fresh)
   std::string why_not;              // when nothing was restored: why (empty on a first start, nothing held)
   CheckpointStats stats;
+  int fetched_ranks = 0;   // ranks whose copy came from another node's agent (every rank knows the count)
+  int64_t steps_done = 0;  // the run's furthest step before this restart, as the agent knows it
 };
 
 /// Collective. `storage_step`: the step of the storage checkpoint the caller would load otherwise; memory is

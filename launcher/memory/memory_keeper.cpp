@@ -1,0 +1,457 @@
+#include "launcher/memory/memory_keeper.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "launcher/memory/handover_server.hpp"
+#include "launcher/memory/inventory_exchange.hpp"
+#include "launcher/memory/peer_link.hpp"
+#include "launcher/memory/peer_server.hpp"
+#include "launcher/memory/replicator.hpp"
+
+namespace meshrun::launcher {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kSlotsPerRank = 2;
+constexpr std::chrono::seconds kInventoryWait{10};
+
+UniqueFd dup_fd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
+json error(const std::string& reason) { return {{"op", "error"}, {"reason", reason}}; }
+
+}  // namespace
+
+// One rank's own slots, and its control block: a 4 KiB memfd the worker maps read-only, whose first 8 bytes
+// are the newest step of this rank the buddy node holds.
+struct MemoryKeeper::RankSlots {
+  uint64_t slot_bytes = 0;
+  uint64_t digest = 0;
+  std::vector<std::unique_ptr<MemfdSlot>> slots;
+  std::unique_ptr<MemfdSlot> control;
+  std::atomic<int64_t>* pushed_step = nullptr;
+
+  RankSlots(const std::string& name, uint64_t bytes, uint64_t run_digest) : slot_bytes(bytes), digest(run_digest) {
+    for (int i = 0; i < kSlotsPerRank; ++i)
+      slots.push_back(std::make_unique<MemfdSlot>(name + " slot" + std::to_string(i), bytes));
+    control = std::make_unique<MemfdSlot>(name + " control", proto::kHeaderBytes);
+    void* map = ::mmap(nullptr, proto::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, control->fd(), 0);
+    if (map == MAP_FAILED) throw Error(std::string("cannot map a memory control block: ") + std::strerror(errno));
+    pushed_step = new (map) std::atomic<int64_t>(0);
+  }
+  ~RankSlots() { ::munmap(pushed_step, proto::kHeaderBytes); }
+  RankSlots(const RankSlots&) = delete;
+  RankSlots& operator=(const RankSlots&) = delete;
+};
+
+MemoryKeeper::MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host)
+    : socket_path_(std::move(socket_path)),
+      name_(std::move(name)),
+      run_id_(std::move(run_id)),
+      host_(std::move(host)),
+      shelf_(kSlotsPerRank) {
+  peers_ = std::make_unique<PeerServer>(*this);
+  replicator_ = std::make_unique<Replicator>(*this);
+  handover_ = std::make_unique<HandoverServer>(socket_path_, *this);
+}
+
+MemoryKeeper::~MemoryKeeper() {
+  handover_.reset();
+  replicator_.reset();
+  peers_.reset();
+}
+
+void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
+  Inventory mine;
+  {
+    std::lock_guard lock(mutex_);
+    attempt_ = attempt;
+    plan_.reset();
+    buddy_.reset();
+    mine = inventory_locked();
+  }
+  if (attempt.nodes <= 1) return;
+  try {
+    publish_inventory(attempt, mine);
+  } catch (const std::exception& e) {
+    spdlog::warn("memory: cannot publish this node's copies in the workers' store: {}", e.what());
+  }
+}
+
+json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds) {
+  const uint64_t bytes = hello.value("slot_bytes", uint64_t{0});
+  const uint64_t digest = hello.value("digest", uint64_t{0});
+  if (rank < 0 || bytes < proto::kHeaderBytes)
+    return {{"op", "refused"}, {"reason", "hello needs a rank and the bytes of a copy"}};
+  std::lock_guard lock(mutex_);
+  auto& held = own_[rank];
+  if (!held || held->slot_bytes != MemfdSlot::rounded(bytes) || held->digest != digest) {
+    // A new layout or another run's model: new slots.
+    held.reset();
+    shelf_.forget(rank);
+    try {
+      held = std::make_unique<RankSlots>(name_ + " rank" + std::to_string(rank), bytes, digest);
+    } catch (const std::exception& e) {
+      own_.erase(rank);
+      return {{"op", "refused"}, {"reason", e.what()}};
+    }
+  }
+  for (const auto& slot : held->slots) fds.push_back(slot->fd());
+  fds.push_back(held->control->fd());
+  return {{"op", "granted"}, {"slot_bytes", held->slot_bytes}, {"slots", kSlotsPerRank}};
+}
+
+json MemoryKeeper::begin(int rank, int64_t step) {
+  std::lock_guard lock(mutex_);
+  const LendResult lent = shelf_.lend(rank, step);
+  if (!lent.slot) return {{"op", "busy"}, {"reason", lent.busy_reason}};
+  return {{"op", "lend"}, {"slot", *lent.slot}};
+}
+
+void MemoryKeeper::sealed(int rank, int slot, int64_t step) {
+  std::lock_guard lock(mutex_);
+  const auto it = own_.find(rank);
+  std::string why = "no slots for rank " + std::to_string(rank);
+  if (it != own_.end()) {
+    const auto& slots = it->second->slots;
+    why = slot >= 0 && static_cast<size_t>(slot) < slots.size() ? slots[static_cast<size_t>(slot)]->check()
+                                                                : "no slot " + std::to_string(slot);
+    if (why.empty()) {
+      const proto::CopyHeader header = slots[static_cast<size_t>(slot)]->read_header();
+      if (header.step != step || header.rank != rank) why = "the copy's header names another step or rank";
+    }
+  }
+  if (why.empty()) why = shelf_.seal(rank, slot, step);
+  if (!why.empty()) {
+    spdlog::warn("memory copy of rank {} step {} is not kept: {}", rank, step, why);
+    shelf_.on_disconnect(rank);  // the lent slot is unusable: torn
+  }
+}
+
+void MemoryKeeper::commit(int rank, int64_t step) {
+  bool push = false;
+  {
+    std::lock_guard lock(mutex_);
+    shelf_.commit(rank, step);
+    if (!shelf_.slot_of(rank, step)) return;
+    push = attempt_ && attempt_->nodes > 1;
+    // Alone, a committed copy is as safe as it gets: the worker may count it as held.
+    if (!push) set_pushed_locked(rank, step);
+  }
+  if (push) replicator_->enqueue(rank, step);
+}
+
+void MemoryKeeper::durable(int rank, int64_t step) {
+  std::lock_guard lock(mutex_);
+  shelf_.durable(rank, step);
+}
+
+void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
+  const auto it = own_.find(rank);
+  if (it == own_.end()) return;
+  auto& pushed = *it->second->pushed_step;
+  if (pushed.load() < step) pushed.store(step);
+}
+
+json MemoryKeeper::plan(int rank) {
+  std::optional<MemoryAttempt> attempt;
+  {
+    std::lock_guard lock(mutex_);
+    attempt = attempt_;
+    const bool alone = !attempt || attempt->nodes <= 1;
+    if (alone || plan_) {
+      json reply = {{"op", "plan"}, {"steps_done", attempt ? attempt->steps_done : 0}};
+      if (alone) {
+        reply["candidates"] = shelf_.candidates(rank);
+        return reply;
+      }
+      std::vector<int64_t> steps;
+      for (const auto& c : plan_->candidates) steps.push_back(c.step);
+      reply["candidates"] = steps;
+      reply["why_none"] = plan_->why_none;
+      return reply;
+    }
+  }
+  // Outside the lock: the other agents may take seconds to publish.
+  const auto inventories = gather_inventories(*attempt, kInventoryWait);
+  RestorePlan computed = plan_restore(inventories, attempt->world_size, attempt->node);
+  if (static_cast<int>(inventories.size()) < attempt->nodes && computed.candidates.empty())
+    computed.why_none += " (" + std::to_string(attempt->nodes - static_cast<int>(inventories.size())) +
+                         " node(s) published no inventory in time)";
+  {
+    std::lock_guard lock(mutex_);
+    if (!plan_) plan_ = std::move(computed);
+  }
+  return plan(rank);
+}
+
+json MemoryKeeper::open(int rank, int64_t step, std::vector<int>& fds) {
+  std::optional<CopySource> from;
+  {
+    std::lock_guard lock(mutex_);
+    const auto committed = shelf_.candidates(rank);
+    const auto slot = shelf_.slot_of(rank, step);
+    if (slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+      fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
+      return {{"op", "copy"}, {"step", step}, {"slot", *slot}, {"source", "own"}};
+    }
+    if (plan_) {
+      for (const auto& c : plan_->candidates) {
+        if (c.step == step && c.holders.count(rank) > 0 && c.holders.at(rank).node != attempt_->node)
+          from = c.holders.at(rank);
+      }
+    }
+  }
+  if (!from)
+    return error("no committed copy of step " + std::to_string(step) + " for rank " + std::to_string(rank) +
+                 " on this node or in this round's plan");
+  if (const std::string why = fetch(rank, step, *from); !why.empty()) return error(why);
+  std::lock_guard lock(mutex_);
+  const auto slot = shelf_.slot_of(rank, step);
+  if (!slot) return error("the fetched copy of step " + std::to_string(step) + " was lost");
+  fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
+  return {{"op", "copy"},
+          {"step", step},
+          {"slot", *slot},
+          {"source", "node " + std::to_string(from->node)},
+          {"host", from->host}};
+}
+
+std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) {
+  UniqueFd into;
+  int slot = -1;
+  uint64_t bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = own_.find(rank);
+    if (it == own_.end()) return "rank " + std::to_string(rank) + " said no hello";
+    const LendResult lent = shelf_.lend(rank, step);
+    if (!lent.slot) return "no slot to fetch into: " + lent.busy_reason;
+    slot = *lent.slot;
+    into = dup_fd(it->second->slots[static_cast<size_t>(slot)]->fd());
+    bytes = it->second->slot_bytes;
+  }
+  std::string why;
+  try {
+    const UniqueFd peer = connect_peer(from.addr, from.port);
+    send_frame(peer.get(), {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}});
+    const json reply = receive_frame(peer.get());
+    if (!reply.value("ok", false)) {
+      why = "node " + std::to_string(from.node) + " says: " + reply.value("error", reply.dump());
+    } else if (reply.value("bytes", uint64_t{0}) != bytes) {
+      why = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(reply.value("bytes", 0)) +
+            " bytes, this rank's slots " + std::to_string(bytes);
+    } else {
+      receive_copy(peer.get(), into.get(), bytes);
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  std::lock_guard lock(mutex_);
+  if (why.empty()) {
+    const proto::CopyHeader header = own_.at(rank)->slots[static_cast<size_t>(slot)]->read_header();
+    why = own_.at(rank)->slots[static_cast<size_t>(slot)]->check();
+    if (why.empty() && (header.step != step || header.rank != rank)) why = "it holds another step or rank";
+  }
+  if (!why.empty()) {
+    shelf_.on_disconnect(rank);  // the lent slot: torn
+    return "rank " + std::to_string(rank) + "'s copy of step " + std::to_string(step) + " from node " +
+           std::to_string(from.node) + ": " + why;
+  }
+  shelf_.seal(rank, slot, step);
+  shelf_.commit(rank, step);
+  shelf_.durable(rank, step);  // the step the run restarts from: kept until a newer one is on every buddy
+  spdlog::info("memory: fetched rank {}'s copy of step {} from node {} ({})", rank, step, from.node, from.host);
+  return "";
+}
+
+void MemoryKeeper::disconnected(int rank) {
+  std::lock_guard lock(mutex_);
+  shelf_.on_disconnect(rank);
+}
+
+void MemoryKeeper::receive_push(const json& request, int socket) {
+  const int rank = request.value("rank", -1);
+  const int64_t step = request.value("step", int64_t{-1});
+  const uint64_t bytes = request.value("bytes", uint64_t{0});
+  if (rank < 0 || step < 0 || bytes < proto::kHeaderBytes) {
+    send_frame(socket, {{"error", "a push needs a rank, a step and the copy's bytes"}});
+    return;
+  }
+  ReplicaShelf::Placement placed;
+  UniqueFd into;
+  {
+    std::lock_guard lock(mutex_);
+    auto& slots = replica_slots_[rank];
+    if (slots.empty() || slots.front()->bytes() != MemfdSlot::rounded(bytes)) {
+      replicas_.forget(rank);
+      slots.clear();
+      try {
+        for (int i = 0; i < kSlotsPerRank; ++i) {
+          slots.push_back(std::make_unique<MemfdSlot>(
+              name_ + " replica rank" + std::to_string(rank) + " slot" + std::to_string(i), bytes));
+        }
+      } catch (const std::exception& e) {
+        replica_slots_.erase(rank);
+        send_frame(socket, {{"error", e.what()}});
+        return;
+      }
+    }
+    placed = replicas_.place(rank, step);
+    if (placed.slot && !placed.have) into = dup_fd(slots[static_cast<size_t>(*placed.slot)]->fd());
+  }
+  if (placed.have) {
+    send_frame(socket, {{"ok", true}, {"have", true}});
+    return;
+  }
+  if (!placed.slot) {
+    send_frame(socket, {{"error", placed.busy_reason}});
+    return;
+  }
+  std::string why;
+  try {
+    send_frame(socket, {{"go", true}});
+    receive_copy(socket, into.get(), bytes);
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  std::lock_guard lock(mutex_);
+  const auto& slot = replica_slots_.at(rank).at(static_cast<size_t>(*placed.slot));
+  if (why.empty()) {
+    why = slot->check();
+    const proto::CopyHeader header = slot->read_header();
+    if (why.empty() && (header.step != step || header.rank != rank)) why = "it holds another step or rank";
+    if (why.empty()) {
+      replicas_.complete(rank, *placed.slot,
+                         {ReplicaView::State::kComplete, step, header.world_size, header.config_digest});
+    }
+  }
+  if (!why.empty()) {
+    replicas_.failed(rank, *placed.slot);
+    spdlog::warn("memory: the push of rank {}'s copy of step {} failed: {}", rank, step, why);
+  }
+  try {
+    send_frame(socket, why.empty() ? json{{"ok", true}} : json{{"error", why}});
+  } catch (const std::exception&) {}
+}
+
+void MemoryKeeper::serve_fetch(const json& request, int socket) {
+  const int rank = request.value("rank", -1);
+  const int64_t step = request.value("step", int64_t{-1});
+  UniqueFd from;
+  uint64_t bytes = 0;
+  bool pinned = false;
+  {
+    std::lock_guard lock(mutex_);
+    const auto committed = shelf_.candidates(rank);
+    if (const auto slot = shelf_.slot_of(rank, step);
+        slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+      from = dup_fd(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
+      bytes = own_.at(rank)->slot_bytes;
+      shelf_.pin(rank, step);
+      pinned = true;
+    } else if (const auto replica = replicas_.slot_of(rank, step)) {
+      const auto& held = replica_slots_.at(rank).at(static_cast<size_t>(*replica));
+      from = dup_fd(held->fd());
+      bytes = held->bytes();
+    }
+  }
+  try {
+    if (!from.valid()) {
+      send_frame(socket,
+                 {{"error", "no copy of step " + std::to_string(step) + " of rank " + std::to_string(rank) + " here"}});
+    } else {
+      send_frame(socket, {{"ok", true}, {"bytes", bytes}});
+      send_copy(socket, from.get(), bytes);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("memory: sending rank {}'s copy of step {} failed: {}", rank, step, e.what());
+  }
+  if (pinned) {
+    std::lock_guard lock(mutex_);
+    shelf_.unpin(rank, step);
+  }
+}
+
+std::optional<OutgoingCopy> MemoryKeeper::take_for_push(int rank, int64_t step) {
+  std::lock_guard lock(mutex_);
+  const auto slot = shelf_.slot_of(rank, step);
+  if (!slot) return std::nullopt;
+  const auto& held = *own_.at(rank);
+  const auto& memfd = *held.slots[static_cast<size_t>(*slot)];
+  const proto::CopyHeader header = memfd.read_header();
+  shelf_.pin(rank, step);
+  return OutgoingCopy{dup_fd(memfd.fd()), held.slot_bytes, header.world_size, header.config_digest};
+}
+
+void MemoryKeeper::pushed(int rank, int64_t step, bool ok) {
+  std::lock_guard lock(mutex_);
+  shelf_.unpin(rank, step);
+  if (ok) set_pushed_locked(rank, step);
+}
+
+std::optional<CopySource> MemoryKeeper::buddy() {
+  std::optional<MemoryAttempt> attempt;
+  {
+    std::lock_guard lock(mutex_);
+    if (buddy_ || !attempt_ || attempt_->nodes <= 1) return buddy_;
+    attempt = attempt_;
+  }
+  const int node = (attempt->node + 1) % attempt->nodes;
+  const auto inventory = read_inventory(*attempt, node, kInventoryWait);
+  if (!inventory) return std::nullopt;
+  std::lock_guard lock(mutex_);
+  if (attempt_ && attempt_->round == attempt->round)
+    buddy_ = CopySource{node, inventory->host, inventory->addr, inventory->port};
+  return buddy_;
+}
+
+std::vector<int64_t> MemoryKeeper::candidates(int rank) const {
+  std::lock_guard lock(mutex_);
+  return shelf_.candidates(rank);
+}
+
+uint64_t MemoryKeeper::held_bytes() const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [rank, held] : own_) total += held->slot_bytes * held->slots.size();
+  for (const auto& [rank, slots] : replica_slots_) {
+    for (const auto& slot : slots) total += slot->bytes();
+  }
+  return total;
+}
+
+Inventory MemoryKeeper::inventory() const {
+  std::lock_guard lock(mutex_);
+  return inventory_locked();
+}
+
+Inventory MemoryKeeper::inventory_locked() const {
+  Inventory inventory;
+  inventory.node = attempt_ ? attempt_->node : -1;
+  inventory.host = host_;
+  inventory.addr = attempt_ ? attempt_->addr : "";
+  inventory.port = peers_->port();
+  for (const auto& [rank, held] : own_) {
+    for (const int64_t step : shelf_.candidates(rank)) {
+      const auto slot = shelf_.slot_of(rank, step);
+      const proto::CopyHeader header = held->slots[static_cast<size_t>(*slot)]->read_header();
+      inventory.copies.push_back({rank, step, header.world_size, header.config_digest, false});
+    }
+  }
+  for (const auto& r : replicas_.held())
+    inventory.copies.push_back({r.rank, r.copy.step, r.copy.world_size, r.copy.digest, true});
+  return inventory;
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,124 @@
+// MemoryKeeper: every copy of the workers' state this agent holds (checkpoint.memory_interval;
+// docs/checkpoints.md, "Copies in memory"), for the agent's whole life, so copies outlive each attempt's
+// workers and never the agent. It owns:
+//   - its own ranks' slots (memfds lent to the workers over MESHRUN_MEMORY, HandoverServer) and, per rank,
+//     a 4 KiB control block where the worker reads which of its steps the buddy node holds;
+//   - the replicas of its buddy's ranks (pushed to it over TCP, PeerServer);
+//   - the Replicator, which pushes each committed copy to the next node of the round's ring.
+// At a round's start it publishes its inventory in the round's store; a worker's first `plan` reads every
+// node's, and `open` fetches a copy this node lacks from the node that holds it (a spare taking a lost
+// node's ranks restores from that node's buddy). Thread-safe: the servers' and the replicator's threads
+// call in; transfers run outside the lock, the slots they use pinned.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/endpoint.hpp"
+#include "launcher/memory/copy_shelf.hpp"
+#include "launcher/memory/memfd_slot.hpp"
+#include "launcher/memory/replica_shelf.hpp"
+#include "launcher/memory/restore_plan.hpp"
+
+namespace meshrun::launcher {
+
+class HandoverServer;
+class PeerServer;
+class Replicator;
+
+/// What the keeper needs of one round.
+struct MemoryAttempt {
+  Endpoint store;  // the round's workers' store (inventories)
+  int64_t round = 0;
+  int node = 0;  // this node's rank in the round
+  int nodes = 1;
+  int world_size = 1;
+  int64_t steps_done = 0;  // the run's furthest step before this round
+  std::string addr;        // this node's address on the workers' network (other agents fetch from it)
+};
+
+/// A copy to send: a descriptor of its slot (kept open by the caller) and what the receiver checks.
+struct OutgoingCopy {
+  UniqueFd fd;
+  uint64_t bytes = 0;
+  int world_size = 0;
+  uint64_t digest = 0;
+};
+
+class MemoryKeeper {
+ public:
+  /// Serves MESHRUN_MEMORY at `socket_path` and the copy port; `name` goes into each memfd's name.
+  MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host);
+  ~MemoryKeeper();
+  MemoryKeeper(const MemoryKeeper&) = delete;
+  MemoryKeeper& operator=(const MemoryKeeper&) = delete;
+
+  const std::string& socket_path() const { return socket_path_; }
+  const std::string& run_id() const { return run_id_; }
+  /// A new round: forgets the last round's plan, publishes this node's inventory (several nodes) and points
+  /// the replicator at the new buddy.
+  void begin_attempt(const MemoryAttempt& attempt);
+
+  // The workers' requests (HandoverServer's thread). A reply is a JSON message plus descriptors.
+  nlohmann::json hello(int rank, const nlohmann::json& hello, std::vector<int>& fds);
+  nlohmann::json begin(int rank, int64_t step);
+  void sealed(int rank, int slot, int64_t step);
+  void commit(int rank, int64_t step);
+  void durable(int rank, int64_t step);
+  nlohmann::json plan(int rank);
+  nlohmann::json open(int rank, int64_t step, std::vector<int>& fds);
+  void disconnected(int rank);
+
+  // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
+  void receive_push(const nlohmann::json& request, int socket);
+  void serve_fetch(const nlohmann::json& request, int socket);
+
+  // The replicator's side.
+  /// The committed copy of `step` of `rank`, pinned until pushed() (nullopt: it was overwritten).
+  std::optional<OutgoingCopy> take_for_push(int rank, int64_t step);
+  /// The push ended; `ok`: the buddy holds it (the worker sees it in its control block).
+  void pushed(int rank, int64_t step, bool ok);
+  /// Where this round's buddy takes copies (reads its inventory; nullopt without one).
+  std::optional<CopySource> buddy();
+
+  /// The committed steps this node holds for `rank`, newest first.
+  std::vector<int64_t> candidates(int rank) const;
+  /// Bytes of every slot held (own and replicas).
+  uint64_t held_bytes() const;
+  /// This node's inventory now.
+  Inventory inventory() const;
+
+ private:
+  struct RankSlots;
+
+  Inventory inventory_locked() const;
+  void set_pushed_locked(int rank, int64_t step);
+  /// Fetches `rank`'s copy of `step` from `from` into a slot of this node; "" or why not.
+  std::string fetch(int rank, int64_t step, const CopySource& from);
+
+  std::string socket_path_;
+  std::string name_;
+  std::string run_id_;
+  std::string host_;
+  mutable std::mutex mutex_;
+  CopyShelf shelf_;
+  std::map<int, std::unique_ptr<RankSlots>> own_;
+  ReplicaShelf replicas_;
+  std::map<int, std::vector<std::unique_ptr<MemfdSlot>>> replica_slots_;
+  std::optional<MemoryAttempt> attempt_;
+  std::optional<RestorePlan> plan_;    // this round's, once a worker asked
+  std::optional<CopySource> buddy_;    // this round's, once resolved
+  std::unique_ptr<PeerServer> peers_;  // after the state: stopped before it goes
+  std::unique_ptr<Replicator> replicator_;
+  std::unique_ptr<HandoverServer> handover_;
+};
+
+}  // namespace meshrun::launcher

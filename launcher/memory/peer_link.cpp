@@ -1,0 +1,119 @@
+#include "launcher/memory/peer_link.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace meshrun::launcher {
+namespace {
+
+constexpr uint32_t kMaxFrameBytes = 64 * 1024;
+
+[[noreturn]] void fail(const std::string& what) {
+  throw Error("memory copy transfer: " + what + ": " + (errno == EAGAIN ? "timed out" : std::strerror(errno)));
+}
+
+void write_all(int socket, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::send(socket, data, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("send");
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void read_all(int socket, char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t r = ::recv(socket, data, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) throw Error("memory copy transfer: the other agent closed the connection");
+    if (r < 0) fail("recv");
+    data += r;
+    n -= static_cast<size_t>(r);
+  }
+}
+
+}  // namespace
+
+UniqueFd connect_peer(const std::string& addr, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr)
+    throw Error("memory copy transfer: '" + addr + "' is not a numeric address");
+  UniqueFd fd(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const bool ok =
+      fd.valid() && (set_peer_deadlines(fd.get()), true) && ::connect(fd.get(), found->ai_addr, found->ai_addrlen) == 0;
+  const int error = errno;
+  ::freeaddrinfo(found);
+  if (!ok) {
+    errno = error;
+    fail("connecting to the agent at " + addr + ":" + std::to_string(port));
+  }
+  const int one = 1;
+  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+void set_peer_deadlines(int socket) {
+  const timeval tv{kPeerTimeout.count(), 0};
+  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+void send_frame(int socket, const nlohmann::json& message) {
+  const std::string text = message.dump();
+  const auto n = static_cast<uint32_t>(text.size());
+  const std::array<char, 4> length{static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                                   static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+  write_all(socket, length.data(), length.size());
+  write_all(socket, text.data(), text.size());
+}
+
+nlohmann::json receive_frame(int socket) {
+  std::array<unsigned char, 4> length{};
+  read_all(socket, reinterpret_cast<char*>(length.data()), length.size());
+  const uint32_t n = length[0] | (length[1] << 8) | (length[2] << 16) | (static_cast<uint32_t>(length[3]) << 24);
+  if (n > kMaxFrameBytes)
+    throw Error("memory copy transfer: a frame of " + std::to_string(n) + " bytes (at most 64 KiB)");
+  std::string text(n, '\0');
+  read_all(socket, text.data(), n);
+  nlohmann::json message = nlohmann::json::parse(text, nullptr, false);
+  if (!message.is_object()) throw Error("memory copy transfer: a frame that is no JSON object");
+  return message;
+}
+
+void send_copy(int socket, int memfd, uint64_t bytes, uint64_t from) {
+  auto offset = static_cast<off_t>(from);
+  while (static_cast<uint64_t>(offset) < bytes) {
+    const ssize_t w = ::sendfile(socket, memfd, &offset, static_cast<size_t>(bytes - static_cast<uint64_t>(offset)));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("sendfile");
+  }
+}
+
+void receive_copy(int socket, int memfd, uint64_t bytes) {
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (map == MAP_FAILED) fail("mapping the slot");
+  try {
+    read_all(socket, static_cast<char*>(map), bytes);
+  } catch (...) {
+    ::munmap(map, bytes);
+    throw;
+  }
+  ::munmap(map, bytes);
+}
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,34 @@
+// The agents' copy transfer (docs/design/in-memory-checkpoints.md, "Agent to agent"): one TCP connection
+// per request, a frame (uint32 little-endian length, at most 64 KiB, then JSON) each way, and a copy's bytes
+// straight from one memfd to the other (sendfile out; received into a mapping). Every call has a deadline,
+// so a peer that stops answering costs a bounded wait.
+//
+//   push   {"op":"push","run":R,"rank":r,"step":S,"world_size":W,"digest":D,"bytes":B} + B bytes -> {"ok":true} |
+//   {"error":..} fetch  {"op":"fetch","run":R,"rank":r,"step":S} -> {"ok":true,"bytes":B} + B bytes | {"error":..}
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.hpp"
+
+namespace meshrun::launcher {
+
+inline constexpr std::chrono::seconds kPeerTimeout{20};
+
+/// Connects to an agent's copy port; throws meshrun::Error naming it.
+UniqueFd connect_peer(const std::string& addr, int port);
+/// Send and receive deadlines on a connected socket.
+void set_peer_deadlines(int socket);
+void send_frame(int socket, const nlohmann::json& message);
+/// Throws meshrun::Error when the peer closes, times out or sends more than the limit.
+nlohmann::json receive_frame(int socket);
+/// Bytes [from, bytes) of `memfd` to the socket.
+void send_copy(int socket, int memfd, uint64_t bytes, uint64_t from = 0);
+/// `bytes` from the socket into the start of `memfd` (which holds at least that many).
+void receive_copy(int socket, int memfd, uint64_t bytes);
+
+}  // namespace meshrun::launcher

@@ -1,0 +1,61 @@
+// What a restart can restore from memory (docs/design/in-memory-checkpoints.md, "Restart"): every agent of
+// the new round publishes its inventory (the committed copies it holds, its own ranks' and its buddy's
+// replicas) in the round's store, reads every node's, and computes the same plan: the steps for which every
+// rank of the world has a copy on some live node, newest first, and for each rank where its copy is (this
+// node first, else the lowest node). Pure: the exchange is inventory_exchange's.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace meshrun::launcher {
+
+/// One copy an agent holds: a rank's state at a step, of one run's config.
+struct HeldCopy {
+  int rank = 0;
+  int64_t step = 0;
+  int world_size = 0;
+  uint64_t digest = 0;
+  bool replica = false;  // held for another node's rank
+};
+
+/// An agent's holdings and where to fetch them.
+struct Inventory {
+  int node = -1;
+  std::string host;
+  std::string addr;
+  int port = 0;
+  std::vector<HeldCopy> copies;
+};
+
+void to_json(nlohmann::json& j, const Inventory& inventory);
+void from_json(const nlohmann::json& j, Inventory& inventory);
+
+/// Where one rank's copy of a step is.
+struct CopySource {
+  int node = -1;
+  std::string host;
+  std::string addr;
+  int port = 0;
+};
+
+/// A step every rank can restore, with where each rank's copy is.
+struct RestoreCandidate {
+  int64_t step = 0;
+  std::map<int, CopySource> holders;  // rank -> the node to take it from
+};
+
+struct RestorePlan {
+  std::vector<RestoreCandidate> candidates;  // newest first
+  std::string why_none;                      // when there is none: what is missing
+};
+
+/// The plan for a world of `world_size` ranks from the inventories that arrived (node -> inventory), as
+/// seen by node `self` (its own copies first).
+RestorePlan plan_restore(const std::map<int, Inventory>& inventories, int world_size, int self);
+
+}  // namespace meshrun::launcher
