@@ -105,7 +105,13 @@ int Agent::run() {
                       rdzv.hostname());
   memory_socket_ = memory.socket_path();
   for (;;) {
-    const auto assignment = rdzv.join();
+    std::optional<proto::Assignment> assignment;
+    try {
+      assignment = rdzv.join();
+    } catch (const RunFinished& e) {
+      say(std::string(e.what()) + " while this node waited as a hot spare: it was not needed");
+      return 0;
+    }
     if (!assignment) return 128 + rdzv.interrupted_by();
     spdlog::info("round {}: node {} of {}, ranks {}..{} of {}", assignment->round, assignment->group_rank,
                  assignment->group_world_size, assignment->rank_offset,

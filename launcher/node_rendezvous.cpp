@@ -188,6 +188,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
       if (a.master_addr.empty()) a.master_addr = endpoint_.host;
       return a;
     }
+    if (reply.status == proto::AwaitStatus::kFinished) throw RunFinished(reply.reason);
     if (reply.status == proto::AwaitStatus::kFailed) {
       throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.reason);
     }

@@ -9,9 +9,16 @@
 
 #include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
+#include "common/error.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
+
+/// The run ended well while this node waited as a hot spare: nothing is left for it to do.
+class RunFinished : public Error {
+ public:
+  using Error::Error;
+};
 
 class RendezvousBackend {
  public:
@@ -19,7 +26,8 @@ class RendezvousBackend {
 
   /// Joins the next round and waits for its assignment, saying what it waits for every few seconds.
   /// Returns nullopt when a terminating signal arrived (see interrupted_by()). Throws RemoteError
-  /// (refused, or the run failed) and TimeoutError (join timeout).
+  /// (refused, or the run failed), TimeoutError (join timeout) and RunFinished (the run ended while this
+  /// node waited as a spare).
   virtual std::optional<proto::Assignment> join() = 0;
   /// One keep-alive carrying this node's ranks' progress; the reply says whether to go on, restart or
   /// fail. Throws NetworkError/TimeoutError when the rendezvous does not answer in time.

@@ -19,9 +19,9 @@ struct WireNames;  // `kField` names the field in errors; `kNames` pairs every v
 template <>
 struct WireNames<AwaitStatus> {
   static constexpr std::string_view kField = "await status";
-  static constexpr std::array kNames = {std::pair{AwaitStatus::kWaiting, "waiting"sv},
-                                        std::pair{AwaitStatus::kAssigned, "assigned"sv},
-                                        std::pair{AwaitStatus::kFailed, "failed"sv}};
+  static constexpr std::array kNames = {
+      std::pair{AwaitStatus::kWaiting, "waiting"sv}, std::pair{AwaitStatus::kAssigned, "assigned"sv},
+      std::pair{AwaitStatus::kFailed, "failed"sv}, std::pair{AwaitStatus::kFinished, "finished"sv}};
 };
 
 template <>

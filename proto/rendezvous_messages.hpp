@@ -43,6 +43,7 @@ enum class AwaitStatus {
   kWaiting,   // "waiting": the round is still open
   kAssigned,  // "assigned": the round closed; `assignment` holds this node's ranks
   kFailed,    // "failed": the run failed, or this node's join did (`reason` says why)
+  kFinished,  // "finished": the run completed while this node waited (a hot spare never needed)
 };
 
 /// HeartbeatReply::action: what the agent must do with its workers.

@@ -25,6 +25,8 @@ constexpr double kJoinerGapGraceSeconds = 10.0;
 // killed with its workers makes the others' workers fail first; its silence is counted from its last
 // heartbeat, so the next round does not wait for it).
 constexpr double kSurvivorStopGraceSeconds = 30.0;
+// Runs remembered after they ended well, so a hot spare still waiting learns that instead of "not known".
+constexpr size_t kCompletedKept = 256;
 
 std::string describe(const proto::JoinRequest& r) { return fmt::format("{} (pid {})", r.host, r.pid); }
 /// The survivor key: what stays the same when an agent re-joins under a new node id.
@@ -234,6 +236,12 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
       survivor.last_seen = node.last_seen;
       survivor.keep_alive_timeout_s = node.request.keep_alive_timeout_s;
       survivor.previous_rank = node.group_rank;
+      // A node that reported its own workers' failure in this round is alive (stopping them): the next
+      // round waits for it, as for one heard from after the restart, before spares fill its place.
+      const auto& reports = run.failures.reports();
+      survivor.heard_since_restart = std::any_of(reports.begin(), reports.end(), [&](const auto& r) {
+        return r.node_id == id && r.round == run.round;
+      });
       run.retired[id] = who;
     }
     run.nodes.erase(id);
@@ -354,6 +362,11 @@ proto::AwaitReply Membership::poll(const std::string& run_id, const std::string&
   proto::AwaitReply reply;
   const Run* run = find_run(run_id);
   if (run == nullptr) {
+    if (std::find(completed_.begin(), completed_.end(), run_id) != completed_.end()) {
+      reply.status = AwaitStatus::kFinished;
+      reply.reason = "run '" + run_id + "' finished";
+      return reply;
+    }
     return failed(reply,
                   "run '" + run_id + "' is not known to this daemon (it finished, failed, or the daemon restarted)");
   }
@@ -442,12 +455,8 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     const Node& newcomer = run->nodes.at(run->waiting.front());
     invalidate(*run, RestartCause::kScaleUp,
                fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
-  } else if (auto retired = run->retired.find(node_id); retired != run->retired.end()) {
-    // A node of the last round, alive and still stopping its workers: its re-join window restarts.
-    if (auto survivor = run->survivors.find(retired->second); survivor != run->survivors.end()) {
-      survivor->second.last_seen = clock_.now();
-      survivor->second.heard_since_restart = true;
-    }
+  } else {
+    heard_from_survivor(*run, node_id);
   }
   reply.action = HeartbeatAction::kRestart;
   reply.reason = run->restart_reason.empty() ? run->last_event : run->restart_reason;
@@ -456,10 +465,22 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   return reply;
 }
 
+void Membership::heard_from_survivor(Run& run, const std::string& node_id) {
+  // A node of the last round, alive and still stopping its workers: the next round waits for it, and its
+  // re-join window restarts.
+  const auto retired = run.retired.find(node_id);
+  if (retired == run.retired.end()) return;
+  if (auto survivor = run.survivors.find(retired->second); survivor != run.survivors.end()) {
+    survivor->second.last_seen = clock_.now();
+    survivor->second.heard_since_restart = true;
+  }
+}
+
 void Membership::record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure,
                                 int64_t now_unix_ms, const proto::AttemptMilestones& attempt) {
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
+  heard_from_survivor(*run, node_id);  // its workers failed after another node's: it is alive
   failure.node_id = node_id;
   if (run->closed) {
     if (attempt.round == run->round) feed_goodput(*run, attempt);
@@ -641,6 +662,8 @@ proto::GoodputReport Membership::finish_node(Run& run, Node& node) {
     goodput.ended = true;
     const std::string id = run.id;  // erased with the run
     finished_.push_back(id);
+    completed_.push_back(id);
+    if (completed_.size() > kCompletedKept) completed_.pop_front();
     runs_.erase(id);  // `run` and `node` are gone
   }
   return goodput;

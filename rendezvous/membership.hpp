@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -167,6 +168,8 @@ class Membership {
   /// The node a hang verdict of the closed round named (its agent reported the culprit), when it may make
   /// way for a spare: its node id, or "".
   std::string hang_suspect_to_evict(const Run& run) const;
+  /// `node_id`, a node of the last round, was heard from after the restart (a heartbeat, a failure report).
+  void heard_from_survivor(Run& run, const std::string& node_id);
   /// Survivors that neither re-joined nor heartbeat within the re-join window are lost.
   void expire_survivors(Run& run);
   /// Drops waiting nodes (spares) of a closed round that are neither in an await nor heard from lately.
@@ -194,6 +197,7 @@ class Membership {
   const Clock& clock_;
   std::map<std::string, Run> runs_;
   std::vector<std::string> finished_;
+  std::deque<std::string> completed_;  // the latest runs that ended well: a spare still waiting is told so
   uint64_t version_ = 0;
 };
 

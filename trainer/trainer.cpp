@@ -243,7 +243,7 @@ std::optional<int64_t> Trainer::restore_from_memory(const std::string& resume_fr
   const MemoryRestore restored =
       trainer::restore_from_memory(memory_saves_->link(), config_, *model_, *optimizer_, *comm_, storage_step);
   if (!restored.state) {
-    if (rank0 && !restored.why_not.empty()) {
+    if (rank0 && restarted_ && !restored.why_not.empty()) {
       std::printf("checkpoint: nothing restored from memory: %s; %s\n", restored.why_not.c_str(),
                   resume_from.empty() ? "starting fresh" : ("loading " + resume_from).c_str());
       std::fflush(stdout);
@@ -431,6 +431,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   beats_.phase(0, "load");  // the agent times a restart's load phase from these two beats
   summary.first_step = load();
+  if (memory_saves_) memory_saves_->resumed_from(summary.first_step - 1);
   beats_.phase(summary.first_step - 1, "ready");
   const auto start = Clock::now();
   for (int64_t step = summary.first_step; step <= c.train.steps; ++step) {

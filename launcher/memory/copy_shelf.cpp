@@ -39,7 +39,8 @@ LendResult CopyShelf::lend(int rank, int64_t step) {
   std::vector<std::string> kept;
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotView& s = slots[i];
-    if (s.state == SlotState::kEmpty || s.state == SlotState::kTorn) {
+    // A step written again (training resumed from before it) replaces its older copy.
+    if (s.state == SlotState::kEmpty || s.state == SlotState::kTorn || s.step == step) {
       pick = static_cast<int>(i);
       break;
     }
@@ -85,6 +86,17 @@ void CopyShelf::durable(int rank, int64_t step) {
 void CopyShelf::pin(int rank, int64_t step) { pinned_.insert({rank, step}); }
 
 void CopyShelf::unpin(int rank, int64_t step) { pinned_.erase({rank, step}); }
+
+void CopyShelf::restored(int rank, int64_t step) {
+  for (auto& s : slots_of(rank)) {
+    if (s.state == SlotState::kSealed && s.step > step) {
+      committed_[rank].erase(s.step);
+      s = {SlotState::kTorn, -1};
+    }
+  }
+  // The step the run resumed from is what a next restart falls back on, until a newer one is on every buddy.
+  durable_[rank] = step;
+}
 
 void CopyShelf::on_disconnect(int rank) {
   for (auto& s : slots_of(rank)) {

@@ -54,6 +54,9 @@ class CopyShelf {
   /// The copy of `step` is being pushed to the buddy: its slot is not lent meanwhile.
   void pin(int rank, int64_t step);
   void unpin(int rank, int64_t step);
+  /// The rank's training resumed from `step`: its copies of later steps belong to a past the run leaves
+  /// behind, and are dropped; `step` is kept as the durable one until a newer step is on every buddy.
+  void restored(int rank, int64_t step);
   /// The rank's worker went away: the slot it was writing becomes torn.
   void on_disconnect(int rank);
   /// Forgets every slot and commit of `rank` (its slots were replaced: a new layout).

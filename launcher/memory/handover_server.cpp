@@ -105,6 +105,8 @@ bool HandoverServer::handle(Connection& c, const std::string& text) {
     keeper_.commit(c.rank, step);
   } else if (op == "durable") {
     keeper_.durable(c.rank, step);
+  } else if (op == "restored") {
+    keeper_.restored(c.rank, step);
   } else if (op == "plan") {
     reply = keeper_.plan(c.rank);
   } else if (op == "open") {

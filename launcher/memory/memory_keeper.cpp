@@ -163,6 +163,11 @@ void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
   if (pushed.load() < step) pushed.store(step);
 }
 
+void MemoryKeeper::restored(int rank, int64_t step) {
+  std::lock_guard lock(mutex_);
+  shelf_.restored(rank, step);
+}
+
 json MemoryKeeper::plan(int rank) {
   std::optional<MemoryAttempt> attempt;
   {

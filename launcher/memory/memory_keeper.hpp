@@ -73,6 +73,7 @@ class MemoryKeeper {
   void sealed(int rank, int slot, int64_t step);
   void commit(int rank, int64_t step);
   void durable(int rank, int64_t step);
+  void restored(int rank, int64_t step);
   nlohmann::json plan(int rank);
   nlohmann::json open(int rank, int64_t step, std::vector<int>& fds);
   void disconnected(int rank);

@@ -50,6 +50,7 @@ UniqueFd listen_anywhere(int& port) {
 
 PeerServer::PeerServer(MemoryKeeper& keeper)
     : keeper_(keeper), listen_(listen_anywhere(port_)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!wake_.valid()) throw Error(std::string("cannot serve the memory copy port: ") + std::strerror(errno));
   thread_ = std::thread([this] { serve(); });
 }
 

@@ -26,9 +26,9 @@ class PeerServer {
   void handle(int socket);
 
   MemoryKeeper& keeper_;
+  int port_ = 0;  // before listen_: set while listen_ is made
   UniqueFd listen_;
   UniqueFd wake_;
-  int port_ = 0;
   std::thread thread_;
 };
 

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "common/fd_passing.hpp"
+#include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_keeper.hpp"
+#include "launcher/memory/peer_link.hpp"
 #include "proto/memory_copy.hpp"
 #include "support/subprocess.hpp"
 
@@ -203,4 +205,95 @@ TEST_CASE("memory handover: after a kill -9 of meshrun no process holds its copi
   }
   INFO(job.output());
   CHECK(left.empty());
+}
+
+namespace {
+
+// A sealed copy of `step` of `rank` in a memfd of kSlotBytes, its payload bytes all `fill`.
+std::unique_ptr<meshrun::launcher::MemfdSlot> copy_image(int rank, int64_t step, char fill) {
+  auto slot = std::make_unique<meshrun::launcher::MemfdSlot>("test copy", kSlotBytes);
+  auto* map = static_cast<char*>(::mmap(nullptr, kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, slot->fd(), 0));
+  REQUIRE(map != MAP_FAILED);
+  meshrun::proto::CopyHeader h{};
+  std::memcpy(h.magic, meshrun::proto::kCopyMagic, sizeof h.magic);
+  h.state = meshrun::proto::CopyState::kSealed;
+  h.step = step;
+  h.rank = rank;
+  h.world_size = 4;
+  h.index_offset = meshrun::proto::kHeaderBytes;
+  h.index_capacity = 4096;
+  h.payload_offset = h.index_offset + h.index_capacity;
+  h.payload_bytes = kPayload;
+  h.header_check = meshrun::proto::header_check_of(h);
+  std::memcpy(map, &h, sizeof h);
+  std::memset(map + h.payload_offset, fill, kPayload);
+  ::munmap(map, kSlotBytes);
+  return slot;
+}
+
+json push_request(const std::string& run, int rank, int64_t step) {
+  return {{"op", "push"}, {"run", run}, {"rank", rank}, {"step", step}, {"world_size", 4}, {"bytes", kSlotBytes}};
+}
+
+// The replicas of other nodes' ranks the keeper lists: (rank, step) pairs.
+std::vector<std::pair<int, int64_t>> replicas_of(const MemoryKeeper& keeper) {
+  std::vector<std::pair<int, int64_t>> out;
+  for (const auto& c : keeper.inventory().copies) {
+    if (c.replica) out.emplace_back(c.rank, c.step);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte, a cut push keeps the older",
+          "[memory]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  MemoryKeeper buddy(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  const int port = buddy.inventory().port;
+  REQUIRE(port > 0);
+  const auto five = copy_image(1, 5, 'x');
+  {
+    const UniqueFd peer = connect_peer("127.0.0.1", port);
+    send_frame(peer.get(), push_request("run", 1, 5));
+    REQUIRE(receive_frame(peer.get()).value("go", false));
+    send_copy(peer.get(), five->fd(), kSlotBytes);
+    CHECK(receive_frame(peer.get()).value("ok", false));
+  }
+  CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});
+
+  // Another run's agent is refused, whatever it asks.
+  {
+    const UniqueFd peer = connect_peer("127.0.0.1", port);
+    send_frame(peer.get(), push_request("other-run", 1, 6));
+    CHECK_THAT(receive_frame(peer.get()).value("error", ""), Catch::Contains("serves run run"));
+  }
+  // A sender that dies halfway through step 10 leaves step 5 as it was.
+  {
+    const auto ten = copy_image(1, 10, 'y');
+    const UniqueFd peer = connect_peer("127.0.0.1", port);
+    send_frame(peer.get(), push_request("run", 1, 10));
+    REQUIRE(receive_frame(peer.get()).value("go", false));
+    send_copy(peer.get(), ten->fd(), kSlotBytes / 2);
+  }  // closed mid-copy
+
+  // A fetch gets the copy back, byte for byte (served after the cut push: one connection at a time).
+  const UniqueFd peer = connect_peer("127.0.0.1", port);
+  send_frame(peer.get(), {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 5}});
+  const json reply = receive_frame(peer.get());
+  REQUIRE(reply.value("ok", false));
+  REQUIRE(reply.value("bytes", uint64_t{0}) == kSlotBytes);
+  MemfdSlot into("test fetched", kSlotBytes);
+  receive_copy(peer.get(), into.fd(), kSlotBytes);
+  CHECK(into.check().empty());
+  std::vector<char> got(kSlotBytes), want(kSlotBytes);
+  REQUIRE(::pread(into.fd(), got.data(), kSlotBytes, 0) == static_cast<ssize_t>(kSlotBytes));
+  REQUIRE(::pread(five->fd(), want.data(), kSlotBytes, 0) == static_cast<ssize_t>(kSlotBytes));
+  CHECK(got == want);
+  CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});  // the cut push kept nothing
+  // A step nobody holds: an error, not a hang.
+  const UniqueFd again = connect_peer("127.0.0.1", port);
+  send_frame(again.get(), {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
+  CHECK_THAT(receive_frame(again.get()).value("error", ""), Catch::Contains("no copy of step 99"));
 }

@@ -1,5 +1,6 @@
-// In-memory copies (issue 30, stage 1): the slot policy of a node's shelf, the check of a copy's header, and a
-// slot (memfd) handed over a SEQPACKET socket as a worker gets it.
+// In-memory copies (issue 30): the slot policy of a node's shelf (committed, durable and pinned steps; a
+// resumed run), the replicas a buddy keeps, the restore plan over the nodes' inventories, the check of a
+// copy's header, and a slot (memfd) handed over a SEQPACKET socket as a worker gets it.
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,9 +11,13 @@
 #include <chrono>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/fd_passing.hpp"
 #include "launcher/memory/copy_shelf.hpp"
 #include "launcher/memory/memfd_slot.hpp"
+#include "launcher/memory/replica_shelf.hpp"
+#include "launcher/memory/restore_plan.hpp"
 #include "proto/memory_copy.hpp"
 
 using namespace meshrun::launcher;
@@ -161,4 +166,107 @@ TEST_CASE("slot: a memfd handed over a SEQPACKET socket is written by the receiv
 
   worker_end.reset();  // the worker is gone: the agent reads EOF
   CHECK(meshrun::receive_packet(agent_end.get(), 5000ms).closed);
+}
+
+TEST_CASE("shelf: the newest durable step and a copy being pushed are kept too, and the reason says so", "[memory]") {
+  CopyShelf shelf(2);
+  write_copy(shelf, 0, 5);
+  shelf.commit(0, 5);
+  shelf.durable(0, 5);
+  write_copy(shelf, 0, 10);
+  shelf.commit(0, 10);  // 10 is committed, 5 durable: replication is behind, both must stay
+  const auto busy = shelf.lend(0, 15);
+  REQUIRE_FALSE(busy.slot);
+  CHECK_THAT(busy.busy_reason,
+             Catch::Contains("10 (the newest committed)") && Catch::Contains("5 (the newest on every buddy)"));
+  shelf.durable(0, 10);  // 10 reached every buddy: 5 may go, unless it is being sent
+  shelf.pin(0, 5);
+  CHECK_THAT(shelf.lend(0, 15).busy_reason, Catch::Contains("5 (being sent to the buddy)"));
+  shelf.unpin(0, 5);
+  const auto lent = shelf.lend(0, 15);
+  REQUIRE(lent.slot);
+  CHECK(shelf.candidates(0) == std::vector<int64_t>{10});
+}
+
+TEST_CASE("shelf: a resumed run drops the copies of steps it will do again, and rewrites a step in its slot",
+          "[memory]") {
+  CopyShelf shelf(2);
+  write_copy(shelf, 0, 20);
+  shelf.commit(0, 20);
+  const int slot30 = write_copy(shelf, 0, 30);
+  shelf.commit(0, 30);
+  shelf.restored(0, 20);  // storage step 20 was loaded: the copy of 30 is from a past left behind
+  CHECK(shelf.candidates(0) == std::vector<int64_t>{20});
+  const auto again = shelf.lend(0, 25);
+  REQUIRE(again.slot);
+  CHECK(*again.slot == slot30);
+  REQUIRE(shelf.seal(0, *again.slot, 25).empty());
+  shelf.commit(0, 25);
+  // Step 25 written again (another restart from 20): its own slot is reused, 20 (durable) stays.
+  const auto rewrite = shelf.lend(0, 25);
+  REQUIRE(rewrite.slot);
+  CHECK(*rewrite.slot == slot30);
+  CHECK(shelf.candidates(0) == std::vector<int64_t>{20});
+}
+
+TEST_CASE("replicas: a push never overwrites the newest complete copy of its rank", "[memory]") {
+  ReplicaShelf replicas;
+  const auto first = replicas.place(3, 5);
+  REQUIRE(first.slot);
+  replicas.complete(3, *first.slot, {ReplicaView::State::kComplete, 5, 4, 9});
+  const auto second = replicas.place(3, 10);
+  REQUIRE(second.slot);
+  CHECK(*second.slot != *first.slot);
+  CHECK_FALSE(replicas.place(3, 15).slot);  // one push of a rank at a time
+  replicas.failed(3, *second.slot);         // the sender died mid-push: 5 still stands
+  CHECK(replicas.slot_of(3, 5) == first.slot);
+  CHECK_FALSE(replicas.slot_of(3, 10));
+  const auto again = replicas.place(3, 5);
+  CHECK(again.have);  // already held: nothing to send
+  const auto held = replicas.held();
+  REQUIRE(held.size() == 1);
+  CHECK(held[0].copy.world_size == 4);
+}
+
+namespace {
+
+Inventory inventory(int node, std::vector<HeldCopy> copies) {
+  return {node, "host" + std::to_string(node), "10.0.0." + std::to_string(node + 1), 4000 + node, std::move(copies)};
+}
+
+}  // namespace
+
+TEST_CASE("plan: the newest step every rank holds on a live node, this node's copies first", "[memory]") {
+  constexpr uint64_t kRun = 77;
+  // World 3, one rank per node. Node 1 was lost; a spare is node 1 now and holds nothing. Node 2 holds its own
+  // rank 2 and, as node 1's buddy, rank 1's replicas; node 0 holds rank 0 and rank 2's replicas.
+  std::map<int, Inventory> nodes{
+      {0, inventory(
+              0, {{0, 10, 3, kRun, false}, {0, 15, 3, kRun, false}, {2, 10, 3, kRun, true}, {2, 15, 3, kRun, true}})},
+      {1, inventory(1, {})},
+      {2, inventory(2, {{2, 10, 3, kRun, false}, {2, 15, 3, kRun, false}, {1, 10, 3, kRun, true}})},
+  };
+  const RestorePlan plan = plan_restore(nodes, 3, 1);
+  REQUIRE(plan.candidates.size() == 1);  // 15 lacks rank 1: its replica had not arrived
+  CHECK(plan.candidates[0].step == 10);
+  CHECK(plan.candidates[0].holders.at(1).node == 2);
+  CHECK(plan.candidates[0].holders.at(1).port == 4002);
+  CHECK(plan.candidates[0].holders.at(2).node == 0);                       // the lowest node when this one holds none
+  CHECK(plan_restore(nodes, 3, 2).candidates[0].holders.at(2).node == 2);  // node 2 takes its own
+
+  // Node 1 and its buddy node 2 both lost: rank 1 is nowhere; the reason names it.
+  nodes[2] = inventory(2, {});
+  const RestorePlan none = plan_restore(nodes, 3, 1);
+  CHECK(none.candidates.empty());
+  CHECK_THAT(none.why_none, Catch::Contains("step 15 lacks the copies of rank(s) 1 "));
+  // Another world size (the job shrank) or another run's config never counts.
+  CHECK(plan_restore(nodes, 2, 0).candidates.empty());
+  std::map<int, Inventory> mixed{{0, inventory(0, {{0, 5, 2, kRun, false}})},
+                                 {1, inventory(1, {{1, 5, 2, kRun + 1, false}})}};
+  CHECK(plan_restore(mixed, 2, 0).candidates.empty());
+  // An inventory survives its trip through the store.
+  const Inventory round_trip = nlohmann::json(nodes[0]).get<Inventory>();
+  CHECK(round_trip.copies.size() == 4);
+  CHECK(round_trip.copies[2].replica);
+  CHECK(round_trip.addr == "10.0.0.1");
 }

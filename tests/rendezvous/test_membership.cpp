@@ -293,6 +293,46 @@ TEST_CASE("a spare takes the node rank of a lost node at once, survivors keep th
   CHECK(s.waiting.empty());
 }
 
+TEST_CASE("a survivor whose workers failed too is waited for before spares fill the round", "[membership][spares]") {
+  FakeClock clock;
+  Membership m(clock);
+  std::map<std::string, std::string> ids;
+  for (const char* host : {"a", "b", "c", "d", "e"}) ids[host] = m.join(node(host, 2, 3, 1));
+  REQUIRE(m.poll("job", ids["a"]).status == proto::AwaitStatus::kAssigned);
+  const int c_rank = m.poll("job", ids["c"]).assignment.group_rank;
+  for (const char* spare : {"d", "e"}) m.set_awaiting("job", ids[spare], true);
+  // b is killed; a's and c's workers fail at once (their peer vanished) and both report it.
+  for (const char* host : {"a", "c"}) {
+    proto::FailureReport failure;
+    failure.host = host;
+    failure.unix_ms = 1'000'000;
+    m.record_failure("job", ids[host], failure, 1'000'000);
+  }
+  m.report_failure("job", ids["a"], "rank 0 exited with code 1");
+  // a is back first: with the two spares the round would have its three nodes, but c is alive and due.
+  const auto a2 = m.join(node("a", 2, 3, 1));
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);
+  const auto c2 = m.join(node("c", 2, 3, 1));
+  const auto c = m.poll("job", c2);
+  REQUIRE(c.status == proto::AwaitStatus::kAssigned);
+  CHECK(c.assignment.group_rank == c_rank);  // the survivor kept its place; one spare took b's
+  CHECK(m.status("job").at(0).spares == 1);
+}
+
+TEST_CASE("a spare still waiting when the run ends is told it finished", "[membership][spares]") {
+  FakeClock clock;
+  Membership m(clock);
+  const auto a = m.join(node("a", 1, 1, 1));
+  REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+  const auto b = m.join(node("b", 1, 1, 1));
+  REQUIRE(m.poll("job", b).spare);
+  m.leave("job", a, "done", true);
+  const auto reply = m.poll("job", b);
+  CHECK(reply.status == proto::AwaitStatus::kFinished);
+  CHECK_THAT(reply.reason, Catch::Contains("run 'job' finished"));
+  CHECK(m.poll("other", b).status == proto::AwaitStatus::kFailed);  // never known: still an error
+}
+
 TEST_CASE("status keeps a run's restarts with their causes, the latest ones and a count by cause", "[membership]") {
   FakeClock clock;
   Membership m(clock);

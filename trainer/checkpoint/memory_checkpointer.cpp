@@ -170,6 +170,15 @@ json MemoryCheckpointer::chunk_index(const std::vector<uint32_t>* crcs) const {
   return {{"file", file}, {"bytes", payload_bytes_}, {"chunks", std::move(chunks)}};
 }
 
+void MemoryCheckpointer::resumed_from(int64_t step) {
+  try {
+    link_->tell({{"op", "restored"}, {"step", step}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "checkpoint: rank %d could not tell its agent where training resumes: %s\n", world_.rank(),
+                 e.what());
+  }
+}
+
 void MemoryCheckpointer::start(const TrainState& state) {
   {
     std::lock_guard lock(mutex_);

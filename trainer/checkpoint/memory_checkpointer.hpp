@@ -70,6 +70,9 @@ class MemoryCheckpointer {
   /// rank's copy is done: commits it when every rank sealed it, and returns its stats (this rank's) either way.
   /// Tells the agent "durable" once every rank's committed copy is on its buddy.
   std::optional<MemoryCopyStats> advance(double sealed_sum, double pushed_sum);
+  /// Training resumes after `step` (from memory, storage, or 0 for a fresh start): the agent drops this
+  /// rank's copies of later steps.
+  void resumed_from(int64_t step);
   /// Bytes of the two slots this rank writes into.
   int64_t slot_bytes() const { return static_cast<int64_t>(slot_bytes_); }
   AgentLink& link() { return *link_; }

@@ -1,0 +1,109 @@
+#!/bin/bash
+# Copies in memory (checkpoint.memory_interval; docs/checkpoints.md): meshrun-trainer (tiny config, one rank per
+# node, a copy in memory every 5 steps, a storage checkpoint every 20) on 3 agent nodes, as many spares waiting
+# as the scenario loses nodes (--nnodes 2:3), and meshrun-rendezvous on a sixth node. The fault comes after step 33, when memory holds a step
+# newer than storage's 20. One scenario per run; only behaviour is asserted:
+#   own       node1's worker is killed -9: every rank restores from its own agent, none from storage
+#   buddy     node1 is killed whole: a spare takes node rank 1 and fetches rank 1's copy from node 2 (node 1's
+#             buddy); the other ranks restore from their own agents
+#   bothlost  node1 and node2 (its buddy) are killed together: rank 1's copy is nowhere, so every rank loads
+#             the storage checkpoint of step 20 and says why
+# Each: the final loss equals a run without a fault, and no process of the job is left on any node.
+# Usage: memory_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
+SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
+source "$(dirname "$0")/cluster.sh"
+mc_init 6
+W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
+chmod 777 "$W"
+PORT=29713 DAEMON=5 STEPS=60
+MARKER="MC_JOB=memory$$"
+declare -a A   # agent pid per node
+
+mc_spawn "$DAEMON" "$W/daemon.log" "$RDZV" --host 0.0.0.0 --port "$PORT"
+for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1; done
+
+# agent I RUN OUT: meshrun-trainer under meshrun on node I, in run RUN, writing to OUT; log in $W/RUN-node<I>.log.
+agent() {
+  mc_spawn "$1" "$W/$2-node$1.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
+    --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$2" --nnodes 2:3 --nproc-per-node 1 --max-restarts 3 \
+    --log-level info --no-python "$TRAINER" \
+    --config "$CONFIGS/tiny.json" --set "output.dir=\"$3\"" --set train.sample_tokens=0 \
+    --set "train.steps=$STEPS" --set train.log_interval=1 --set train.global_batch_size=12 \
+    --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=20 --set checkpoint.memory_interval=5 \
+    --set system.timeout_s=30
+  A[$1]=$MC_PID
+}
+step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 | grep . || echo 0; }
+wait_step() {
+  for _ in $(seq 1200); do [ "$(step "$1")" -ge "$2" ] && return 0; sleep 0.05; done
+  mc_fail "$SCENARIO: step $2 not reached (at $(step "$1"))"; return 1
+}
+final_loss() { grep "\"step\":$STEPS[,}]" "$1/metrics.jsonl" | grep -o '"loss":[-0-9.e]*' | tail -1 | cut -d: -f2; }
+expect_exit() {   # expect_exit NODE RC
+  mc_wait_exit "${A[$1]}" 120
+  [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
+}
+show_logs() { local f; for f in "$W"/job-node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
+restored_line() { grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node?.log | head -1; }
+
+REF=$W/ref; mkdir -p "$REF"
+for i in 0 1 2; do agent "$i" ref "$REF"; done
+for i in 0 1 2; do expect_exit "$i" 0; done
+REF_LOSS=$(final_loss "$REF")
+[ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
+
+OUT=$W/job; mkdir -p "$OUT"; RUN=job
+for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
+wait_step "$OUT" 3
+case $SCENARIO in own) spares=() ;; buddy) spares=(3) ;; *) spares=(3 4) ;; esac
+for i in "${spares[@]}"; do
+  agent "$i" $RUN "$OUT"
+  mc_wait_for "$W/job-node$i.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node$i did not wait as a spare"
+done
+wait_step "$OUT" 33
+case $SCENARIO in
+  own)
+    victim=$(ip netns pids "$(mc_ns 1)" | while read -r p; do
+      [ "$(cat /proc/"$p"/comm 2> /dev/null)" = meshrun-trainer ] && echo "$p"; done | head -1)
+    [ -n "$victim" ] || mc_fail "$SCENARIO: no worker found on node1"
+    kill -9 "$victim"; echo "killed node1's worker at step $(step "$OUT")"
+    finishers=(0 1 2)
+    ;;
+  buddy)
+    mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
+    finishers=(0 2 3)
+    ;;
+  bothlost)
+    mc_kill_node 1; mc_kill_node 2; echo "killed node1 and node2 at step $(step "$OUT")"
+    finishers=(0 3 4)
+    ;;
+  *) echo "unknown scenario $SCENARIO"; exit 2 ;;
+esac
+for i in "${finishers[@]}"; do expect_exit "$i" 0; done
+line=$(restored_line); echo "RESTORE $SCENARIO: $line"
+case $SCENARIO in
+  own)
+    echo "$line" | grep -q "from memory (every rank from its own agent)" ||
+      mc_fail "$SCENARIO: not restored from the own agents: $line"
+    ;;
+  buddy)
+    echo "$line" | grep -q "from memory (2 rank(s) from their own agents, 1 from another node's" ||
+      mc_fail "$SCENARIO: rank 1 was not restored from its buddy: $line"
+    grep -q "memory: fetched rank 1's copy of step [0-9]* from node 2" "$W"/job-node3.log "$W"/job-node4.log ||
+      mc_fail "$SCENARIO: no spare says it fetched rank 1's copy from node 2"
+    ;;
+  bothlost)
+    echo "$line" | grep -q "nothing restored from memory: step [0-9]* lacks the copies of rank(s) 1 .*loading .*step_00000020" ||
+      mc_fail "$SCENARIO: the fallback to storage does not say why: $line"
+    ;;
+esac
+if [ "$SCENARIO" != bothlost ]; then
+  step_restored=$(echo "$line" | grep -o "restored step [0-9]*" | grep -o "[0-9]*$")
+  [ -n "$step_restored" ] && [ "$step_restored" -gt 20 ] || mc_fail "$SCENARIO: restored step '$step_restored' is not newer than storage's 20"
+fi
+loss=$(final_loss "$OUT")
+[ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
+mc_expect_gone "$MARKER" 20 && echo "$SCENARIO: no process of the job left on any node"
+[ "$MC_FAILS" = 0 ] || show_logs
+echo "$MC_FAILS failure(s)"
+[ "$MC_FAILS" = 0 ]
