@@ -57,9 +57,10 @@ std::string temp_folder(const std::string& prefix) {
 
 // Every mark this node's attempt reached, its step account included, as ages at `now`.
 proto::AttemptMilestones milestones_at(const AttemptClock& attempt, const ProgressMonitor& progress,
-                                       std::chrono::steady_clock::time_point now) {
+                                       const MemoryKeeper& memory, std::chrono::steady_clock::time_point now) {
   proto::AttemptMilestones m = attempt.milestones(now);
   m.steps = progress.step_account(now);
+  m.load_source = memory.load_source();
   return m;
 }
 
@@ -104,6 +105,7 @@ int Agent::run() {
                       "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()), rdzv.run_id(),
                       rdzv.hostname());
   memory_socket_ = memory.socket_path();
+  memory_ = &memory;
   for (;;) {
     std::optional<proto::Assignment> assignment;
     try {
@@ -134,7 +136,7 @@ int Agent::run() {
       result = supervise(group, progress, rdzv, exchange, attempt);
       last_attempt_at_ = std::chrono::steady_clock::now();
       progress.close_accounts(last_attempt_at_);
-      last_attempt_ = milestones_at(attempt, progress, last_attempt_at_);
+      last_attempt_ = milestones_at(attempt, progress, memory, last_attempt_at_);
       progress_ = nullptr;
     } catch (const SpawnError& e) {
       progress_ = nullptr;
@@ -425,7 +427,7 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
   try {
     const auto now = std::chrono::steady_clock::now();
     const auto beat =
-        rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), milestones_at(attempt, progress, now));
+        rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), milestones_at(attempt, progress, *memory_, now));
     schedule.failures = 0;
     report_stragglers(beat.stragglers);
     report_recovery(beat);

@@ -40,6 +40,7 @@ class SignalSet;
 class WorkerGroup;
 struct GroupSpec;
 struct MemoryAttempt;
+class MemoryKeeper;
 
 class Agent {
  public:
@@ -119,8 +120,10 @@ class Agent {
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
-  std::string job_token_;      // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
-  std::string memory_socket_;  // the HandoverServer's socket (MESHRUN_MEMORY)
+  std::string job_token_;  // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
+  std::string memory_socket_;
+  const MemoryKeeper* memory_ =
+      nullptr;                 // the copies in memory, owned by run()  // the HandoverServer's socket (MESHRUN_MEMORY)
   std::string progress_root_;  // the workers' progress sockets (short path: a socket name is <108 bytes)
   std::string hook_dir_;       // meshrun's Python hook (empty: --hang-timeout off)
   const ProgressMonitor* progress_ = nullptr;

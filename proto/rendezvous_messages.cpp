@@ -42,6 +42,14 @@ struct WireNames<RestartCause> {
                                         std::pair{RestartCause::kScaleUp, "scale_up"sv},
                                         std::pair{RestartCause::kHung, "hung"sv}};
 };
+template <>
+struct WireNames<LoadSource> {
+  static constexpr std::string_view kField = "load source";
+  static constexpr std::array kNames = {std::pair{LoadSource::kUnknown, ""sv}, std::pair{LoadSource::kFresh, "fresh"sv},
+                                        std::pair{LoadSource::kMemory, "memory"sv},
+                                        std::pair{LoadSource::kMemoryBuddy, "memory (buddy)"sv},
+                                        std::pair{LoadSource::kStorage, "storage"sv}};
+};
 
 template <>
 struct WireNames<RunState> {
@@ -92,6 +100,7 @@ void read_json(const nlohmann::json& j, Enum& value) {
 std::string_view to_string(AwaitStatus value) { return name_of(value); }
 std::string_view to_string(HeartbeatAction value) { return name_of(value); }
 std::string_view to_string(RestartCause value) { return name_of(value); }
+std::string_view to_string(LoadSource value) { return name_of(value); }
 std::string_view to_string(RunState value) { return name_of(value); }
 
 std::string describe(const RecoveryLedger& l) {
@@ -104,6 +113,8 @@ std::string describe(const RecoveryLedger& l) {
     char part[48];
     std::snprintf(part, sizeof part, "%s%s %.1f s", parts.empty() ? "" : ", ", name, seconds);
     parts += part;
+    if (std::string_view(name) == "load" && l.load_source != LoadSource::kUnknown)
+      parts += " from " + std::string(to_string(l.load_source));
   }
   char head[96];
   std::snprintf(head, sizeof head, l.complete ? "%.1f s from the fault to the first step: " : "%.1f s so far: ",
@@ -127,15 +138,21 @@ template <>
 RunState from_string<RunState>(std::string_view text) {
   return parse<RunState>(text);
 }
+template <>
+LoadSource from_string<LoadSource>(std::string_view text) {
+  return parse<LoadSource>(text);
+}
 
 void to_json(nlohmann::json& j, AwaitStatus value) { j = std::string(name_of(value)); }
 void to_json(nlohmann::json& j, HeartbeatAction value) { j = std::string(name_of(value)); }
 void to_json(nlohmann::json& j, RestartCause value) { j = std::string(name_of(value)); }
+void to_json(nlohmann::json& j, LoadSource value) { j = std::string(name_of(value)); }
 void to_json(nlohmann::json& j, RunState value) { j = std::string(name_of(value)); }
 void to_json(nlohmann::json& j, StragglerMeasure value) { j = std::string(name_of(value)); }
 void from_json(const nlohmann::json& j, AwaitStatus& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, HeartbeatAction& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, RestartCause& value) { read_json(j, value); }
+void from_json(const nlohmann::json& j, LoadSource& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, RunState& value) { read_json(j, value); }
 void from_json(const nlohmann::json& j, StragglerMeasure& value) { read_json(j, value); }
 

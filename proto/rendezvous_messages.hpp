@@ -63,6 +63,15 @@ enum class RestartCause {
   kHung,          // "hung": a node's agent found a worker hung (silent past its progress budget, or stopped)
 };
 
+/// Where a restart's workers restored their state from (meshrun-trainer tells its agent; the worst over nodes).
+enum class LoadSource {
+  kUnknown,      // "": not told (a job that is not meshrun-trainer with copies in memory)
+  kFresh,        // "fresh": nothing to restore, started at step 1
+  kMemory,       // "memory": from the copies its own agents held
+  kMemoryBuddy,  // "memory (buddy)": some ranks' copies came from another node (a lost node's buddy)
+  kStorage,      // "storage": a checkpoint in checkpoint.dir
+};
+
 /// RunStatus::state.
 enum class RunState {
   kOpen,      // "open": nodes are joining
@@ -74,6 +83,7 @@ enum class RunState {
 std::string_view to_string(AwaitStatus value);
 std::string_view to_string(HeartbeatAction value);
 std::string_view to_string(RestartCause value);
+std::string_view to_string(LoadSource value);
 std::string_view to_string(RunState value);
 
 /// Parses the wire name of `Enum`; throws ProtocolError naming the field and the known names.
@@ -87,6 +97,8 @@ template <>
 RestartCause from_string<RestartCause>(std::string_view text);
 template <>
 RunState from_string<RunState>(std::string_view text);
+template <>
+LoadSource from_string<LoadSource>(std::string_view text);
 
 struct Hello {
   std::string server;        // kServerName
@@ -198,7 +210,8 @@ struct AttemptMilestones {
   double first_step_age_s = -1;   // every local rank beat its first step (a rank without beats: its
                                   // second collective completed, the first after the one that set it up)
   bool load_beats = false;        // some rank beat "load" (meshrun-trainer restoring a checkpoint)
-  StepAccount steps;              // how its beating rank spent the attempt since its first step (goodput)
+  LoadSource load_source = LoadSource::kUnknown;
+  StepAccount steps;  // how its beating rank spent the attempt since its first step (goodput)
 };
 
 /// One restart's cost, phase by phase (seconds; -1: not reached, or not known for this job), from the
@@ -213,6 +226,7 @@ struct RecoveryLedger {
   double first_step_s = -1;  // -> every rank beat its first step (without beats: its second collective)
   double total_s = -1;       // fault -> the last phase reached
   bool complete = false;     // every phase that can be told was reached
+  LoadSource load_source = LoadSource::kUnknown;  // where the load phase read from
 };
 
 /// "6.2 s from the fault to the first step: detect 0.1 s, stop 0.8 s, ..."; a ledger still going names
@@ -326,11 +340,13 @@ struct StatusReply {
 void to_json(nlohmann::json& j, AwaitStatus value);
 void to_json(nlohmann::json& j, HeartbeatAction value);
 void to_json(nlohmann::json& j, RestartCause value);
+void to_json(nlohmann::json& j, LoadSource value);
 void to_json(nlohmann::json& j, RunState value);
 void to_json(nlohmann::json& j, StragglerMeasure value);
 void from_json(const nlohmann::json& j, AwaitStatus& value);
 void from_json(const nlohmann::json& j, HeartbeatAction& value);
 void from_json(const nlohmann::json& j, RestartCause& value);
+void from_json(const nlohmann::json& j, LoadSource& value);
 void from_json(const nlohmann::json& j, RunState& value);
 void from_json(const nlohmann::json& j, StragglerMeasure& value);
 
@@ -349,9 +365,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClockReading, measured, offset_s
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
                                                 requested_rank, since_heartbeat_s, alive, pid, clock, ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptMilestones, round, spawned_age_s, initialized_age_s,
-                                                loaded_age_s, first_step_age_s, load_beats, steps)
+                                                loaded_age_s, first_step_age_s, load_beats, load_source, steps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RecoveryLedger, detect_s, stop_s, rendezvous_s, start_s, init_s, load_s,
-                                                first_step_s, total_s, complete)
+                                                first_step_s, total_s, complete, load_source)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
                                                 rank_offset, master_addr, master_port, nodes, steps_done)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,

@@ -37,6 +37,7 @@ void RecoveryTimeline::milestones(const std::string& node, const proto::AttemptM
   keep(m.loaded, before(at, attempt.loaded_age_s));
   keep(m.first_step, before(at, attempt.first_step_age_s));
   m.load_beats = m.load_beats || attempt.load_beats;
+  if (attempt.load_source != proto::LoadSource::kUnknown) m.load_source = attempt.load_source;
 }
 
 std::optional<TimePoint> RecoveryTimeline::last_of(std::optional<TimePoint> NodeMarks::*mark) const {
@@ -72,6 +73,10 @@ proto::RecoveryLedger RecoveryTimeline::ledger() const {
     previous = at;
   }
   l.total_s = to_seconds(previous - fault_);
+  // The slowest kind any node used: storage, then a buddy's copies, then the own agents' memory.
+  for (const auto& [node, marks] : marks_) {
+    if (static_cast<int>(marks.load_source) > static_cast<int>(l.load_source)) l.load_source = marks.load_source;
+  }
   l.complete = reached == std::size(boundaries);
   return l;
 }

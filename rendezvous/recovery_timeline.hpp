@@ -39,6 +39,7 @@ class RecoveryTimeline {
   struct NodeMarks {
     std::optional<TimePoint> spawned, initialized, loaded, first_step;
     bool load_beats = false;
+    proto::LoadSource load_source = proto::LoadSource::kUnknown;
   };
   /// The last node's mark, or nothing while a node has not reached it.
   std::optional<TimePoint> last_of(std::optional<TimePoint> NodeMarks::*mark) const;

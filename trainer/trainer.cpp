@@ -111,7 +111,10 @@ void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const Checkpo
   if (std::string(what) == "saved") {
     event["async"] = s.async;
     event["blocked_s"] = s.blocked_seconds;
-    if (s.async) event["snapshot_wait_s"] = s.snapshot_wait_seconds;
+    if (s.async) {
+      event["snapshot_wait_s"] = s.snapshot_wait_seconds;
+      event["written_during_step"] = s.written_during_step;
+    }
   }
   log.log_event(event);
 }
@@ -185,7 +188,7 @@ Trainer::Trainer(const TrainerConfig& config, const DistEnv& env)
   log_ = std::make_unique<MetricsLog>(rank0 && !c.output.dir.empty() ? c.output.dir + "/metrics.jsonl" : "",
                                       c.output.progress_bar && rank0, c.train.steps);
   if (c.checkpoint.async && !c.checkpoint.dir.empty())
-    async_saves_ = std::make_unique<AsyncCheckpointer>(c, *model_, *optimizer_, *comm_);
+    async_saves_ = std::make_unique<AsyncCheckpointer>(c, *model_, *optimizer_, *comm_, training_step_);
   restarted_ = env.restart_count != "0";
   if (c.checkpoint.memory_interval > 0) {
     const char* socket = std::getenv(proto::kMemoryEnv);
@@ -231,6 +234,7 @@ int64_t Trainer::load() {
   if (rank0 && !config_.model.init_from.empty())
     std::printf("checkpoint: resuming %s, so model.init_from is not read\n", resume_from.c_str());
   CheckpointStats loaded;
+  load_source_ = "storage";
   const TrainState state = load_checkpoint(resume_from, config_, *model_, *optimizer_, *comm_, &loaded);
   log_checkpoint(*log_, rank0, "loaded", loaded);
   return state.step + 1;
@@ -250,6 +254,7 @@ std::optional<int64_t> Trainer::restore_from_memory(const std::string& resume_fr
     }
     return std::nullopt;
   }
+  load_source_ = restored.fetched_ranks > 0 ? "memory (buddy)" : "memory";
   if (rank0) {
     const CheckpointStats& s = restored.stats;
     const int world = comm_->world_size();
@@ -431,7 +436,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   beats_.phase(0, "load");  // the agent times a restart's load phase from these two beats
   summary.first_step = load();
-  if (memory_saves_) memory_saves_->resumed_from(summary.first_step - 1);
+  if (memory_saves_) memory_saves_->resumed_from(summary.first_step - 1, load_source_);
   beats_.phase(summary.first_step - 1, "ready");
   const auto start = Clock::now();
   for (int64_t step = summary.first_step; step <= c.train.steps; ++step) {

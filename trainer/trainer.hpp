@@ -97,10 +97,11 @@ class Trainer {
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<MetricsLog> log_;
+  std::atomic<int64_t> training_step_{0};             // the step running now: the background writers' overlap witness
   std::unique_ptr<AsyncCheckpointer> async_saves_;    // checkpoint.async; after model_ and optimizer_, which it reads
-  std::atomic<int64_t> training_step_{0};             // the step running now (the memory copy's overlap witness)
   std::unique_ptr<MemoryCheckpointer> memory_saves_;  // checkpoint.memory_interval under meshrun
   bool restarted_ = false;                            // TORCHELASTIC_RESTART_COUNT > 0
+  std::string load_source_ = "fresh";                 // what load() restored from: fresh, storage, memory[ (buddy)]
   int64_t uncommitted_copies_ = 0;                    // copies in a row not sealed by every rank
   ProgressBeats beats_{progress_socket_from_env()};   // to the agent under meshrun, else off
   int64_t tokens_per_step_ = 0;

@@ -106,7 +106,13 @@ bool HandoverServer::handle(Connection& c, const std::string& text) {
   } else if (op == "durable") {
     keeper_.durable(c.rank, step);
   } else if (op == "restored") {
-    keeper_.restored(c.rank, step);
+    proto::LoadSource source = proto::LoadSource::kUnknown;
+    try {
+      source = proto::from_string<proto::LoadSource>(message.value("source", ""));
+    } catch (const std::exception&) {
+      // an unknown word: the ledger says nothing of the source
+    }
+    keeper_.restored(c.rank, step, source);
   } else if (op == "plan") {
     reply = keeper_.plan(c.rank);
   } else if (op == "open") {

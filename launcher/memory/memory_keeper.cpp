@@ -76,6 +76,7 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
   {
     std::lock_guard lock(mutex_);
     attempt_ = attempt;
+    load_source_ = proto::LoadSource::kUnknown;
     plan_.reset();
     buddy_.reset();
     mine = inventory_locked();
@@ -163,9 +164,15 @@ void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
   if (pushed.load() < step) pushed.store(step);
 }
 
-void MemoryKeeper::restored(int rank, int64_t step) {
+void MemoryKeeper::restored(int rank, int64_t step, proto::LoadSource source) {
   std::lock_guard lock(mutex_);
   shelf_.restored(rank, step);
+  if (static_cast<int>(source) > static_cast<int>(load_source_)) load_source_ = source;
+}
+
+proto::LoadSource MemoryKeeper::load_source() const {
+  std::lock_guard lock(mutex_);
+  return load_source_;
 }
 
 json MemoryKeeper::plan(int rank) {

@@ -27,6 +27,7 @@
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/replica_shelf.hpp"
 #include "launcher/memory/restore_plan.hpp"
+#include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 
@@ -73,7 +74,9 @@ class MemoryKeeper {
   void sealed(int rank, int slot, int64_t step);
   void commit(int rank, int64_t step);
   void durable(int rank, int64_t step);
-  void restored(int rank, int64_t step);
+  void restored(int rank, int64_t step, proto::LoadSource source);
+  /// Where this round's workers restored from, as they told (the slowest kind over its ranks).
+  proto::LoadSource load_source() const;
   nlohmann::json plan(int rank);
   nlohmann::json open(int rank, int64_t step, std::vector<int>& fds);
   void disconnected(int rank);
@@ -115,9 +118,10 @@ class MemoryKeeper {
   ReplicaShelf replicas_;
   std::map<int, std::vector<std::unique_ptr<MemfdSlot>>> replica_slots_;
   std::optional<MemoryAttempt> attempt_;
-  std::optional<RestorePlan> plan_;    // this round's, once a worker asked
-  std::optional<CopySource> buddy_;    // this round's, once resolved
-  std::unique_ptr<PeerServer> peers_;  // after the state: stopped before it goes
+  std::optional<RestorePlan> plan_;                              // this round's, once a worker asked
+  std::optional<CopySource> buddy_;                              // this round's, once resolved
+  proto::LoadSource load_source_ = proto::LoadSource::kUnknown;  // this round's
+  std::unique_ptr<PeerServer> peers_;                            // after the state: stopped before it goes
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<HandoverServer> handover_;
 };

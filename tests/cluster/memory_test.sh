@@ -101,6 +101,10 @@ if [ "$SCENARIO" != bothlost ]; then
   step_restored=$(echo "$line" | grep -o "restored step [0-9]*" | grep -o "[0-9]*$")
   [ -n "$step_restored" ] && [ "$step_restored" -gt 20 ] || mc_fail "$SCENARIO: restored step '$step_restored' is not newer than storage's 20"
 fi
+# The recovery ledger names the source of its load phase.
+case $SCENARIO in own) source="memory" ;; buddy) source="memory (buddy)" ;; *) source="storage" ;; esac
+grep -q "recovery of round 1: .* load [0-9.]* s from $source, " "$W/job-node0.log" ||
+  mc_fail "$SCENARIO: the recovery ledger does not say the load came from $source: $(grep -h 'recovery of round 1' "$W/job-node0.log")"
 loss=$(final_loss "$OUT")
 [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
 mc_expect_gone "$MARKER" 20 && echo "$SCENARIO: no process of the job left on any node"

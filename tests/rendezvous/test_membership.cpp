@@ -520,6 +520,7 @@ TEST_CASE("a restart is timed phase by phase, from the fault to every node's fir
                                 .loaded_age_s = 0.3,
                                 .first_step_age_s = 0.1,
                                 .load_beats = true,
+                                .load_source = proto::LoadSource::kMemoryBuddy,
                                 .steps = {}};
   proto::HeartbeatReply reply;
   const auto nodes = m.status("job").at(0).nodes;
@@ -538,6 +539,8 @@ TEST_CASE("a restart is timed phase by phase, from the fault to every node's fir
   CHECK(reply.recovered_round == 1);
   CHECK(reply.recovery.total_s == Approx(4.0));
   CHECK_THAT(proto::describe(l), Catch::StartsWith("4.0 s from the fault to the first step: detect 0.1 s, stop 1.5 s"));
+  CHECK(l.load_source == proto::LoadSource::kMemoryBuddy);
+  CHECK_THAT(proto::describe(l), Catch::Contains("load 0.2 s from memory (buddy)"));
 }
 
 TEST_CASE("a hang verdict's suspect makes way for a spare and waits as one, unless it asked not to",

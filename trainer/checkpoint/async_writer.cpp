@@ -30,8 +30,8 @@ struct Cancelled : std::exception {
 }  // namespace
 
 AsyncCheckpointer::AsyncCheckpointer(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
-                                     Communicator& world)
-    : config_(config), model_(model), world_(world) {
+                                     Communicator& world, const std::atomic<int64_t>& training_step)
+    : config_(config), model_(model), world_(world), training_step_(training_step) {
   // The pieces in the order a synchronous save writes them: unit by unit, each unit's parameters, then
   // exp_avg, then exp_avg_sq. Replicas that do not write (NO_SHARD, HYBRID_*) have none.
   int64_t total = 0;
@@ -159,6 +159,7 @@ std::optional<CheckpointStats> AsyncCheckpointer::advance(double failed, double 
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stats.bytes = finished_bytes_;
+    stats.written_during_step = written_during_step_;
   }
   stats.async = true;
   stats.blocked_seconds = blocked_;
@@ -266,6 +267,8 @@ void AsyncCheckpointer::write_shard(const Job& job) {
     file.append(*p.spec, p.unit, p.kind, buffer_data_ + p.at, p.lo, p.lo, p.hi);
   }
   write_rank_index(job.path, rank, file.commit());
+  std::lock_guard<std::mutex> lock(mutex_);
+  written_during_step_ = training_step_.load();
 }
 
 }  // namespace meshrun::trainer

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -51,7 +52,9 @@ class AsyncCheckpointer {
  public:
   /// Allocates the host buffers (pinned on CUDA) and starts the writer thread; construct it after the
   /// PreemptionWatch so that thread keeps the preemption signals blocked.
-  AsyncCheckpointer(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer, Communicator& world);
+  /// `training_step`: the step training runs now, read when a file is written (the overlap's witness).
+  AsyncCheckpointer(const TrainerConfig& config, ShardedModel& model, AdamW& optimizer, Communicator& world,
+                    const std::atomic<int64_t>& training_step);
   /// Stops the writer; a save still in flight stays incomplete (never loaded).
   ~AsyncCheckpointer();
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
@@ -116,6 +119,7 @@ class AsyncCheckpointer {
   const TrainerConfig& config_;
   ShardedModel& model_;
   Communicator& world_;
+  const std::atomic<int64_t>& training_step_;
   size_t unit_count_ = 0;
   std::vector<Piece> pieces_;
   at::Tensor buffer_;       // every piece, in file order
@@ -141,6 +145,7 @@ class AsyncCheckpointer {
   bool stop_ = false;
   std::string error_;
   int64_t finished_bytes_ = 0;
+  int64_t written_during_step_ = 0;
   std::thread writer_;
 };
 

@@ -46,6 +46,7 @@ struct CheckpointStats {
   bool async = false;                // written by the background writer (checkpoint.async)
   double blocked_seconds = 0;        // of `seconds`, how long training waited (a synchronous save: all of it)
   double snapshot_wait_seconds = 0;  // of `blocked_seconds`, the optimizer step's wait for the snapshot (async)
+  int64_t written_during_step = 0;   // async: the training step running when this rank's file was written
 };
 
 /// A save failed on some rank; every rank throws it, with the failing rank and its message.

@@ -170,9 +170,9 @@ json MemoryCheckpointer::chunk_index(const std::vector<uint32_t>* crcs) const {
   return {{"file", file}, {"bytes", payload_bytes_}, {"chunks", std::move(chunks)}};
 }
 
-void MemoryCheckpointer::resumed_from(int64_t step) {
+void MemoryCheckpointer::resumed_from(int64_t step, const std::string& source) {
   try {
-    link_->tell({{"op", "restored"}, {"step", step}});
+    link_->tell({{"op", "restored"}, {"step", step}, {"source", source}});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "checkpoint: rank %d could not tell its agent where training resumes: %s\n", world_.rank(),
                  e.what());

@@ -70,9 +70,10 @@ class MemoryCheckpointer {
   /// rank's copy is done: commits it when every rank sealed it, and returns its stats (this rank's) either way.
   /// Tells the agent "durable" once every rank's committed copy is on its buddy.
   std::optional<MemoryCopyStats> advance(double sealed_sum, double pushed_sum);
-  /// Training resumes after `step` (from memory, storage, or 0 for a fresh start): the agent drops this
-  /// rank's copies of later steps.
-  void resumed_from(int64_t step);
+  /// Training resumes after `step` (0 for a fresh start), restored from `source` ("fresh", "storage",
+  /// "memory", "memory (buddy)"): the agent drops this rank's copies of later steps and tells the
+  /// recovery ledger where the load phase read from.
+  void resumed_from(int64_t step, const std::string& source);
   /// Bytes of the two slots this rank writes into.
   int64_t slot_bytes() const { return static_cast<int64_t>(slot_bytes_); }
   AgentLink& link() { return *link_; }
