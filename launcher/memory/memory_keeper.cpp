@@ -54,11 +54,13 @@ struct MemoryKeeper::RankSlots {
   RankSlots& operator=(const RankSlots&) = delete;
 };
 
-MemoryKeeper::MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host)
+MemoryKeeper::MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host,
+                           ReadText read)
     : socket_path_(std::move(socket_path)),
       name_(std::move(name)),
       run_id_(std::move(run_id)),
       host_(std::move(host)),
+      read_(std::move(read)),
       shelf_(kSlotsPerRank) {
   peers_ = std::make_unique<PeerServer>(*this);
   replicator_ = std::make_unique<Replicator>(*this);
@@ -97,7 +99,14 @@ json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds) {
   std::lock_guard lock(mutex_);
   auto& held = own_[rank];
   if (!held || held->slot_bytes != MemfdSlot::rounded(bytes) || held->digest != digest) {
-    // A new layout or another run's model: new slots.
+    // A new layout or another run's model: new slots. Two for this rank and, on its buddy, two more of the
+    // same size for a rank of another node: checked against what the node can spare before a page is taken.
+    const uint64_t need = 4 * MemfdSlot::rounded(bytes) + proto::kHeaderBytes;
+    if (const std::string why = budget_refusal(need, memory_room(read_)); !why.empty()) {
+      spdlog::warn("memory: rank {}'s copies in memory refused: {}", rank, why);
+      if (!held) own_.erase(rank);
+      return {{"op", "refused"}, {"reason", why}};
+    }
     held.reset();
     shelf_.forget(rank);
     try {

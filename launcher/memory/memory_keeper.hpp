@@ -25,6 +25,7 @@
 #include "common/endpoint.hpp"
 #include "launcher/memory/copy_shelf.hpp"
 #include "launcher/memory/memfd_slot.hpp"
+#include "launcher/memory/memory_budget.hpp"
 #include "launcher/memory/replica_shelf.hpp"
 #include "launcher/memory/restore_plan.hpp"
 #include "proto/rendezvous_messages.hpp"
@@ -56,8 +57,10 @@ struct OutgoingCopy {
 
 class MemoryKeeper {
  public:
-  /// Serves MESHRUN_MEMORY at `socket_path` and the copy port; `name` goes into each memfd's name.
-  MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host);
+  /// Serves MESHRUN_MEMORY at `socket_path` and the copy port; `name` goes into each memfd's name. `read`
+  /// reads /proc and the cgroup files for the memory check (tests pass fake ones).
+  MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host,
+               ReadText read = read_text_file);
   ~MemoryKeeper();
   MemoryKeeper(const MemoryKeeper&) = delete;
   MemoryKeeper& operator=(const MemoryKeeper&) = delete;
@@ -112,6 +115,7 @@ class MemoryKeeper {
   std::string name_;
   std::string run_id_;
   std::string host_;
+  ReadText read_;
   mutable std::mutex mutex_;
   CopyShelf shelf_;
   std::map<int, std::unique_ptr<RankSlots>> own_;

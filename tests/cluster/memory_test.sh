@@ -8,6 +8,10 @@
 #             buddy); the other ranks restore from their own agents
 #   bothlost  node1 and node2 (its buddy) are killed together: rank 1's copy is nowhere, so every rank loads
 #             the storage checkpoint of step 20 and says why
+#   twofaults node1 is killed (as in buddy), then, once the new ring has copies of later steps, node2: the
+#             second restore is from memory too, rank 2's copy from node 0 (its buddy in either ring)
+#   hybrid    as buddy with two ranks per node and fsdp.strategy=HYBRID_SHARD (a shard group per node): the
+#             spare fetches both of node 1's ranks from node 2
 # Each: the final loss equals a run without a fault, and no process of the job is left on any node.
 # Usage: memory_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
 SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
@@ -15,7 +19,8 @@ source "$(dirname "$0")/cluster.sh"
 mc_init 6
 W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
 chmod 777 "$W"
-PORT=29713 DAEMON=5 STEPS=60
+PORT=29713 DAEMON=5 STEPS=60 NPROC=1 EXTRA=()
+[ "$SCENARIO" = hybrid ] && NPROC=2 EXTRA=(--set fsdp.strategy=HYBRID_SHARD)
 MARKER="MC_JOB=memory$$"
 declare -a A   # agent pid per node
 
@@ -25,12 +30,12 @@ for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1;
 # agent I RUN OUT: meshrun-trainer under meshrun on node I, in run RUN, writing to OUT; log in $W/RUN-node<I>.log.
 agent() {
   mc_spawn "$1" "$W/$2-node$1.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
-    --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$2" --nnodes 2:3 --nproc-per-node 1 --max-restarts 3 \
+    --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$2" --nnodes 2:3 --nproc-per-node "$NPROC" --max-restarts 3 \
     --log-level info --no-python "$TRAINER" \
     --config "$CONFIGS/tiny.json" --set "output.dir=\"$3\"" --set train.sample_tokens=0 \
     --set "train.steps=$STEPS" --set train.log_interval=1 --set train.global_batch_size=12 \
     --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=20 --set checkpoint.memory_interval=5 \
-    --set system.timeout_s=30
+    --set system.timeout_s=30 "${EXTRA[@]}"
   A[$1]=$MC_PID
 }
 step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 | grep . || echo 0; }
@@ -55,7 +60,7 @@ REF_LOSS=$(final_loss "$REF")
 OUT=$W/job; mkdir -p "$OUT"; RUN=job
 for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
-case $SCENARIO in own) spares=() ;; buddy) spares=(3) ;; *) spares=(3 4) ;; esac
+case $SCENARIO in own) spares=() ;; buddy | hybrid) spares=(3) ;; *) spares=(3 4) ;; esac
 for i in "${spares[@]}"; do
   agent "$i" $RUN "$OUT"
   mc_wait_for "$W/job-node$i.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node$i did not wait as a spare"
@@ -69,9 +74,16 @@ case $SCENARIO in
     kill -9 "$victim"; echo "killed node1's worker at step $(step "$OUT")"
     finishers=(0 1 2)
     ;;
-  buddy)
+  buddy | hybrid)
     mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
     finishers=(0 2 3)
+    ;;
+  twofaults)
+    mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
+    mc_wait_for "$W/job-node0.log" "recovery of round 1: " 60 > /dev/null || mc_fail "$SCENARIO: no recovery after the first fault"
+    wait_step "$OUT" 48
+    mc_kill_node 2; echo "killed node2 at step $(step "$OUT")"
+    finishers=(0 3 4)
     ;;
   bothlost)
     mc_kill_node 1; mc_kill_node 2; echo "killed node1 and node2 at step $(step "$OUT")"
@@ -86,23 +98,42 @@ case $SCENARIO in
     echo "$line" | grep -q "from memory (every rank from its own agent)" ||
       mc_fail "$SCENARIO: not restored from the own agents: $line"
     ;;
-  buddy)
+  buddy | twofaults)
     echo "$line" | grep -q "from memory (2 rank(s) from their own agents, 1 from another node's" ||
       mc_fail "$SCENARIO: rank 1 was not restored from its buddy: $line"
     grep -q "memory: fetched rank 1's copy of step [0-9]* from node 2" "$W"/job-node3.log "$W"/job-node4.log ||
       mc_fail "$SCENARIO: no spare says it fetched rank 1's copy from node 2"
+    ;;
+  hybrid)
+    echo "$line" | grep -q "from memory (4 rank(s) from their own agents, 2 from another node's" ||
+      mc_fail "$SCENARIO: ranks 2-3 were not restored from their buddy: $line"
+    grep -q "memory: fetched rank 3's copy of step [0-9]* from node 2" "$W"/job-node3.log ||
+      mc_fail "$SCENARIO: the spare does not say it fetched rank 3's copy from node 2"
     ;;
   bothlost)
     echo "$line" | grep -q "nothing restored from memory: step [0-9]* lacks the copies of rank(s) 1 .*loading .*step_00000020" ||
       mc_fail "$SCENARIO: the fallback to storage does not say why: $line"
     ;;
 esac
+if [ "$SCENARIO" = twofaults ]; then   # the second restore: from the ring the spare joined
+  second=$(grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node0.log | sed -n 2p)
+  echo "RESTORE $SCENARIO (second): $second"
+  echo "$second" | grep -q "from memory (2 rank(s) from their own agents, 1 from another node's" ||
+    mc_fail "$SCENARIO: the second fault was not restored from memory: $second"
+  step2=$(echo "$second" | grep -o "restored step [0-9]*" | grep -o "[0-9]*$")
+  [ -n "$step2" ] && [ "$step2" -ge 40 ] || mc_fail "$SCENARIO: the second restore is of step '$step2', not one the new ring copied"
+fi
+# The steps done again: at most the interval (5) from the own agent, plus the replication lag from a buddy.
+again=$(echo "$line" | grep -o "[0-9]* step(s) to do again" | grep -o "^[0-9]*")
+if [ "$SCENARIO" = own ] && [ "${again:-0}" -gt 5 ]; then   # none printed: nothing to do again
+  mc_fail "$SCENARIO: '$again' steps to do again from the own agents, more than the interval 5"
+fi
 if [ "$SCENARIO" != bothlost ]; then
   step_restored=$(echo "$line" | grep -o "restored step [0-9]*" | grep -o "[0-9]*$")
   [ -n "$step_restored" ] && [ "$step_restored" -gt 20 ] || mc_fail "$SCENARIO: restored step '$step_restored' is not newer than storage's 20"
 fi
 # The recovery ledger names the source of its load phase.
-case $SCENARIO in own) source="memory" ;; buddy) source="memory (buddy)" ;; *) source="storage" ;; esac
+case $SCENARIO in own) source="memory" ;; bothlost) source="storage" ;; *) source="memory (buddy)" ;; esac
 grep -q "recovery of round 1: .* load [0-9.]* s from $source, " "$W/job-node0.log" ||
   mc_fail "$SCENARIO: the recovery ledger does not say the load came from $source: $(grep -h 'recovery of round 1' "$W/job-node0.log")"
 loss=$(final_loss "$OUT")

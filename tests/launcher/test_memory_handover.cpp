@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/fd_passing.hpp"
@@ -296,4 +297,26 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   const UniqueFd again = connect_peer("127.0.0.1", port);
   send_frame(again.get(), {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
   CHECK_THAT(receive_frame(again.get()).value("error", ""), Catch::Contains("no copy of step 99"));
+}
+
+TEST_CASE("memory handover: a node without the memory to spare refuses the copies and says why", "[memory]") {
+  meshrun::testing::TempDir dir;
+  const meshrun::launcher::ReadText tight = [](const std::string& path) -> std::optional<std::string> {
+    if (path == "/proc/meminfo") return "MemAvailable:      64 kB\n";  // far less than two copies' worth
+    return std::nullopt;
+  };
+  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host", tight);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, keeper.socket_path().c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  meshrun::send_packet(fd.get(), json{{"op", "hello"}, {"rank", 0}, {"slot_bytes", kSlotBytes}, {"digest", 7}}.dump());
+  const auto reply = meshrun::receive_packet(fd.get(), 5000ms);
+  const json message = json::parse(reply.text);
+  CHECK(message.at("op") == "refused");
+  CHECK_THAT(message.at("reason").get<std::string>(),
+             Catch::Contains("to spare (MemAvailable; half is kept for training)"));
+  CHECK(reply.fds.empty());
+  CHECK(keeper.held_bytes() == 0);  // refused before a page was taken
 }

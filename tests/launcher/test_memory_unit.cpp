@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "common/fd_passing.hpp"
 #include "launcher/memory/copy_shelf.hpp"
 #include "launcher/memory/memfd_slot.hpp"
+#include "launcher/memory/memory_budget.hpp"
 #include "launcher/memory/replica_shelf.hpp"
 #include "launcher/memory/restore_plan.hpp"
 #include "proto/memory_copy.hpp"
@@ -269,4 +272,34 @@ TEST_CASE("plan: the newest step every rank holds on a live node, this node's co
   CHECK(round_trip.copies.size() == 4);
   CHECK(round_trip.copies[2].replica);
   CHECK(round_trip.addr == "10.0.0.1");
+}
+
+TEST_CASE("budget: the room is the least of MemAvailable and every cgroup limit above, and half may be taken",
+          "[memory]") {
+  constexpr uint64_t kMiB = 1 << 20;
+  std::map<std::string, std::string> files{
+      {"/proc/meminfo", "MemTotal:       24000000 kB\nMemAvailable:    8388608 kB\n"},  // 8 GiB
+      {"/proc/self/cgroup", "0::/job/node1\n"},
+      {"/sys/fs/cgroup/job/node1/memory.max", "max\n"},  // no limit of its own
+      {"/sys/fs/cgroup/job/node1/memory.current", "4096\n"},
+      {"/sys/fs/cgroup/job/memory.max", "2147483648\n"},      // 2 GiB ...
+      {"/sys/fs/cgroup/job/memory.current", "1073741824\n"},  // ... of which 1 GiB is used
+  };
+  const ReadText read = [&](const std::string& path) -> std::optional<std::string> {
+    const auto it = files.find(path);
+    if (it == files.end()) return std::nullopt;
+    return it->second;
+  };
+  const MemoryRoom room = memory_room(read);
+  CHECK(room.bytes == 1024 * kMiB);
+  CHECK(room.bound == "cgroup /job memory.max 2.00 GiB");
+  CHECK(budget_refusal(512 * kMiB, room).empty());
+  CHECK_THAT(budget_refusal(600 * kMiB, room),
+             Catch::Contains("need 0.59 GiB more on this node and it has 1.00 GiB to spare (cgroup /job memory.max"));
+  files.erase("/sys/fs/cgroup/job/memory.max");  // no limit anywhere: the kernel's MemAvailable
+  CHECK(memory_room(read).bytes == 8192 * kMiB);
+  CHECK(memory_room(read).bound == "MemAvailable");
+  files.clear();  // nothing to read: no check, rather than a refusal on a guess
+  CHECK_FALSE(memory_room(read).known);
+  CHECK(budget_refusal(1ULL << 40, memory_room(read)).empty());
 }

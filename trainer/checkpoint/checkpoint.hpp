@@ -122,8 +122,8 @@ class CheckpointReader {
   /// Throws meshrun::Error naming the file when metadata.json or a data file is missing or truncated.
   explicit CheckpointReader(std::string path);
   /// A checkpoint held elsewhere (a copy in memory): its metadata and where its bytes come from. `label`
-  /// names it in messages.
-  CheckpointReader(std::string label, nlohmann::json meta, ChunkBytes bytes);
+  /// names it in messages. `chunks_verified`: every chunk's CRC was checked already (read() skips it).
+  CheckpointReader(std::string label, nlohmann::json meta, ChunkBytes bytes, bool chunks_verified = false);
   const nlohmann::json& metadata() const { return meta_; }
   /// The step_<N> folder.
   const std::string& path() const { return path_; }
@@ -137,6 +137,7 @@ class CheckpointReader {
   std::string path_;
   nlohmann::json meta_;
   ChunkBytes bytes_;
+  bool chunks_verified_ = false;
 };
 
 }  // namespace meshrun::trainer

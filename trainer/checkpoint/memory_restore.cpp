@@ -115,9 +115,11 @@ CheckpointReader open_copy(AgentLink& agent, const TrainerConfig& config, Commun
   }
   json meta = {{"step", step}, {"optimizer_steps", index["optimizer_steps"]}, {"tensors", std::move(tensors)}};
   const char* payload = mapping->data() + index["payload_offset"].get<uint64_t>();
-  return CheckpointReader(label, std::move(meta), [payload](const std::string&, uint64_t offset, size_t n, void* dst) {
-    std::memcpy(dst, payload + offset, n);
-  });
+  // checked_index verified every chunk's CRC before any rank loads a byte: the reader does not again.
+  return CheckpointReader(
+      label, std::move(meta),
+      [payload](const std::string&, uint64_t offset, size_t n, void* dst) { std::memcpy(dst, payload + offset, n); },
+      /*chunks_verified=*/true);
 }
 
 }  // namespace
