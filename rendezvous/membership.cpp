@@ -239,9 +239,8 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
       // A node that reported its own workers' failure in this round is alive (stopping them): the next
       // round waits for it, as for one heard from after the restart, before spares fill its place.
       const auto& reports = run.failures.reports();
-      survivor.heard_since_restart = std::any_of(reports.begin(), reports.end(), [&](const auto& r) {
-        return r.node_id == id && r.round == run.round;
-      });
+      survivor.heard_since_restart = std::any_of(
+          reports.begin(), reports.end(), [&](const auto& r) { return r.node_id == id && r.round == run.round; });
       run.retired[id] = who;
     }
     run.nodes.erase(id);

@@ -43,7 +43,7 @@ wait_step() {
   for _ in $(seq 1200); do [ "$(step "$1")" -ge "$2" ] && return 0; sleep 0.05; done
   mc_fail "$SCENARIO: step $2 not reached (at $(step "$1"))"; return 1
 }
-final_loss() { grep "\"step\":$STEPS[,}]" "$1/metrics.jsonl" | grep -o '"loss":[-0-9.e]*' | tail -1 | cut -d: -f2; }
+final_loss() { grep "\"step\":${STEPS}[,}]" "$1/metrics.jsonl" | grep -o '"loss":[-0-9.e]*' | tail -1 | cut -d: -f2; }
 expect_exit() {   # expect_exit NODE RC
   mc_wait_exit "${A[$1]}" 120
   [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
