@@ -87,6 +87,7 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
     run.last_event = "run created by " + describe(r);
     run.goodput = GoodputLedger(clock_.now());
     it = runs_.emplace(r.run_id, std::move(run)).first;
+    std::erase(completed_, r.run_id);  // the id is a live run again: its spares are not told it finished
   }
   Run& run = it->second;
   if (run.min_nodes != r.min_nodes || run.max_nodes != r.max_nodes) {
@@ -479,7 +480,6 @@ void Membership::record_failure(const std::string& run_id, const std::string& no
                                 int64_t now_unix_ms, const proto::AttemptMilestones& attempt) {
   Run* run = find_run(run_id);
   if (run == nullptr || run->nodes.count(node_id) == 0) return;
-  heard_from_survivor(*run, node_id);  // its workers failed after another node's: it is alive
   failure.node_id = node_id;
   if (run->closed) {
     if (attempt.round == run->round) feed_goodput(*run, attempt);

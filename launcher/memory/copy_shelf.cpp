@@ -39,6 +39,10 @@ LendResult CopyShelf::lend(int rank, int64_t step) {
   std::vector<std::string> kept;
   for (size_t i = 0; i < slots.size(); ++i) {
     const SlotView& s = slots[i];
+    if (s.state == SlotState::kSealed && pinned_.count({rank, s.step}) > 0) {
+      kept.push_back(std::to_string(s.step) + " (being sent to another node)");
+      continue;
+    }
     // A step written again (training resumed from before it) replaces its older copy.
     if (s.state == SlotState::kEmpty || s.state == SlotState::kTorn || s.step == step) {
       pick = static_cast<int>(i);
@@ -48,8 +52,6 @@ LendResult CopyShelf::lend(int rank, int64_t step) {
       kept.push_back(std::to_string(s.step) + " (the newest committed)");
     } else if (durable != durable_.end() && s.step == durable->second) {
       kept.push_back(std::to_string(s.step) + " (the newest on every buddy)");
-    } else if (pinned_.count({rank, s.step}) > 0) {
-      kept.push_back(std::to_string(s.step) + " (being sent to the buddy)");
     } else if (!pick || s.step < slots[static_cast<size_t>(*pick)].step) {
       pick = static_cast<int>(i);
     }
@@ -83,13 +85,16 @@ void CopyShelf::durable(int rank, int64_t step) {
   newest = std::max(newest, step);
 }
 
-void CopyShelf::pin(int rank, int64_t step) { pinned_.insert({rank, step}); }
+void CopyShelf::pin(int rank, int64_t step) { ++pinned_[{rank, step}]; }
 
-void CopyShelf::unpin(int rank, int64_t step) { pinned_.erase({rank, step}); }
+void CopyShelf::unpin(int rank, int64_t step) {
+  const auto it = pinned_.find({rank, step});
+  if (it != pinned_.end() && --it->second == 0) pinned_.erase(it);
+}
 
 void CopyShelf::restored(int rank, int64_t step) {
   for (auto& s : slots_of(rank)) {
-    if (s.state == SlotState::kSealed && s.step > step) {
+    if (s.state == SlotState::kSealed && s.step > step && pinned_.count({rank, s.step}) == 0) {
       committed_[rank].erase(s.step);
       s = {SlotState::kTorn, -1};
     }
@@ -108,7 +113,7 @@ void CopyShelf::forget(int rank) {
   slots_.erase(rank);
   committed_.erase(rank);
   durable_.erase(rank);
-  std::erase_if(pinned_, [rank](const auto& pin) { return pin.first == rank; });
+  std::erase_if(pinned_, [rank](const auto& pin) { return pin.first.first == rank; });
 }
 
 std::vector<int64_t> CopyShelf::candidates(int rank) const {

@@ -51,7 +51,8 @@ class CopyShelf {
   void commit(int rank, int64_t step);
   /// Every rank's copy of `step` reached its buddy: it stays until a newer step is durable.
   void durable(int rank, int64_t step);
-  /// The copy of `step` is being pushed to the buddy: its slot is not lent meanwhile.
+  /// The copy of `step` is being sent (to the buddy, or to a node fetching it): its slot is not lent
+  /// meanwhile. Counted: a push and a fetch may send it at once.
   void pin(int rank, int64_t step);
   void unpin(int rank, int64_t step);
   /// The rank's training resumed from `step`: its copies of later steps belong to a past the run leaves
@@ -74,9 +75,9 @@ class CopyShelf {
 
   int slots_per_rank_;
   std::map<int, std::vector<SlotView>> slots_;
-  std::map<int, std::set<int64_t>> committed_;  // per rank; pruned to the steps its slots still hold
-  std::map<int, int64_t> durable_;              // per rank: the newest durable step
-  std::set<std::pair<int, int64_t>> pinned_;    // (rank, step) being pushed
+  std::map<int, std::set<int64_t>> committed_;     // per rank; pruned to the steps its slots still hold
+  std::map<int, int64_t> durable_;                 // per rank: the newest durable step
+  std::map<std::pair<int, int64_t>, int> pinned_;  // (rank, step) being sent: how many transfers
 };
 
 }  // namespace meshrun::launcher

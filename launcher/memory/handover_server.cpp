@@ -23,7 +23,8 @@ using nlohmann::json;
 
 struct HandoverServer::Connection {
   UniqueFd fd;
-  int rank = -1;  // -1 until its hello
+  uint64_t id = 0;  // this server's count of connections: which worker of a rank is which
+  int rank = -1;    // -1 until its hello
 };
 
 HandoverServer::HandoverServer(std::string socket_path, MemoryKeeper& keeper)
@@ -82,25 +83,36 @@ void HandoverServer::accept_one() {
   if (!fd.valid()) return;
   auto c = std::make_unique<Connection>();
   c->fd = std::move(fd);
+  c->id = ++connections_made_;
   connections_.push_back(std::move(c));
 }
 
 bool HandoverServer::handle(Connection& c, const std::string& text) {
   const json message = json::parse(text, nullptr, false);
   if (!message.is_object()) return false;
+  try {
+    return answer(c, message);
+  } catch (const std::exception& e) {
+    // A field of the wrong type, say: that worker's connection ends, the agent serves on.
+    spdlog::warn("memory handover: a malformed request from rank {}: {}", c.rank, e.what());
+    return false;
+  }
+}
+
+bool HandoverServer::answer(Connection& c, const json& message) {
   const std::string op = message.value("op", "");
   const int64_t step = message.value("step", int64_t{-1});
   std::vector<int> fds;
   json reply;
   if (op == "hello") {
-    reply = keeper_.hello(message.value("rank", -1), message, fds);
+    reply = keeper_.hello(message.value("rank", -1), message, fds, c.id);
     if (reply.value("op", "") == "granted") c.rank = message.value("rank", -1);
   } else if (c.rank < 0) {
     reply = {{"op", "error"}, {"reason", "say hello first"}};
   } else if (op == "begin") {
     reply = keeper_.begin(c.rank, step);
   } else if (op == "sealed") {
-    keeper_.sealed(c.rank, message.value("slot", -1), step);
+    reply = keeper_.sealed(c.rank, message.value("slot", -1), step);
   } else if (op == "commit") {
     keeper_.commit(c.rank, step);
   } else if (op == "durable") {
@@ -130,7 +142,7 @@ bool HandoverServer::handle(Connection& c, const std::string& text) {
 }
 
 void HandoverServer::on_closed(Connection& c) {
-  if (c.rank >= 0) keeper_.disconnected(c.rank);
+  if (c.rank >= 0) keeper_.disconnected(c.rank, c.id);
   c.fd.reset();
 }
 

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/unique_fd.hpp"
 
 namespace meshrun::launcher {
@@ -31,6 +33,7 @@ class HandoverServer {
   void accept_one();
   /// Handles one packet; false when the connection is to be closed.
   bool handle(Connection& c, const std::string& text);
+  bool answer(Connection& c, const nlohmann::json& message);
   void on_closed(Connection& c);
 
   std::string socket_path_;
@@ -38,6 +41,7 @@ class HandoverServer {
   UniqueFd listen_;
   UniqueFd wake_;  // eventfd: the destructor wakes the thread
   std::vector<std::unique_ptr<Connection>> connections_;
+  uint64_t connections_made_ = 0;
   std::thread thread_;
 };
 

@@ -91,7 +91,7 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
   }
 }
 
-json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds) {
+json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds, uint64_t connection) {
   const uint64_t bytes = hello.value("slot_bytes", uint64_t{0});
   const uint64_t digest = hello.value("digest", uint64_t{0});
   if (rank < 0 || bytes < proto::kHeaderBytes)
@@ -116,6 +116,8 @@ json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds) {
       return {{"op", "refused"}, {"reason", e.what()}};
     }
   }
+  shelf_.on_disconnect(rank);  // a copy an earlier worker of this rank left unfinished is torn
+  connection_of_[rank] = connection;
   for (const auto& slot : held->slots) fds.push_back(slot->fd());
   fds.push_back(held->control->fd());
   return {{"op", "granted"}, {"slot_bytes", held->slot_bytes}, {"slots", kSlotsPerRank}};
@@ -128,7 +130,7 @@ json MemoryKeeper::begin(int rank, int64_t step) {
   return {{"op", "lend"}, {"slot", *lent.slot}};
 }
 
-void MemoryKeeper::sealed(int rank, int slot, int64_t step) {
+json MemoryKeeper::sealed(int rank, int slot, int64_t step) {
   std::lock_guard lock(mutex_);
   const auto it = own_.find(rank);
   std::string why = "no slots for rank " + std::to_string(rank);
@@ -145,7 +147,9 @@ void MemoryKeeper::sealed(int rank, int slot, int64_t step) {
   if (!why.empty()) {
     spdlog::warn("memory copy of rank {} step {} is not kept: {}", rank, step, why);
     shelf_.on_disconnect(rank);  // the lent slot is unusable: torn
+    return {{"op", "refused"}, {"reason", why}};
   }
+  return {{"op", "kept"}};
 }
 
 void MemoryKeeper::commit(int rank, int64_t step) {
@@ -176,6 +180,9 @@ void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
 void MemoryKeeper::restored(int rank, int64_t step, proto::LoadSource source) {
   std::lock_guard lock(mutex_);
   shelf_.restored(rank, step);
+  // The buddy holds nothing of the steps the run does again: the worker must not count them as pushed.
+  if (const auto it = own_.find(rank); it != own_.end() && it->second->pushed_step->load() > step)
+    it->second->pushed_step->store(step);
   if (static_cast<int>(source) > static_cast<int>(load_source_)) load_source_ = source;
 }
 
@@ -211,6 +218,8 @@ json MemoryKeeper::plan(int rank) {
                          " node(s) published no inventory in time)";
   {
     std::lock_guard lock(mutex_);
+    // A round that began meanwhile has its own nodes: this plan is for the one it was gathered in.
+    if (!attempt_ || attempt_->round != attempt->round) return {{"op", "plan"}, {"candidates", json::array()}};
     if (!plan_) plan_ = std::move(computed);
   }
   return plan(rank);
@@ -296,15 +305,18 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
   return "";
 }
 
-void MemoryKeeper::disconnected(int rank) {
+void MemoryKeeper::disconnected(int rank, uint64_t connection) {
   std::lock_guard lock(mutex_);
-  shelf_.on_disconnect(rank);
+  // A previous worker of the rank closing late tears nothing of its successor's.
+  if (const auto it = connection_of_.find(rank); it != connection_of_.end() && it->second == connection)
+    shelf_.on_disconnect(rank);
 }
 
 void MemoryKeeper::receive_push(const json& request, int socket) {
   const int rank = request.value("rank", -1);
   const int64_t step = request.value("step", int64_t{-1});
   const uint64_t bytes = request.value("bytes", uint64_t{0});
+  const int64_t round = request.value("round", int64_t{-1});
   if (rank < 0 || step < 0 || bytes < proto::kHeaderBytes) {
     send_frame(socket, {{"error", "a push needs a rank, a step and the copy's bytes"}});
     return;
@@ -315,6 +327,11 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
     std::lock_guard lock(mutex_);
     auto& slots = replica_slots_[rank];
     if (slots.empty() || slots.front()->bytes() != MemfdSlot::rounded(bytes)) {
+      const uint64_t need = 2 * MemfdSlot::rounded(bytes);
+      if (const std::string why = budget_refusal(need, memory_room(read_)); !why.empty()) {
+        send_frame(socket, {{"error", why}});
+        return;
+      }
       replicas_.forget(rank);
       slots.clear();
       try {
@@ -328,7 +345,7 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
         return;
       }
     }
-    placed = replicas_.place(rank, step);
+    placed = replicas_.place(rank, step, round);
     if (placed.slot && !placed.have) into = dup_fd(slots[static_cast<size_t>(*placed.slot)]->fd());
   }
   if (placed.have) {
@@ -354,7 +371,7 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
     if (why.empty() && (header.step != step || header.rank != rank)) why = "it holds another step or rank";
     if (why.empty()) {
       replicas_.complete(rank, *placed.slot,
-                         {ReplicaView::State::kComplete, step, header.world_size, header.config_digest});
+                         {ReplicaView::State::kComplete, step, header.world_size, header.config_digest, round});
     }
   }
   if (!why.empty()) {
@@ -412,7 +429,8 @@ std::optional<OutgoingCopy> MemoryKeeper::take_for_push(int rank, int64_t step) 
   const auto& memfd = *held.slots[static_cast<size_t>(*slot)];
   const proto::CopyHeader header = memfd.read_header();
   shelf_.pin(rank, step);
-  return OutgoingCopy{dup_fd(memfd.fd()), held.slot_bytes, header.world_size, header.config_digest};
+  return OutgoingCopy{dup_fd(memfd.fd()), held.slot_bytes, header.world_size, header.config_digest,
+                      attempt_ ? attempt_->round : -1};
 }
 
 void MemoryKeeper::pushed(int rank, int64_t step, bool ok) {

@@ -53,6 +53,7 @@ struct OutgoingCopy {
   uint64_t bytes = 0;
   int world_size = 0;
   uint64_t digest = 0;
+  int64_t round = -1;  // the round whose workers made it
 };
 
 class MemoryKeeper {
@@ -72,9 +73,10 @@ class MemoryKeeper {
   void begin_attempt(const MemoryAttempt& attempt);
 
   // The workers' requests (HandoverServer's thread). A reply is a JSON message plus descriptors.
-  nlohmann::json hello(int rank, const nlohmann::json& hello, std::vector<int>& fds);
+  /// `connection` names the worker's connection: its end tears only what that connection was writing.
+  nlohmann::json hello(int rank, const nlohmann::json& hello, std::vector<int>& fds, uint64_t connection);
   nlohmann::json begin(int rank, int64_t step);
-  void sealed(int rank, int slot, int64_t step);
+  nlohmann::json sealed(int rank, int slot, int64_t step);
   void commit(int rank, int64_t step);
   void durable(int rank, int64_t step);
   void restored(int rank, int64_t step, proto::LoadSource source);
@@ -82,7 +84,7 @@ class MemoryKeeper {
   proto::LoadSource load_source() const;
   nlohmann::json plan(int rank);
   nlohmann::json open(int rank, int64_t step, std::vector<int>& fds);
-  void disconnected(int rank);
+  void disconnected(int rank, uint64_t connection);
 
   // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
   void receive_push(const nlohmann::json& request, int socket);
@@ -119,6 +121,7 @@ class MemoryKeeper {
   mutable std::mutex mutex_;
   CopyShelf shelf_;
   std::map<int, std::unique_ptr<RankSlots>> own_;
+  std::map<int, uint64_t> connection_of_;  // rank -> the connection of its latest hello
   ReplicaShelf replicas_;
   std::map<int, std::vector<std::unique_ptr<MemfdSlot>>> replica_slots_;
   std::optional<MemoryAttempt> attempt_;

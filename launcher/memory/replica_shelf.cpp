@@ -4,19 +4,23 @@ namespace meshrun::launcher {
 
 using State = ReplicaView::State;
 
-ReplicaShelf::Placement ReplicaShelf::place(int rank, int64_t step) {
+ReplicaShelf::Placement ReplicaShelf::place(int rank, int64_t step, int64_t round) {
   auto& slots = slots_[rank];
   if (slots.empty()) slots.resize(kSlotsPerRank);
   std::optional<int> newest;
   for (size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].state == State::kFilling) return {std::nullopt, false, "a push of this rank is in progress"};
     if (slots[i].state != State::kComplete) continue;
-    if (slots[i].step == step) return {static_cast<int>(i), true, ""};
+    if (slots[i].step == step && slots[i].round == round) return {static_cast<int>(i), true, ""};
+    if (slots[i].step == step) {  // the same step of an earlier round: training redid it, this copy replaces it
+      slots[i] = {State::kFilling, step, 0, 0, round};
+      return {static_cast<int>(i), false, ""};
+    }
     if (!newest || slots[i].step > slots[static_cast<size_t>(*newest)].step) newest = static_cast<int>(i);
   }
   for (size_t i = 0; i < slots.size(); ++i) {
     if (newest && static_cast<int>(i) == *newest) continue;
-    slots[i] = {State::kFilling, step, 0, 0};
+    slots[i] = {State::kFilling, step, 0, 0, round};
     return {static_cast<int>(i), false, ""};
   }
   return {std::nullopt, false, "no replica slot is free"};

@@ -19,6 +19,7 @@ struct ReplicaView {
   int64_t step = -1;
   int world_size = 0;
   uint64_t digest = 0;
+  int64_t round = -1;  // the round whose workers made it: a step done again after a restart replaces it
 };
 
 /// A complete replica, as listed in the node's inventory.
@@ -30,13 +31,14 @@ struct ReplicaHeld {
 
 class ReplicaShelf {
  public:
-  /// Where a push of `step` of `rank` goes: a slot, or why not (`have`: that step is already complete).
+  /// Where a push of `step` of `rank`, made in `round`, goes: a slot, or why not (`have`: that copy is
+  /// already complete here).
   struct Placement {
     std::optional<int> slot;
     bool have = false;
     std::string busy_reason;
   };
-  Placement place(int rank, int64_t step);
+  Placement place(int rank, int64_t step, int64_t round);
   /// Every byte of the push in `slot` arrived and its header checked out.
   void complete(int rank, int slot, const ReplicaView& copy);
   /// The push into `slot` failed: the slot is free again.

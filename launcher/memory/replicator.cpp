@@ -28,29 +28,48 @@ Replicator::~Replicator() {
 void Replicator::enqueue(int rank, int64_t step) {
   {
     std::lock_guard lock(mutex_);
-    std::erase_if(queue_, [rank](const auto& job) { return job.first == rank; });
-    queue_.emplace_back(rank, step);
+    pending_[rank] = Pending{step, Clock::now(), 0};
   }
   changed_.notify_all();
 }
 
 void Replicator::run() {
-  for (;;) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
-    const auto [rank, step] = queue_.front();
-    queue_.pop_front();
+  std::unique_lock lock(mutex_);
+  while (!stop_) {
+    // The job due first; none: wait for one.
+    auto next = pending_.end();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (next == pending_.end() || it->second.due < next->second.due) next = it;
+    }
+    if (next == pending_.end()) {
+      changed_.wait(lock);
+      continue;
+    }
+    if (next->second.due > Clock::now()) {
+      changed_.wait_until(lock, next->second.due);
+      continue;
+    }
+    const int rank = next->first;
+    const int64_t step = next->second.step;
     lock.unlock();
-    push(rank, step);
+    const bool done = push(rank, step);
+    lock.lock();
+    auto& job = pending_[rank];
+    if (job.step != step) continue;  // a newer commit came meanwhile: it is due now
+    if (done) {
+      pending_.erase(rank);
+    } else {
+      ++job.failures;
+      job.due = Clock::now() + std::chrono::seconds(std::min(5, job.failures));
+    }
   }
 }
 
-void Replicator::push(int rank, int64_t step) {
+bool Replicator::push(int rank, int64_t step) {
   const auto buddy = keeper_.buddy();
-  if (!buddy) return;  // alone, or its inventory never came: nothing to push to this round
+  if (!buddy) return false;  // its inventory has not come (yet): tried again
   auto copy = keeper_.take_for_push(rank, step);
-  if (!copy) return;  // overwritten meanwhile: a newer commit follows
+  if (!copy) return true;  // overwritten or dropped meanwhile: nothing left to push
   const auto started = std::chrono::steady_clock::now();
   std::string why;
   try {
@@ -59,6 +78,7 @@ void Replicator::push(int rank, int64_t step) {
                             {"run", keeper_.run_id()},
                             {"rank", rank},
                             {"step", step},
+                            {"round", copy->round},
                             {"world_size", copy->world_size},
                             {"digest", copy->digest},
                             {"bytes", copy->bytes}});
@@ -86,9 +106,10 @@ void Replicator::push(int rank, int64_t step) {
                  buddy->host, seconds);
   } else if (!failing_) {
     failing_ = true;
-    spdlog::warn("memory: cannot push rank {}'s copy of step {} to node {} ({}): {}", rank, step, buddy->node,
-                 buddy->host, why);
+    spdlog::warn("memory: cannot push rank {}'s copy of step {} to node {} ({}): {}; trying again", rank, step,
+                 buddy->node, buddy->host, why);
   }
+  return why.empty();
 }
 
 }  // namespace meshrun::launcher

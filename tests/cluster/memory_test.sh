@@ -16,13 +16,14 @@
 # Usage: memory_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
 SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
 source "$(dirname "$0")/cluster.sh"
+source "$(dirname "$0")/trainer_steps.sh"
 mc_init 6
 W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
 chmod 777 "$W"
 PORT=29713 DAEMON=5 STEPS=60 NPROC=1 EXTRA=()
 [ "$SCENARIO" = hybrid ] && NPROC=2 EXTRA=(--set fsdp.strategy=HYBRID_SHARD)
 MARKER="MC_JOB=memory$$"
-declare -a A   # agent pid per node
+declare -a A   # agent pid per node (expect_exit reads it)
 
 mc_spawn "$DAEMON" "$W/daemon.log" "$RDZV" --host 0.0.0.0 --port "$PORT"
 for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1; done
@@ -37,16 +38,6 @@ agent() {
     --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=20 --set checkpoint.memory_interval=5 \
     --set system.timeout_s=30 "${EXTRA[@]}"
   A[$1]=$MC_PID
-}
-step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 | grep . || echo 0; }
-wait_step() {
-  for _ in $(seq 1200); do [ "$(step "$1")" -ge "$2" ] && return 0; sleep 0.05; done
-  mc_fail "$SCENARIO: step $2 not reached (at $(step "$1"))"; return 1
-}
-final_loss() { grep "\"step\":${STEPS}[,}]" "$1/metrics.jsonl" | grep -o '"loss":[-0-9.e]*' | tail -1 | cut -d: -f2; }
-expect_exit() {   # expect_exit NODE RC
-  mc_wait_exit "${A[$1]}" 120
-  [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
 }
 show_logs() { local f; for f in "$W"/job-node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
 restored_line() { grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node?.log | head -1; }
@@ -133,9 +124,9 @@ if [ "$SCENARIO" != bothlost ]; then
   [ -n "$step_restored" ] && [ "$step_restored" -gt 20 ] || mc_fail "$SCENARIO: restored step '$step_restored' is not newer than storage's 20"
 fi
 # The recovery ledger names the source of its load phase.
-case $SCENARIO in own) source="memory" ;; bothlost) source="storage" ;; *) source="memory (buddy)" ;; esac
-grep -q "recovery of round 1: .* load [0-9.]* s from $source, " "$W/job-node0.log" ||
-  mc_fail "$SCENARIO: the recovery ledger does not say the load came from $source: $(grep -h 'recovery of round 1' "$W/job-node0.log")"
+case $SCENARIO in own) from="memory" ;; bothlost) from="storage" ;; *) from="memory (buddy)" ;; esac
+grep -q "recovery of round 1: .* load [0-9.]* s from $from, " "$W/job-node0.log" ||
+  mc_fail "$SCENARIO: the recovery ledger does not say the load came from $from: $(grep -h 'recovery of round 1' "$W/job-node0.log")"
 loss=$(final_loss "$OUT")
 [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
 mc_expect_gone "$MARKER" 20 && echo "$SCENARIO: no process of the job left on any node"

@@ -17,12 +17,13 @@
 # Usage: recovery_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
 SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
 source "$(dirname "$0")/cluster.sh"
+source "$(dirname "$0")/trainer_steps.sh"
 mc_init 5
 W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
 chmod 777 "$W"
 PORT=29712 DAEMON=4 STEPS=150
 MARKER="MC_JOB=recovery$$"
-declare -a A   # agent pid per node
+declare -a A   # agent pid per node (expect_exit reads it)
 
 mc_spawn "$DAEMON" "$W/daemon.log" "$RDZV" --host 0.0.0.0 --port "$PORT"
 for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1; done
@@ -36,19 +37,6 @@ agent() {
     --set "train.steps=$STEPS" --set train.log_interval=1 --set train.global_batch_size=12 \
     --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=10 --set system.timeout_s=30
   A[$1]=$MC_PID
-}
-# step OUT: the last step whose loss rank 0 logged (0 before any).
-step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 | grep . || echo 0; }
-# wait_step OUT N: until rank 0 logged step N (<= 60 s).
-wait_step() {
-  for _ in $(seq 1200); do [ "$(step "$1")" -ge "$2" ] && return 0; sleep 0.05; done
-  mc_fail "$SCENARIO: step $2 not reached (at $(step "$1"))"; return 1
-}
-# final_loss OUT: the loss logged for the last step.
-final_loss() { grep "\"step\":$STEPS[,}]" "$1/metrics.jsonl" | grep -o '"loss":[-0-9.e]*' | tail -1 | cut -d: -f2; }
-expect_exit() {   # expect_exit NODE RC
-  mc_wait_exit "${A[$1]}" 120
-  [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
 }
 status_json() { mc_on "$DAEMON" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json; }
 wait_spares() {   # wait_spares N: until the daemon's status counts N spares (<= 10 s)

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -31,15 +32,20 @@ namespace {
 constexpr uint64_t kPayload = 3 * 4096;
 const uint64_t kSlotBytes = meshrun::proto::slot_bytes(4096, kPayload);
 
+// A connection to the agent's handover socket at `path`.
+UniqueFd connect_handover(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
 // A worker's end of the handover: connect, hello, then one request at a time.
 class Worker {
  public:
-  Worker(const std::string& path, int rank) : rank_(rank) {
-    fd_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    REQUIRE(::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  Worker(const std::string& path, int rank) : rank_(rank), fd_(connect_handover(path)) {
     auto granted = ask({{"op", "hello"}, {"rank", rank}, {"slot_bytes", kSlotBytes}, {"digest", 7}});
     REQUIRE(granted.first.at("op") == "granted");
     REQUIRE(granted.second.size() == 3);  // two slots and the control block
@@ -81,7 +87,7 @@ class Worker {
       std::memcpy(map, &h, sizeof h);
     }
     ::munmap(map, kSlotBytes);
-    if (finish) tell({{"op", "sealed"}, {"step", step}, {"slot", slot}});
+    if (finish) REQUIRE(ask({{"op", "sealed"}, {"step", step}, {"slot", slot}}).first.at("op") == "kept");
     return slot;
   }
 
@@ -155,10 +161,27 @@ TEST_CASE("memory handover: a sealed message for a copy whose header is not seal
   MemoryKeeper server(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
   Worker worker(server.socket_path(), 2);
   const int slot = worker.write_copy(4, 'a', /*finish=*/false);
-  worker.tell({{"op", "sealed"}, {"step", 4}, {"slot", slot}});  // a lie: the header still says writing
+  // A lie: the header still says writing. The agent says so, and the worker counts its copy as not made.
+  const auto [refused, no_fds] = worker.ask({{"op", "sealed"}, {"step", 4}, {"slot", slot}});
+  CHECK(refused.at("op") == "refused");
+  CHECK_THAT(refused.at("reason").get<std::string>(), Catch::Contains("torn"));
   worker.tell({{"op", "commit"}, {"step", 4}});
   const auto [plan, none] = worker.ask({{"op", "plan"}});
   CHECK(plan.at("candidates").empty());
+}
+
+TEST_CASE("memory handover: a previous worker of the rank closing late tears nothing of its successor's", "[memory]") {
+  meshrun::testing::TempDir dir;
+  MemoryKeeper server(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  auto old_worker = std::make_unique<Worker>(server.socket_path(), 1);  // still exiting
+  Worker successor(server.socket_path(), 1);
+  const auto [lend, fds] = successor.ask({{"op", "begin"}, {"step", 8}});
+  REQUIRE(lend.at("op") == "lend");
+  old_worker.reset();  // its connection ends while the successor writes
+  std::this_thread::sleep_for(100ms);
+  // The successor's copy is still lent to it: it can finish and seal it (write_copy asks for a new lend).
+  const auto [again, none] = successor.ask({{"op", "begin"}, {"step", 8}});
+  CHECK(again.at("op") == "busy");  // one copy in flight, still its own
 }
 
 namespace {
@@ -306,11 +329,7 @@ TEST_CASE("memory handover: a node without the memory to spare refuses the copie
     return std::nullopt;
   };
   MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host", tight);
-  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, keeper.socket_path().c_str(), sizeof(addr.sun_path) - 1);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  const UniqueFd fd = connect_handover(keeper.socket_path());
   meshrun::send_packet(fd.get(), json{{"op", "hello"}, {"rank", 0}, {"slot_bytes", kSlotBytes}, {"digest", 7}}.dump());
   const auto reply = meshrun::receive_packet(fd.get(), 5000ms);
   const json message = json::parse(reply.text);

@@ -184,7 +184,10 @@ TEST_CASE("shelf: the newest durable step and a copy being pushed are kept too, 
              Catch::Contains("10 (the newest committed)") && Catch::Contains("5 (the newest on every buddy)"));
   shelf.durable(0, 10);  // 10 reached every buddy: 5 may go, unless it is being sent
   shelf.pin(0, 5);
-  CHECK_THAT(shelf.lend(0, 15).busy_reason, Catch::Contains("5 (being sent to the buddy)"));
+  shelf.pin(0, 5);  // pushed and fetched at once: both must end
+  CHECK_THAT(shelf.lend(0, 15).busy_reason, Catch::Contains("5 (being sent to another node)"));
+  shelf.unpin(0, 5);
+  CHECK_FALSE(shelf.lend(0, 15).slot);
   shelf.unpin(0, 5);
   const auto lent = shelf.lend(0, 15);
   REQUIRE(lent.slot);
@@ -214,21 +217,25 @@ TEST_CASE("shelf: a resumed run drops the copies of steps it will do again, and 
 
 TEST_CASE("replicas: a push never overwrites the newest complete copy of its rank", "[memory]") {
   ReplicaShelf replicas;
-  const auto first = replicas.place(3, 5);
+  const auto first = replicas.place(3, 5, 0);
   REQUIRE(first.slot);
-  replicas.complete(3, *first.slot, {ReplicaView::State::kComplete, 5, 4, 9});
-  const auto second = replicas.place(3, 10);
+  replicas.complete(3, *first.slot, {ReplicaView::State::kComplete, 5, 4, 9, 0});
+  const auto second = replicas.place(3, 10, 0);
   REQUIRE(second.slot);
   CHECK(*second.slot != *first.slot);
-  CHECK_FALSE(replicas.place(3, 15).slot);  // one push of a rank at a time
-  replicas.failed(3, *second.slot);         // the sender died mid-push: 5 still stands
+  CHECK_FALSE(replicas.place(3, 15, 0).slot);  // one push of a rank at a time
+  replicas.failed(3, *second.slot);            // the sender died mid-push: 5 still stands
   CHECK(replicas.slot_of(3, 5) == first.slot);
   CHECK_FALSE(replicas.slot_of(3, 10));
-  const auto again = replicas.place(3, 5);
+  const auto again = replicas.place(3, 5, 0);
   CHECK(again.have);  // already held: nothing to send
   const auto held = replicas.held();
   REQUIRE(held.size() == 1);
   CHECK(held[0].copy.world_size == 4);
+  // Step 5 made again in round 1 (the run resumed from before it): the new copy replaces the old one.
+  const auto redone = replicas.place(3, 5, 1);
+  CHECK_FALSE(redone.have);
+  CHECK(redone.slot == first.slot);
 }
 
 namespace {

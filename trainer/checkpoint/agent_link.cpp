@@ -23,6 +23,8 @@ AgentLink::AgentLink(const std::string& path) : path_(path) {
 
 AgentReply AgentLink::request(const nlohmann::json& message, std::chrono::milliseconds timeout) {
   std::lock_guard lock(mutex_);
+  if (!socket_.valid())
+    throw Error("the link to the meshrun agent's memory socket is closed (an answer came too late)");
   Packet packet;
   try {
     send_packet(socket_.get(), message.dump());
@@ -32,8 +34,11 @@ AgentReply AgentLink::request(const nlohmann::json& message, std::chrono::millis
   }
   const std::string op = message.value("op", "");
   if (packet.closed) throw Error("the meshrun agent closed its memory socket (asked '" + op + "')");
-  if (packet.timed_out)
+  if (packet.timed_out) {
+    // Its late answer would be read as the next request's: the link is done (the agent sees it close).
+    socket_.reset();
     throw Error("the meshrun agent did not answer '" + op + "' within " + std::to_string(timeout.count()) + " ms");
+  }
   AgentReply reply{nlohmann::json::parse(packet.text, nullptr, false), std::move(packet.fds)};
   if (!reply.message.is_object()) throw Error("the meshrun agent answered '" + op + "' with no JSON object");
   return reply;
@@ -41,6 +46,8 @@ AgentReply AgentLink::request(const nlohmann::json& message, std::chrono::millis
 
 void AgentLink::tell(const nlohmann::json& message) {
   std::lock_guard lock(mutex_);
+  if (!socket_.valid())
+    throw Error("the link to the meshrun agent's memory socket is closed (an answer came too late)");
   try {
     send_packet(socket_.get(), message.dump());
   } catch (const std::exception& e) {

@@ -27,7 +27,8 @@ class AgentLink {
   explicit AgentLink(const std::string& path);
 
   /// Sends `message` and waits up to `timeout` for the reply. Throws meshrun::Error when the agent is gone,
-  /// does not answer in time or answers with no JSON object.
+  /// does not answer in time (the link is closed then: a late answer must not pass for the next one's) or
+  /// answers with no JSON object.
   AgentReply request(const nlohmann::json& message, std::chrono::milliseconds timeout = std::chrono::seconds(10));
   /// Sends a message that has no reply.
   void tell(const nlohmann::json& message);

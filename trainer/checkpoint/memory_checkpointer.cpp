@@ -322,7 +322,10 @@ std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& s
   std::memcpy(base, &unsealed, sizeof unsealed);
   std::atomic_thread_fence(std::memory_order_release);
   std::memcpy(base + offsetof(proto::CopyHeader, state), &header.state, sizeof header.state);
-  link_->tell({{"op", "sealed"}, {"step", state.step}, {"slot", slot}});
+  // A request, not a note: only a copy the agent checked and kept counts as sealed in the all-reduce.
+  const AgentReply kept = link_->request({{"op", "sealed"}, {"step", state.step}, {"slot", slot}});
+  if (kept.message.value("op", "") != "kept")
+    return "the agent did not keep the copy: " + kept.message.value("reason", kept.message.dump());
   stats.bytes = static_cast<int64_t>(payload_bytes_);
   stats.sealed_during_step = training_step_.load();
   return "";

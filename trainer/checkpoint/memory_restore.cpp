@@ -134,8 +134,10 @@ MemoryRestore restore_from_memory(AgentLink& agent, const TrainerConfig& config,
     return out;
   }
   out.why_not.clear();
-  if (storage_step && *storage_step >= step) {
-    out.why_not = "the storage checkpoint of step " + std::to_string(*storage_step) +
+  // Rank 0's view of storage decides for all: node-local folders or a lagging file system must not split them.
+  const int64_t storage = world.broadcast_value(storage_step.value_or(-1), 0);
+  if (storage >= step) {
+    out.why_not = "the storage checkpoint of step " + std::to_string(storage) +
                   " is at least as new as the newest step in memory, " + std::to_string(step);
     return out;
   }
