@@ -43,7 +43,7 @@ TEST_CASE("a heartbeat reply serialises to the same JSON as with string fields",
   constexpr auto kNoProbe = R"("arrival_probe":{"first_seq":0,"group":"","last_seq":0})";
   constexpr auto kNoRecovery =
       R"("recovered_round":0,"recovery":{"complete":false,"detect_s":-1.0,"first_step_s":-1.0,"init_s":-1.0,)"
-      R"("load_s":-1.0,"rendezvous_s":-1.0,"start_s":-1.0,"stop_s":-1.0,"total_s":-1.0},)";
+      R"("load_s":-1.0,"load_source":"","rendezvous_s":-1.0,"start_s":-1.0,"stop_s":-1.0,"total_s":-1.0},)";
   CHECK(json(beat).dump() == std::string(R"({"action":"restart",)") + kNoProbe +
                                  R"(,"cause":"node_left","reason":"b left",)" + kNoRecovery +
                                  R"("round":2,"server_unix_ns":0,"stragglers":[],"waiting_nodes":0})");
