@@ -258,11 +258,14 @@ std::optional<int64_t> Trainer::restore_from_memory(const std::string& resume_fr
   if (rank0) {
     const CheckpointStats& s = restored.stats;
     const int world = comm_->world_size();
-    const std::string sources = restored.fetched_ranks == 0
-                                    ? "every rank from its own agent"
-                                    : std::to_string(world - restored.fetched_ranks) +
-                                          " rank(s) from their own agents, " + std::to_string(restored.fetched_ranks) +
-                                          " from another node's (a lost node's copies, from its buddy)";
+    std::string sources = restored.fetched_ranks == 0
+                              ? "every rank from its own agent"
+                              : std::to_string(world - restored.fetched_ranks) + " rank(s) from their own agents, " +
+                                    std::to_string(restored.fetched_ranks) +
+                                    " from another node's (a lost node's copies, from its buddy)";
+    if (restored.resharded_from > 0)
+      sources = "resharded from " + std::to_string(restored.resharded_from) + " ranks to " + std::to_string(world) +
+                "; " + std::to_string(restored.fetched_ranks) + " rank(s) fetched copies from other nodes";
     std::string lost;
     if (restored.steps_done > restored.state->step)
       lost = "; the run had reached step " + std::to_string(restored.steps_done) + ": " +

@@ -128,7 +128,7 @@ bool HandoverServer::answer(Connection& c, const json& message) {
   } else if (op == "plan") {
     reply = keeper_.plan(c.rank);
   } else if (op == "open") {
-    reply = keeper_.open(c.rank, step, fds);
+    reply = keeper_.open(c.rank, step, message.value("rank", -1), message.value("world_size", -1), fds);
   } else {
     reply = {{"op", "error"}, {"reason", "unknown op '" + op + "'"}};
   }

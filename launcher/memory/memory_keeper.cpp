@@ -79,6 +79,7 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
     std::lock_guard lock(mutex_);
     attempt_ = attempt;
     load_source_ = proto::LoadSource::kUnknown;
+    fetched_.clear();
     plan_.reset();
     buddy_.reset();
     mine = inventory_locked();
@@ -106,6 +107,15 @@ json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds, uin
       spdlog::warn("memory: rank {}'s copies in memory refused: {}", rank, why);
       if (!held) own_.erase(rank);
       return {{"op", "refused"}, {"reason", why}};
+    }
+    if (held) {
+      Retired previous{std::move(held), {}, 0};
+      for (const int64_t step : shelf_.candidates(rank)) {
+        const int slot = *shelf_.slot_of(rank, step);
+        previous.committed[step] = slot;
+        previous.world_size = previous.slots->slots[static_cast<size_t>(slot)]->read_header().world_size;
+      }
+      if (!previous.committed.empty()) retired_[rank] = std::move(previous);
     }
     held.reset();
     shelf_.forget(rank);
@@ -168,6 +178,7 @@ void MemoryKeeper::commit(int rank, int64_t step) {
 void MemoryKeeper::durable(int rank, int64_t step) {
   std::lock_guard lock(mutex_);
   shelf_.durable(rank, step);
+  retired_.erase(rank);  // a step of the new layout is on every buddy: the old one is not needed any more
 }
 
 void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
@@ -199,14 +210,17 @@ json MemoryKeeper::plan(int rank) {
     const bool alone = !attempt || attempt->nodes <= 1;
     if (alone || plan_) {
       json reply = {{"op", "plan"}, {"steps_done", attempt ? attempt->steps_done : 0}};
+      json candidates = json::array();
       if (alone) {
-        reply["candidates"] = shelf_.candidates(rank);
-        return reply;
+        for (const int64_t step : shelf_.candidates(rank)) {
+          const auto& slot = own_.at(rank)->slots[static_cast<size_t>(*shelf_.slot_of(rank, step))];
+          candidates.push_back({{"step", step}, {"world_size", slot->read_header().world_size}});
+        }
+      } else {
+        for (const auto& c : plan_->candidates) candidates.push_back({{"step", c.step}, {"world_size", c.world_size}});
+        reply["why_none"] = plan_->why_none;
       }
-      std::vector<int64_t> steps;
-      for (const auto& c : plan_->candidates) steps.push_back(c.step);
-      reply["candidates"] = steps;
-      reply["why_none"] = plan_->why_none;
+      reply["candidates"] = std::move(candidates);
       return reply;
     }
   }
@@ -225,27 +239,42 @@ json MemoryKeeper::plan(int rank) {
   return plan(rank);
 }
 
-json MemoryKeeper::open(int rank, int64_t step, std::vector<int>& fds) {
+json MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds) {
+  const bool own_layout = copy_rank < 0;
+  const int wanted = own_layout ? rank : copy_rank;
   std::optional<CopySource> from;
   {
     std::lock_guard lock(mutex_);
     const auto committed = shelf_.candidates(rank);
     const auto slot = shelf_.slot_of(rank, step);
-    if (slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+    if (own_layout && slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
       fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
       return {{"op", "copy"}, {"step", step}, {"slot", *slot}, {"source", "own"}};
     }
+    if (!own_layout) {
+      if (const auto held = find_copy_locked(wanted, step, world_size)) {
+        fds.push_back(held->first);
+        return {{"op", "copy"}, {"step", step}, {"source", "own"}};
+      }
+    }
     if (plan_) {
       for (const auto& c : plan_->candidates) {
-        if (c.step == step && c.holders.count(rank) > 0 && c.holders.at(rank).node != attempt_->node)
-          from = c.holders.at(rank);
+        const bool match =
+            c.step == step && (own_layout ? c.world_size == attempt_->world_size : c.world_size == world_size);
+        if (match && c.holders.count(wanted) > 0 && c.holders.at(wanted).node != attempt_->node)
+          from = c.holders.at(wanted);
       }
     }
   }
   if (!from)
-    return error("no committed copy of step " + std::to_string(step) + " for rank " + std::to_string(rank) +
+    return error("no committed copy of step " + std::to_string(step) + " for rank " + std::to_string(wanted) +
                  " on this node or in this round's plan");
-  if (const std::string why = fetch(rank, step, *from); !why.empty()) return error(why);
+  // Another layout's copy (a reshard) goes into a slot of its own, kept for this round.
+  if (const std::string why = own_layout ? fetch(rank, step, *from) : fetch_other(wanted, step, world_size, *from, fds);
+      !why.empty())
+    return error(why);
+  if (!own_layout)
+    return {{"op", "copy"}, {"step", step}, {"source", "node " + std::to_string(from->node)}, {"host", from->host}};
   std::lock_guard lock(mutex_);
   const auto slot = shelf_.slot_of(rank, step);
   if (!slot) return error("the fetched copy of step " + std::to_string(step) + " was lost");
@@ -255,6 +284,68 @@ json MemoryKeeper::open(int rank, int64_t step, std::vector<int>& fds) {
           {"slot", *slot},
           {"source", "node " + std::to_string(from->node)},
           {"host", from->host}};
+}
+
+std::optional<std::pair<int, uint64_t>> MemoryKeeper::find_copy_locked(int rank, int64_t step, int world_size) const {
+  const auto world_of = [](const MemfdSlot& slot) { return slot.read_header().world_size; };
+  if (const auto it = own_.find(rank); it != own_.end()) {
+    const auto committed = shelf_.candidates(rank);
+    const auto slot = shelf_.slot_of(rank, step);
+    if (slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+      const auto& memfd = *it->second->slots[static_cast<size_t>(*slot)];
+      if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
+    }
+  }
+  if (const auto it = retired_.find(rank); it != retired_.end() && it->second.committed.count(step) > 0) {
+    const auto& memfd = *it->second.slots->slots[static_cast<size_t>(it->second.committed.at(step))];
+    if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
+  }
+  if (const auto replica = replicas_.slot_of(rank, step)) {
+    const auto& memfd = *replica_slots_.at(rank).at(static_cast<size_t>(*replica));
+    if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
+  }
+  for (const auto& memfd : fetched_) {
+    const proto::CopyHeader h = memfd->read_header();
+    if (h.rank == rank && h.step == step && (world_size < 0 || h.world_size == world_size))
+      return std::make_pair(memfd->fd(), memfd->bytes());
+  }
+  return std::nullopt;
+}
+
+std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, const CopySource& from,
+                                      std::vector<int>& fds) {
+  std::unique_ptr<MemfdSlot> into;
+  std::string why;
+  try {
+    const UniqueFd peer = connect_peer(from.addr, from.port);
+    send_frame(peer.get(),
+               {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}, {"world_size", world_size}});
+    const json reply = receive_frame(peer.get());
+    const uint64_t bytes = reply.value("bytes", uint64_t{0});
+    if (!reply.value("ok", false) || bytes < proto::kHeaderBytes) {
+      why = "node " + std::to_string(from.node) + " says: " + reply.value("error", reply.dump());
+    } else if (const std::string room = budget_refusal(bytes, memory_room(read_)); !room.empty()) {
+      why = room;
+    } else {
+      into = std::make_unique<MemfdSlot>(name_ + " fetched rank" + std::to_string(rank), bytes);
+      receive_copy(peer.get(), into->fd(), bytes);
+      why = into->check();
+      const proto::CopyHeader h = into->read_header();
+      if (why.empty() && (h.step != step || h.rank != rank || h.world_size != world_size))
+        why = "it holds another step, rank or world";
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!why.empty())
+    return "rank " + std::to_string(rank) + "'s copy of step " + std::to_string(step) + " (" +
+           std::to_string(world_size) + " ranks) from node " + std::to_string(from.node) + ": " + why;
+  std::lock_guard lock(mutex_);
+  fds.push_back(into->fd());
+  fetched_.push_back(std::move(into));
+  spdlog::info("memory: fetched rank {}'s copy of step {} ({} ranks) from node {} ({})", rank, step, world_size,
+               from.node, from.host);
+  return "";
 }
 
 std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) {
@@ -392,16 +483,19 @@ void MemoryKeeper::serve_fetch(const json& request, int socket) {
   {
     std::lock_guard lock(mutex_);
     const auto committed = shelf_.candidates(rank);
-    if (const auto slot = shelf_.slot_of(rank, step);
-        slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+    const int world_size = request.value("world_size", -1);
+    const auto slot = shelf_.slot_of(rank, step);
+    const bool own =
+        slot && std::find(committed.begin(), committed.end(), step) != committed.end() &&
+        (world_size < 0 || own_.at(rank)->slots[static_cast<size_t>(*slot)]->read_header().world_size == world_size);
+    if (own) {
       from = dup_fd(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
       bytes = own_.at(rank)->slot_bytes;
       shelf_.pin(rank, step);
       pinned = true;
-    } else if (const auto replica = replicas_.slot_of(rank, step)) {
-      const auto& held = replica_slots_.at(rank).at(static_cast<size_t>(*replica));
-      from = dup_fd(held->fd());
-      bytes = held->bytes();
+    } else if (const auto held = find_copy_locked(rank, step, world_size)) {
+      from = dup_fd(held->first);  // a replica, or a retired layout's copy
+      bytes = held->second;
     }
   }
   try {
@@ -490,6 +584,10 @@ Inventory MemoryKeeper::inventory_locked() const {
   }
   for (const auto& r : replicas_.held())
     inventory.copies.push_back({r.rank, r.copy.step, r.copy.world_size, r.copy.digest, true});
+  for (const auto& [rank, retired] : retired_) {
+    for (const auto& [step, slot] : retired.committed)
+      inventory.copies.push_back({rank, step, retired.world_size, retired.slots->digest, false});
+  }
   return inventory;
 }
 

@@ -83,7 +83,9 @@ class MemoryKeeper {
   /// Where this round's workers restored from, as they told (the slowest kind over its ranks).
   proto::LoadSource load_source() const;
   nlohmann::json plan(int rank);
-  nlohmann::json open(int rank, int64_t step, std::vector<int>& fds);
+  /// `copy_rank` and `world_size` name a copy of another layout (a reshard after the job shrank); -1: the
+  /// worker's own rank in the round's layout.
+  nlohmann::json open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds);
   void disconnected(int rank, uint64_t connection);
 
   // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
@@ -107,6 +109,18 @@ class MemoryKeeper {
 
  private:
   struct RankSlots;
+  /// A rank's committed copies of the previous layout, kept after its worker said hello with another one,
+  /// until a step of the new layout is durable: a job that shrank restores (reshards) from them.
+  struct Retired {
+    std::unique_ptr<RankSlots> slots;
+    std::map<int64_t, int> committed;  // step -> slot
+    int world_size = 0;
+  };
+  /// A sealed copy held here (own, retired or replica) of `rank` at `step` in a `world_size` world: its
+  /// descriptor (owned by the keeper) and size. Under mutex_.
+  std::optional<std::pair<int, uint64_t>> find_copy_locked(int rank, int64_t step, int world_size) const;
+  /// Fetches another layout's copy from `from` into a slot of its own (kept this round); its fd in `fds`.
+  std::string fetch_other(int rank, int64_t step, int world_size, const CopySource& from, std::vector<int>& fds);
 
   Inventory inventory_locked() const;
   void set_pushed_locked(int rank, int64_t step);
@@ -121,7 +135,9 @@ class MemoryKeeper {
   mutable std::mutex mutex_;
   CopyShelf shelf_;
   std::map<int, std::unique_ptr<RankSlots>> own_;
-  std::map<int, uint64_t> connection_of_;  // rank -> the connection of its latest hello
+  std::map<int, uint64_t> connection_of_;            // rank -> the connection of its latest hello
+  std::map<int, Retired> retired_;                   // rank -> its previous layout's copies
+  std::vector<std::unique_ptr<MemfdSlot>> fetched_;  // other layouts' copies fetched for a reshard (this round)
   ReplicaShelf replicas_;
   std::map<int, std::vector<std::unique_ptr<MemfdSlot>>> replica_slots_;
   std::optional<MemoryAttempt> attempt_;

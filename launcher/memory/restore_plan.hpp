@@ -43,10 +43,12 @@ struct CopySource {
   int port = 0;
 };
 
-/// A step every rank can restore, with where each rank's copy is.
+/// A step whose copies cover a whole world, with where each rank's copy is. A world of another size than
+/// the round's (the job shrank) is restored by resharding: every rank reads the copies that overlap it.
 struct RestoreCandidate {
   int64_t step = 0;
-  std::map<int, CopySource> holders;  // rank -> the node to take it from
+  int world_size = 0;                 // of the copies
+  std::map<int, CopySource> holders;  // rank of that world -> the node to take it from
 };
 
 struct RestorePlan {
@@ -54,8 +56,8 @@ struct RestorePlan {
   std::string why_none;                      // when there is none: what is missing
 };
 
-/// The plan for a world of `world_size` ranks from the inventories that arrived (node -> inventory), as
-/// seen by node `self` (its own copies first).
+/// The plan from the inventories that arrived (node -> inventory), as seen by node `self` (its own copies
+/// first): newest step first; at the same step, copies of the round's own `world_size` first.
 RestorePlan plan_restore(const std::map<int, Inventory>& inventories, int world_size, int self);
 
 }  // namespace meshrun::launcher

@@ -12,6 +12,9 @@
 #             second restore is from memory too, rank 2's copy from node 0 (its buddy in either ring)
 #   hybrid    as buddy with two ranks per node and fsdp.strategy=HYBRID_SHARD (a shard group per node): the
 #             spare fetches both of node 1's ranks from node 2
+#   shrink    no spare: node2 is killed and the job goes on at 2 nodes; the 3-rank copies are resharded to 2
+#             ranks (rank 2's copy fetched from node 0, its buddy), and the final loss equals a 2-node run that
+#             loaded the same step from storage (the reference's checkpoint of that step)
 # Each: the final loss equals a run without a fault, and no process of the job is left on any node.
 # Usage: memory_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
 SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
@@ -28,22 +31,25 @@ declare -a A   # agent pid per node (expect_exit reads it)
 mc_spawn "$DAEMON" "$W/daemon.log" "$RDZV" --host 0.0.0.0 --port "$PORT"
 for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1; done
 
-# agent I RUN OUT: meshrun-trainer under meshrun on node I, in run RUN, writing to OUT; log in $W/RUN-node<I>.log.
+# agent I RUN OUT [--set K=V ...]: meshrun-trainer under meshrun on node I, in run RUN, writing to OUT; log in
+# $W/RUN-node<I>.log. NNODES (2:3) and INTERVAL (20, storage) apply.
 agent() {
-  mc_spawn "$1" "$W/$2-node$1.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
-    --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$2" --nnodes 2:3 --nproc-per-node "$NPROC" --max-restarts 3 \
+  local node=$1 run=$2 out=$3; shift 3
+  mc_spawn "$node" "$W/$run-node$node.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
+    --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$run" --nnodes "${NNODES:-2:3}" --nproc-per-node "$NPROC" --max-restarts 3 \
     --log-level info --no-python "$TRAINER" \
-    --config "$CONFIGS/tiny.json" --set "output.dir=\"$3\"" --set train.sample_tokens=0 \
+    --config "$CONFIGS/tiny.json" --set "output.dir=\"$out\"" --set train.sample_tokens=0 \
     --set "train.steps=$STEPS" --set train.log_interval=1 --set train.global_batch_size=12 \
-    --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=20 --set checkpoint.memory_interval=5 \
-    --set system.timeout_s=30 "${EXTRA[@]}"
-  A[$1]=$MC_PID
+    --set "checkpoint.dir=\"$out/ck\"" --set "checkpoint.interval=${INTERVAL:-20}" --set checkpoint.memory_interval=5 \
+    --set system.timeout_s=30 "${EXTRA[@]}" "$@"
+  A[$node]=$MC_PID
 }
 show_logs() { local f; for f in "$W"/job-node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
 restored_line() { grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node?.log | head -1; }
 
 REF=$W/ref; mkdir -p "$REF"
-for i in 0 1 2; do agent "$i" ref "$REF"; done
+# shrink compares with a run that loads the reference's storage checkpoint of the step memory restored.
+for i in 0 1 2; do INTERVAL=$([ "$SCENARIO" = shrink ] && echo 5 || echo 20) agent "$i" ref "$REF"; done
 for i in 0 1 2; do expect_exit "$i" 0; done
 REF_LOSS=$(final_loss "$REF")
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
@@ -51,7 +57,7 @@ REF_LOSS=$(final_loss "$REF")
 OUT=$W/job; mkdir -p "$OUT"; RUN=job
 for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
-case $SCENARIO in own) spares=() ;; buddy | hybrid) spares=(3) ;; *) spares=(3 4) ;; esac
+case $SCENARIO in own | shrink) spares=() ;; buddy | hybrid) spares=(3) ;; *) spares=(3 4) ;; esac
 for i in "${spares[@]}"; do
   agent "$i" $RUN "$OUT"
   mc_wait_for "$W/job-node$i.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node$i did not wait as a spare"
@@ -75,6 +81,10 @@ case $SCENARIO in
     wait_step "$OUT" 48
     mc_kill_node 2; echo "killed node2 at step $(step "$OUT")"
     finishers=(0 3 4)
+    ;;
+  shrink)
+    mc_kill_node 2; echo "killed node2 at step $(step "$OUT")"
+    finishers=(0 1)
     ;;
   bothlost)
     mc_kill_node 1; mc_kill_node 2; echo "killed node1 and node2 at step $(step "$OUT")"
@@ -100,6 +110,10 @@ case $SCENARIO in
       mc_fail "$SCENARIO: ranks 2-3 were not restored from their buddy: $line"
     grep -q "memory: fetched rank 3's copy of step [0-9]* from node 2" "$W"/job-node3.log ||
       mc_fail "$SCENARIO: the spare does not say it fetched rank 3's copy from node 2"
+    ;;
+  shrink)
+    echo "$line" | grep -q "from memory (resharded from 3 ranks to 2; 2 rank(s) fetched copies from other nodes)" ||
+      mc_fail "$SCENARIO: the 3-rank copies were not resharded to 2 ranks: $line"
     ;;
   bothlost)
     echo "$line" | grep -q "nothing restored from memory: step [0-9]* lacks the copies of rank(s) 1 .*loading .*step_00000020" ||
@@ -127,6 +141,14 @@ fi
 case $SCENARIO in own) from="memory" ;; bothlost) from="storage" ;; *) from="memory (buddy)" ;; esac
 grep -q "recovery of round 1: .* load [0-9.]* s from $from, " "$W/job-node0.log" ||
   mc_fail "$SCENARIO: the recovery ledger does not say the load came from $from: $(grep -h 'recovery of round 1' "$W/job-node0.log")"
+if [ "$SCENARIO" = shrink ]; then   # the reference: 2 nodes from the reference's storage checkpoint of that step
+  REF2=$W/ref2; mkdir -p "$REF2"
+  ck=$(printf '%s/ck/step_%08d' "$REF" "$step_restored")
+  [ -f "$ck/metadata.json" ] || mc_fail "$SCENARIO: the reference has no checkpoint of step $step_restored"
+  for i in 0 1; do NNODES=2 agent "$i" ref2 "$REF2" --set "checkpoint.resume=\"$ck\""; done
+  for i in 0 1; do expect_exit "$i" 0; done
+  REF_LOSS=$(final_loss "$REF2")
+fi
 loss=$(final_loss "$OUT")
 [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
 mc_expect_gone "$MARKER" 20 && echo "$SCENARIO: no process of the job left on any node"

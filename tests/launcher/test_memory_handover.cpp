@@ -127,7 +127,8 @@ TEST_CASE("memory handover: a copy outlives the worker that wrote it and is read
   CHECK(server.held_bytes() == 2 * kSlotBytes);
   Worker second(server.socket_path(), 0);
   const auto [plan, none] = second.ask({{"op", "plan"}});
-  CHECK(plan.at("candidates") == json::array({4}));
+  REQUIRE(plan.at("candidates").size() == 1);
+  CHECK(plan.at("candidates")[0].at("step") == 4);
   CHECK(second.read_copy(4) == 'a');
 }
 

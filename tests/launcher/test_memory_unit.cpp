@@ -269,8 +269,7 @@ TEST_CASE("plan: the newest step every rank holds on a live node, this node's co
   const RestorePlan none = plan_restore(nodes, 3, 1);
   CHECK(none.candidates.empty());
   CHECK_THAT(none.why_none, Catch::Contains("step 15 lacks the copies of rank(s) 1 "));
-  // Another world size (the job shrank) or another run's config never counts.
-  CHECK(plan_restore(nodes, 2, 0).candidates.empty());
+  // Copies of another run's config never count.
   std::map<int, Inventory> mixed{{0, inventory(0, {{0, 5, 2, kRun, false}})},
                                  {1, inventory(1, {{1, 5, 2, kRun + 1, false}})}};
   CHECK(plan_restore(mixed, 2, 0).candidates.empty());
@@ -309,4 +308,29 @@ TEST_CASE("budget: the room is the least of MemAvailable and every cgroup limit 
   files.clear();  // nothing to read: no check, rather than a refusal on a guess
   CHECK_FALSE(memory_room(read).known);
   CHECK(budget_refusal(1ULL << 40, memory_room(read)).empty());
+}
+
+TEST_CASE("plan: after the job shrank, a whole world of the old size is a candidate, this size first", "[memory]") {
+  constexpr uint64_t kRun = 77;
+  // Three ranks' copies of step 30 on the two nodes left (node 0 holds rank 2's as node 2's buddy); step 35 of
+  // the new two-rank layout is also whole.
+  std::map<int, Inventory> nodes{
+      {0, inventory(0, {{0, 30, 3, kRun, false}, {2, 30, 3, kRun, true}, {0, 35, 2, kRun, false}})},
+      {1, inventory(1, {{1, 30, 3, kRun, false}, {1, 35, 2, kRun, false}, {0, 35, 3, kRun, true}})},
+  };
+  RestorePlan plan = plan_restore(nodes, 2, 0);
+  REQUIRE(plan.candidates.size() == 2);
+  CHECK(plan.candidates[0].step == 35);
+  CHECK(plan.candidates[0].world_size == 2);
+  CHECK(plan.candidates[1].step == 30);
+  CHECK(plan.candidates[1].world_size == 3);  // resharded from 3 ranks
+  CHECK(plan.candidates[1].holders.at(2).node == 0);
+  // The same step in both layouts: the round's own first.
+  nodes[0].copies.push_back({1, 35, 3, kRun, false});
+  nodes[1].copies.push_back({2, 35, 3, kRun, false});
+  plan = plan_restore(nodes, 2, 0);
+  REQUIRE(plan.candidates.size() >= 2);
+  CHECK(plan.candidates[0].world_size == 2);
+  CHECK(plan.candidates[1].step == 35);
+  CHECK(plan.candidates[1].world_size == 3);
 }

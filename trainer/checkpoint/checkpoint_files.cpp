@@ -102,26 +102,6 @@ CheckpointContents merge_indexes(const std::vector<json>& indexes, json tensors)
   return contents;
 }
 
-// Sorts each tensor's chunks by position. Every tensor must be covered exactly once, or the save itself is
-// broken.
-void check_chunks_tile(json& tensors) {
-  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
-    auto& list = it.value()["chunks"];
-    std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
-    int64_t next = 0;
-    for (const auto& c : list) {
-      if (c["begin"].get<int64_t>() != next)
-        throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
-      next += c["count"].get<int64_t>();
-    }
-    int64_t numel = 1;
-    for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
-    if (next != numel)
-      throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
-                  std::to_string(numel));
-  }
-}
-
 // metadata.json: the save record, the resolved config and where every chunk of every tensor lies.
 json metadata_json(const TrainerConfig& config, const SaveRecord& record, const CheckpointContents& contents) {
   json meta = {
@@ -146,6 +126,24 @@ json metadata_json(const TrainerConfig& config, const SaveRecord& record, const 
 }
 
 }  // namespace
+
+void check_chunks_tile(json& tensors) {
+  for (auto it = tensors.begin(); it != tensors.end(); ++it) {
+    auto& list = it.value()["chunks"];
+    std::sort(list.begin(), list.end(), [](const json& a, const json& b) { return a["begin"] < b["begin"]; });
+    int64_t next = 0;
+    for (const auto& c : list) {
+      if (c["begin"].get<int64_t>() != next)
+        throw Error("internal: checkpoint chunks of " + it.key() + " do not tile it");
+      next += c["count"].get<int64_t>();
+    }
+    int64_t numel = 1;
+    for (const auto& d : it.value()["shape"]) numel *= d.get<int64_t>();
+    if (next != numel)
+      throw Error("internal: checkpoint chunks of " + it.key() + " cover " + std::to_string(next) + " of " +
+                  std::to_string(numel));
+  }
+}
 
 json empty_tensor_table(const ModelConfig& model) {
   json tensors = json::object();

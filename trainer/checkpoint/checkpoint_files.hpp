@@ -80,6 +80,10 @@ struct SaveRecord {
 int64_t finish_checkpoint(const TrainerConfig& config, const std::string& path, const SaveRecord& record,
                           const nlohmann::json* own_index);
 
+/// Sorts each tensor's chunks (a metadata "tensors" table) by position; throws meshrun::Error unless every
+/// tensor is covered exactly once (the files, or the copies in memory, are not a whole checkpoint).
+void check_chunks_tile(nlohmann::json& tensors);
+
 /// Every tensor of every kind a checkpoint of `model` holds, {shape, dtype, chunks: []}: the table the
 /// ranks' chunk indexes are merged into.
 nlohmann::json empty_tensor_table(const ModelConfig& model);

@@ -43,28 +43,38 @@ class MappedCopy {
   size_t bytes_ = 0;
 };
 
-// The steps the agent can give this rank, newest first (none when it cannot say, and why).
-std::vector<int64_t> held_steps(AgentLink& agent, MemoryRestore& out) {
+// A step the agent can give this rank, in the layout of a `world_size` world.
+struct HeldStep {
+  int64_t step = 0;
+  int world_size = 0;
+  bool operator==(const HeldStep&) const = default;
+};
+
+// What the agent can give this rank, newest first (none when it cannot say, and why).
+std::vector<HeldStep> held_steps(AgentLink& agent, MemoryRestore& out) {
   try {
     // The agent may wait for every node's inventory (up to 10 s) before it answers.
     const AgentReply reply = agent.request({{"op", "plan"}}, std::chrono::seconds(30));
-    auto steps = reply.message.value("candidates", std::vector<int64_t>{});
+    std::vector<HeldStep> held;
+    for (const auto& c : reply.message.value("candidates", json::array()))
+      held.push_back({c.at("step").get<int64_t>(), c.at("world_size").get<int>()});
     out.steps_done = reply.message.value("steps_done", int64_t{0});
     out.why_not = reply.message.value("why_none", "");
-    std::sort(steps.rbegin(), steps.rend());
-    return steps;
+    return held;  // in the agent's order: newest first, this world's layout first at a step
   } catch (const std::exception& e) {
     out.why_not = e.what();
     return {};
   }
 }
 
-// The newest step every rank holds: rank 0 proposes its steps newest first, every rank says whether it holds
-// the proposal. -1 when no step is held by every rank.
-int64_t agree_on_step(Communicator& world, const std::vector<int64_t>& held) {
+// The newest step every rank holds: rank 0 proposes its steps in order, every rank says whether it holds
+// the proposal. nullopt when no step is held by every rank.
+std::optional<HeldStep> agree_on_step(Communicator& world, const std::vector<HeldStep>& held) {
   for (size_t i = 0;; ++i) {
-    const int64_t proposal = world.broadcast_value(i < held.size() ? held[i] : -1, 0);
-    if (proposal < 0) return -1;
+    const HeldStep mine = i < held.size() ? held[i] : HeldStep{-1, 0};
+    const HeldStep proposal{world.broadcast_value(mine.step, 0),
+                            static_cast<int>(world.broadcast_value(mine.world_size, 0))};
+    if (proposal.step < 0) return std::nullopt;
     const bool have = std::find(held.begin(), held.end(), proposal) != held.end();
     if (world.sum_over_ranks({have ? 1.0 : 0.0})[0] == world.world_size()) return proposal;
   }
@@ -97,28 +107,56 @@ json checked_index(const MappedCopy& copy, int64_t step, int rank, int world_siz
   return index;
 }
 
-// A reader over this rank's copy of `step`: metadata as a storage checkpoint's, bytes from the mapping.
-CheckpointReader open_copy(AgentLink& agent, const TrainerConfig& config, Communicator& world, int64_t step,
-                           uint64_t digest, std::shared_ptr<MappedCopy>& mapping, bool& fetched) {
-  const std::string label =
-      "the copy in memory of step " + std::to_string(step) + " (rank " + std::to_string(world.rank()) + ")";
-  // A copy on another node is fetched first: a transfer's worth of time.
-  const AgentReply reply = agent.request({{"op", "open"}, {"step", step}}, std::chrono::seconds(120));
-  fetched = reply.message.value("source", "own") != "own";
-  if (reply.message.value("op", "") != "copy" || reply.fds.empty())
-    throw Error(label + ": the agent says " + reply.message.value("reason", reply.message.dump()));
-  mapping = std::make_shared<MappedCopy>(reply.fds.front().get(), label);
-  const json index = checked_index(*mapping, step, world.rank(), world.world_size(), digest, label);
+// A reader over the copies of `step` this rank restores from: its own copy in the round's layout (`from` is
+// nothing), or, after the job shrank or grew, every rank's copy of the `from`-rank world, whose chunks cover
+// every tensor as the ranks' files of a storage checkpoint do: the load reads the ranges it needs (a
+// reshard). Metadata as a storage checkpoint's, bytes from the mappings.
+CheckpointReader open_copies(AgentLink& agent, const TrainerConfig& config, Communicator& world, HeldStep held,
+                             uint64_t digest, std::vector<std::shared_ptr<MappedCopy>>& mappings, int& fetched) {
+  const bool reshard = held.world_size != world.world_size();
+  const int first = reshard ? 0 : world.rank();
+  const int last = reshard ? held.world_size : world.rank() + 1;
   json tensors = empty_tensor_table(config.model);
-  for (const auto& [name, chunks] : index["chunks"].items()) {
-    for (const auto& c : chunks) tensors.at(name)["chunks"].push_back(c);
+  std::map<std::string, const char*> payloads;  // rank<R>.bin -> its bytes
+  json optimizer_steps;
+  for (int r = first; r < last; ++r) {
+    const std::string label = "the copy in memory of step " + std::to_string(held.step) + " (rank " +
+                              std::to_string(r) + " of " + std::to_string(held.world_size) + ")";
+    json request = {{"op", "open"}, {"step", held.step}};
+    if (reshard) {
+      request["rank"] = r;
+      request["world_size"] = held.world_size;
+    }
+    // A copy on another node is fetched first: a transfer's worth of time.
+    const AgentReply reply = agent.request(request, std::chrono::seconds(120));
+    if (reply.message.value("op", "") != "copy" || reply.fds.empty())
+      throw Error(label + ": the agent says " + reply.message.value("reason", reply.message.dump()));
+    if (reply.message.value("source", "own") != "own") ++fetched;
+    mappings.push_back(std::make_shared<MappedCopy>(reply.fds.front().get(), label));
+    const json index = checked_index(*mappings.back(), held.step, r, held.world_size, digest, label);
+    for (const auto& [name, chunks] : index["chunks"].items()) {
+      auto& list = tensors.at(name)["chunks"];
+      for (const auto& c : chunks) {
+        // Replicas (HYBRID, NO_SHARD) hold the same ranges: one copy of each range is read.
+        const bool seen =
+            std::any_of(list.begin(), list.end(), [&](const json& o) { return o["begin"] == c["begin"]; });
+        if (!seen) list.push_back(c);
+      }
+    }
+    payloads[index["file"].get<std::string>()] = mappings.back()->data() + index["payload_offset"].get<uint64_t>();
+    optimizer_steps = index["optimizer_steps"];
   }
-  json meta = {{"step", step}, {"optimizer_steps", index["optimizer_steps"]}, {"tensors", std::move(tensors)}};
-  const char* payload = mapping->data() + index["payload_offset"].get<uint64_t>();
+  if (reshard) check_chunks_tile(tensors);  // every tensor whole, or the copies are not a checkpoint
+  json meta = {{"step", held.step}, {"optimizer_steps", optimizer_steps}, {"tensors", std::move(tensors)}};
+  const std::string label = "the copies in memory of step " + std::to_string(held.step);
   // checked_index verified every chunk's CRC before any rank loads a byte: the reader does not again.
   return CheckpointReader(
       label, std::move(meta),
-      [payload](const std::string&, uint64_t offset, size_t n, void* dst) { std::memcpy(dst, payload + offset, n); },
+      [payloads](const std::string& file, uint64_t offset, size_t n, void* dst) {
+        const auto it = payloads.find(file.substr(file.rfind('/') + 1));
+        if (it == payloads.end()) throw Error("internal: no copy in memory holds " + file);
+        std::memcpy(dst, it->second + offset, n);
+      },
       /*chunks_verified=*/true);
 }
 
@@ -127,13 +165,14 @@ CheckpointReader open_copy(AgentLink& agent, const TrainerConfig& config, Commun
 MemoryRestore restore_from_memory(AgentLink& agent, const TrainerConfig& config, ShardedModel& model, AdamW& optimizer,
                                   Communicator& world, std::optional<int64_t> storage_step) {
   MemoryRestore out;
-  const std::vector<int64_t> held = held_steps(agent, out);
-  const int64_t step = agree_on_step(world, held);
-  if (step < 0) {
+  const std::vector<HeldStep> held = held_steps(agent, out);
+  const auto chosen = agree_on_step(world, held);
+  if (!chosen) {
     if (out.why_not.empty() && !held.empty()) out.why_not = "no step is held in memory for every rank";
     return out;
   }
   out.why_not.clear();
+  const int64_t step = chosen->step;
   // Rank 0's view of storage decides for all: node-local folders or a lagging file system must not split them.
   const int64_t storage = world.broadcast_value(storage_step.value_or(-1), 0);
   if (storage >= step) {
@@ -141,15 +180,16 @@ MemoryRestore restore_from_memory(AgentLink& agent, const TrainerConfig& config,
                   " is at least as new as the newest step in memory, " + std::to_string(step);
     return out;
   }
-  std::shared_ptr<MappedCopy> mapping;
+  std::vector<std::shared_ptr<MappedCopy>> mappings;
   const uint64_t digest = memory_copy_digest(config);
   try {
-    bool fetched = false;
-    const auto open = [&] { return open_copy(agent, config, world, step, digest, mapping, fetched); };
+    int fetched = 0;
+    const auto open = [&] { return open_copies(agent, config, world, *chosen, digest, mappings, fetched); };
     out.state = load_from(open, "memory", config, model, optimizer, world, &out.stats);
-    out.fetched_ranks = static_cast<int>(world.sum_over_ranks({fetched ? 1.0 : 0.0})[0]);
+    out.fetched_ranks = static_cast<int>(world.sum_over_ranks({fetched > 0 ? 1.0 : 0.0})[0]);
+    out.resharded_from = chosen->world_size != world.world_size() ? chosen->world_size : 0;
   } catch (const std::exception& e) {
-    // load_from changes nothing until every rank has opened and checked its copy.
+    // load_from changes nothing until every rank has opened and checked its copies.
     out.why_not = e.what();
   }
   return out;

@@ -21,6 +21,7 @@ struct MemoryRestore {
   std::string why_not;              // when nothing was restored: why (empty on a first start, nothing held)
   CheckpointStats stats;
   int fetched_ranks = 0;   // ranks whose copy came from another node's agent (every rank knows the count)
+  int resharded_from = 0;  // the world size of the copies when it was not this one's (the job shrank): 0 else
   int64_t steps_done = 0;  // the run's furthest step before this restart, as the agent knows it
 };
 
