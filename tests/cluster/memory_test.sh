@@ -47,11 +47,9 @@ agent() {
 show_logs() { local f; for f in "$W"/job-node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
 restored_line() { grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node?.log | head -1; }
 
-REF=$W/ref; mkdir -p "$REF"
+REF=$W/ref
 # shrink compares with a run that loads the reference's storage checkpoint of the step memory restored.
-for i in 0 1 2; do INTERVAL=$([ "$SCENARIO" = shrink ] && echo 5 || echo 20) agent "$i" ref "$REF"; done
-for i in 0 1 2; do expect_exit "$i" 0; done
-REF_LOSS=$(final_loss "$REF")
+INTERVAL=$([ "$SCENARIO" = shrink ] && echo 5 || echo 20) run_reference "$REF"
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
 
 OUT=$W/job; mkdir -p "$OUT"; RUN=job

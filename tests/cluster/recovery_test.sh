@@ -56,10 +56,8 @@ check_shrunk() {
 show_logs() { local f; for f in "$W"/node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
 
 # The reference: the same job on three nodes without a fault.
-REF=$W/ref; mkdir -p "$REF"
-for i in 0 1 2; do agent "$i" ref "$REF"; done
-for i in 0 1 2; do expect_exit "$i" 0; done
-REF_LOSS=$(final_loss "$REF")
+REF=$W/ref
+run_reference "$REF"
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
 
 OUT=$W/job; mkdir -p "$OUT"; RUN=job

@@ -17,3 +17,12 @@ expect_exit() {
   mc_wait_exit "${A[$1]}" 120
   [ "$MC_RC" = "$2" ] || mc_fail "$SCENARIO: node$1's meshrun exited $MC_RC, expected $2"
 }
+# run_reference OUT: the caller's job (its agent function) on nodes 0-2 without a fault, in run "ref"; its final
+# loss in REF_LOSS (not in a subshell: the agents' pids and mc_fail's count stay the caller's).
+run_reference() {
+  local i
+  mkdir -p "$1"
+  for i in 0 1 2; do agent "$i" ref "$1"; done
+  for i in 0 1 2; do expect_exit "$i" 0; done
+  REF_LOSS=$(final_loss "$1")
+}
