@@ -5,6 +5,8 @@
 # a worker that never imported torch.distributed gets none, and neither does one under --hang-timeout off.
 # The race itself needs luck to strike; the pause that closes it does not: the script replaces time.sleep
 # with one that writes down every call, so the hook's pause is seen whether or not the race would have struck.
+# The run without the hook calls destroy_process_group() (0 aborts in bench/teardown.sh): it checks only that
+# no pause is made, and the hook would pause there too, since torch.distributed was imported.
 # Usage: hook_settle_test.sh MESHRUN PYTHON
 MESHRUN=$1 PYTHON=$2
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
@@ -24,7 +26,7 @@ def recording_sleep(seconds):
 
 
 time.sleep = recording_sleep
-if mode == "dist":
+if mode in ("dist", "destroy"):
     import torch
     import torch.distributed as dist
 
@@ -32,7 +34,10 @@ if mode == "dist":
     t = torch.ones(4)
     dist.all_reduce(t)
     assert t[0].item() == dist.get_world_size()
-    # No destroy_process_group(): the script ends right after its last collective.
+    if mode == "destroy":
+        # Without the hook nothing closes PyTorch's window, so this run ends the way that never aborts.
+        dist.destroy_process_group()
+    # Otherwise no destroy_process_group(): the script ends right after its last collective.
 
 
 @atexit.register
@@ -50,7 +55,7 @@ run() {  # NAME MODE [meshrun flags...]: runs one worker, its marker in $W/NAME.
 }
 run dist dist
 run plain plain
-run nohook dist --hang-timeout off
+run nohook destroy --hang-timeout off
 for rank in 0 1; do
   [ "$(tail -n 2 "$W/dist.$rank" 2>/dev/null | tr '\n' '|')" = "script atexit|sleep 0.02|" ] \
     || fail "rank $rank: no 20 ms pause after the script's own atexit work: $(tr '\n' '|' < "$W/dist.$rank")"
