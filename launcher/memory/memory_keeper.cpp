@@ -179,6 +179,15 @@ void MemoryKeeper::durable(int rank, int64_t step) {
   std::lock_guard lock(mutex_);
   shelf_.durable(rank, step);
   retired_.erase(rank);  // a step of the new layout is on every buddy: the old one is not needed any more
+  // Every rank's copy of `step` is on its buddy: replicas of older steps that no push of this round renews
+  // (ranks this node backed in an earlier ring) are freed.
+  const int64_t round = attempt_ ? attempt_->round : -1;
+  for (const int stale : replicas_.stale(step, round)) {
+    replicas_.forget(stale);
+    replica_slots_.erase(stale);
+    spdlog::info("memory: freed the replicas of rank {}: this node no longer backs it, and step {} is durable", stale,
+                 step);
+  }
 }
 
 void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
@@ -189,12 +198,21 @@ void MemoryKeeper::set_pushed_locked(int rank, int64_t step) {
 }
 
 void MemoryKeeper::restored(int rank, int64_t step, proto::LoadSource source) {
-  std::lock_guard lock(mutex_);
-  shelf_.restored(rank, step);
-  // The buddy holds nothing of the steps the run does again: the worker must not count them as pushed.
-  if (const auto it = own_.find(rank); it != own_.end() && it->second->pushed_step->load() > step)
-    it->second->pushed_step->store(step);
-  if (static_cast<int>(source) > static_cast<int>(load_source_)) load_source_ = source;
+  bool push = false;
+  {
+    std::lock_guard lock(mutex_);
+    shelf_.restored(rank, step);
+    // The buddy holds nothing of the steps the run does again: the worker must not count them as pushed.
+    if (const auto it = own_.find(rank); it != own_.end() && it->second->pushed_step->load() > step)
+      it->second->pushed_step->store(step);
+    if (static_cast<int>(source) > static_cast<int>(load_source_)) load_source_ = source;
+    // The ring may be new (a spare joined, the job shrank): the step the run resumed from goes to this round's
+    // buddy at once, so a second fault before the next copy is durable still finds it in memory. A buddy
+    // that already holds it answers so and nothing is sent.
+    const auto committed = shelf_.candidates(rank);
+    push = attempt_ && attempt_->nodes > 1 && std::find(committed.begin(), committed.end(), step) != committed.end();
+  }
+  if (push) replicator_->enqueue(rank, step);
 }
 
 proto::LoadSource MemoryKeeper::load_source() const {

@@ -1,5 +1,7 @@
 #include "launcher/memory/replica_shelf.hpp"
 
+#include <algorithm>
+
 namespace meshrun::launcher {
 
 using State = ReplicaView::State;
@@ -49,6 +51,18 @@ std::vector<ReplicaHeld> ReplicaShelf::held() const {
     for (size_t i = 0; i < slots.size(); ++i) {
       if (slots[i].state == State::kComplete) out.push_back({rank, static_cast<int>(i), slots[i]});
     }
+  }
+  return out;
+}
+
+std::vector<int> ReplicaShelf::stale(int64_t durable_step, int64_t round) const {
+  std::vector<int> out;
+  for (const auto& [rank, slots] : slots_) {
+    const bool renewable = std::any_of(slots.begin(), slots.end(), [&](const ReplicaView& s) {
+      return s.state == State::kFilling ||
+             (s.state == State::kComplete && (s.step >= durable_step || s.round >= round));
+    });
+    if (!renewable) out.push_back(rank);
   }
   return out;
 }

@@ -48,6 +48,9 @@ class ReplicaShelf {
   /// The complete replica of `step` of `rank`, if held.
   std::optional<int> slot_of(int rank, int64_t step) const;
   std::vector<ReplicaHeld> held() const;
+  /// Ranks whose replicas are all older than `durable_step` and made before `round`, none of them filling:
+  /// nothing of this round's ring renews them, and every rank has a newer copy on its buddy.
+  std::vector<int> stale(int64_t durable_step, int64_t round) const;
 
  private:
   static constexpr int kSlotsPerRank = 2;

@@ -8,8 +8,9 @@
 #             buddy); the other ranks restore from their own agents
 #   bothlost  node1 and node2 (its buddy) are killed together: rank 1's copy is nowhere, so every rank loads
 #             the storage checkpoint of step 20 and says why
-#   twofaults node1 is killed (as in buddy), then, once the new ring has copies of later steps, node2: the
-#             second restore is from memory too, rank 2's copy from node 0 (its buddy in either ring)
+#   twofaults node1 is killed (as in buddy); rank 0's restored step goes to the spare, its new buddy, at once;
+#             then, once the new ring has copies of later steps, node2: the second restore is from memory too,
+#             rank 2's copy from node 0 (its buddy in either ring)
 #   hybrid    as buddy with two ranks per node and fsdp.strategy=HYBRID_SHARD (a shard group per node): the
 #             spare fetches both of node 1's ranks from node 2
 #   shrink    no spare: node2 is killed and the job goes on at 2 nodes; the 3-rank copies are resharded to 2
@@ -119,6 +120,11 @@ case $SCENARIO in
     ;;
 esac
 if [ "$SCENARIO" = twofaults ]; then   # the second restore: from the ring the spare joined
+  # The new ring: the step rank 0 resumed from goes to its new buddy (the spare, node3) at once; nothing else
+  # would send it, since the run never makes that step again.
+  first=$(echo "$line" | grep -o "restored step [0-9]*" | grep -o "[0-9]*$")
+  grep -q "memory: rank 0's copy of step $first is on node 1 (node3)" "$W/job-node0.log" ||
+    mc_fail "$SCENARIO: rank 0's restored step $first was not pushed to the spare that joined the ring"
   second=$(grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node0.log | sed -n 2p)
   echo "RESTORE $SCENARIO (second): $second"
   echo "$second" | grep -q "from memory (2 rank(s) from their own agents, 1 from another node's" ||

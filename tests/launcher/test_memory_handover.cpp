@@ -15,11 +15,13 @@
 #include <optional>
 #include <thread>
 
+#include "common/endpoint.hpp"
 #include "common/fd_passing.hpp"
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_keeper.hpp"
 #include "launcher/memory/peer_link.hpp"
 #include "proto/memory_copy.hpp"
+#include "support/daemon_process.hpp"
 #include "support/subprocess.hpp"
 
 using meshrun::UniqueFd;
@@ -339,4 +341,51 @@ TEST_CASE("memory handover: a node without the memory to spare refuses the copie
              Catch::Contains("to spare (MemAvailable; half is kept for training)"));
   CHECK(reply.fds.empty());
   CHECK(keeper.held_bytes() == 0);  // refused before a page was taken
+}
+
+TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and stale replicas are freed", "[memory]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
+  const auto endpoint = meshrun::parse_endpoint(store.endpoint(), 0);
+  MemoryKeeper node0(dir.path() + "/node0.sock", "meshrun-memory test", "run", "host0");
+  MemoryKeeper node1(dir.path() + "/node1.sock", "meshrun-memory test", "run", "host1");
+  // Round 0: node 0 alone holds rank 0's copy of step 5; node 1 holds a replica of rank 7 from another ring.
+  node0.begin_attempt({endpoint, 0, 0, 1, 1, 0, "127.0.0.1"});
+  {
+    Worker first(node0.socket_path(), 0);
+    first.write_copy(5, 'a');
+    first.tell({{"op", "commit"}, {"step", 5}});
+    wait_for(node0, 0, {5});
+  }
+  {
+    const auto seven = copy_image(7, 5, 'z');
+    const UniqueFd peer = connect_peer("127.0.0.1", node1.inventory().port);
+    send_frame(peer.get(), push_request("run", 7, 5));
+    REQUIRE(receive_frame(peer.get()).value("go", false));
+    send_copy(peer.get(), seven->fd(), kSlotBytes);
+    REQUIRE(receive_frame(peer.get()).value("ok", false));
+  }
+  // Round 1: node 1 joined (a spare); node 0's buddy is node 1, which holds nothing of rank 0.
+  const MemoryAttempt round1{endpoint, 1, 0, 2, 2, 5, "127.0.0.1"};
+  node0.begin_attempt(round1);
+  MemoryAttempt as_node1 = round1;
+  as_node1.node = 1;
+  node1.begin_attempt(as_node1);
+  Worker restarted(node0.socket_path(), 0);
+  restarted.tell({{"op", "restored"}, {"step", 5}, {"source", "memory"}});
+  using Replicas = std::vector<std::pair<int, int64_t>>;
+  for (int i = 0; i < 500 && replicas_of(node1) != Replicas{{0, 5}, {7, 5}}; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(replicas_of(node1) == Replicas{{0, 5}, {7, 5}});  // before any new copy of this round
+
+  // Node 1's own rank 1 makes step 10 durable: rank 7's replica (an older ring's, older than 10) is freed,
+  // rank 0's (this round's) kept.
+  Worker rank1(node1.socket_path(), 1);
+  rank1.write_copy(10, 'b');
+  rank1.tell({{"op", "commit"}, {"step", 10}});
+  wait_for(node1, 1, {10});
+  rank1.tell({{"op", "durable"}, {"step", 10}});
+  for (int i = 0; i < 500 && replicas_of(node1) != Replicas{{0, 5}}; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(replicas_of(node1) == Replicas{{0, 5}});
+  CHECK(node1.held_bytes() == 2 * kSlotBytes + 2 * kSlotBytes);  // rank 1's own two slots, rank 0's two replicas
 }

@@ -238,6 +238,20 @@ TEST_CASE("replicas: a push never overwrites the newest complete copy of its ran
   CHECK(redone.slot == first.slot);
 }
 
+TEST_CASE("replicas: a rank no push of this round renews is stale once a newer step is durable", "[memory]") {
+  ReplicaShelf replicas;
+  // Round 0: this node backed rank 1. Round 1: it backs rank 2 (a new ring), whose push of 15 is complete,
+  // and a push of rank 4's 15 is still filling.
+  replicas.complete(1, *replicas.place(1, 10, 0).slot, {ReplicaView::State::kComplete, 10, 3, 9, 0});
+  replicas.complete(2, *replicas.place(2, 15, 1).slot, {ReplicaView::State::kComplete, 15, 3, 9, 1});
+  replicas.complete(3, *replicas.place(3, 20, 0).slot, {ReplicaView::State::kComplete, 20, 3, 9, 0});
+  REQUIRE(replicas.place(4, 15, 1).slot);
+  CHECK(replicas.stale(10, 1).empty());                 // rank 1's 10 is as new as what is durable
+  CHECK(replicas.stale(15, 1) == std::vector<int>{1});  // rank 2 is this round's, rank 3's 20 newer, 4 filling
+  CHECK(replicas.stale(25, 1) == std::vector<int>{1, 3});
+  CHECK(replicas.stale(25, 0).empty());  // in the round that made them, every replica is renewed by its pushes
+}
+
 namespace {
 
 Inventory inventory(int node, std::vector<HeldCopy> copies) {
