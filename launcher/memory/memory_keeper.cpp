@@ -207,8 +207,8 @@ void MemoryKeeper::restored(int rank, int64_t step, proto::LoadSource source) {
       it->second->pushed_step->store(step);
     if (static_cast<int>(source) > static_cast<int>(load_source_)) load_source_ = source;
     // The ring may be new (a spare joined, the job shrank): the step the run resumed from goes to this round's
-    // buddy at once, so a second fault before the next copy is durable still finds it in memory. A buddy
-    // that already holds it answers so and nothing is sent.
+    // buddy at once, so a second fault before the next copy is durable still finds it in memory. An
+    // unchanged buddy gets it again: its replica is tagged with an earlier round.
     const auto committed = shelf_.candidates(rank);
     push = attempt_ && attempt_->nodes > 1 && std::find(committed.begin(), committed.end(), step) != committed.end();
   }
