@@ -103,7 +103,7 @@ int Agent::run() {
   // Memory copies of the workers' state (checkpoint.memory_interval) outlive each attempt, never this agent.
   MemoryKeeper memory(progress_root_ + "/memory.sock",
                       "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()), rdzv.run_id(),
-                      rdzv.hostname());
+                      rdzv.hostname(), options_.rdzv_conf.token);
   memory_socket_ = memory.socket_path();
   memory_ = &memory;
   for (;;) {

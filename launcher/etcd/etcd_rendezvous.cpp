@@ -243,7 +243,9 @@ std::optional<proto::Assignment> EtcdRendezvous::join_round() {
   wait.next_note = wait.start + kProgressEvery;
   while (!check_signals()) {
     renew_lease(false);
+    check_finished(wait);
     const Snapshot s = ensure_state();
+    wait.saw_run = true;
     check_sizes(s.run);
     switch (s.run.phase) {
       case RoundPhase::kFailed: on_failed_run(s); break;
@@ -254,6 +256,14 @@ std::optional<proto::Assignment> EtcdRendezvous::join_round() {
     }
   }
   return std::nullopt;
+}
+
+void EtcdRendezvous::check_finished(const JoinWait& wait) {
+  if (read_state().exists || client_.range(keys_.finished).kvs.empty()) return;
+  // The run ended well. A node that saw it while it waited was a spare it did not need; one that never saw it
+  // starts the id afresh.
+  if (wait.saw_run) throw RunFinished("run '" + run_id_ + "' finished");
+  client_.txn({}, {etcd::delete_op(keys_.finished)});
 }
 
 void EtcdRendezvous::check_sizes(const RunRecord& run) const {
@@ -524,8 +534,12 @@ void EtcdRendezvous::wait_for_other_nodes() {
     if (others_done) {
       const Snapshot s = read_state();
       if (s.exists && s.run.round == assigned_round_) {  // the job is over: its keys go
-        client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision)},
-                    {etcd::delete_op(keys_.prefix, etcd::prefix_end(keys_.prefix))});
+        // Every member left well: a spare still waiting is told the run finished (as meshrun-rendezvous does).
+        const bool well = std::all_of(assigned_run_.members.begin(), assigned_run_.members.end(),
+                                      [&](const auto& n) { return view.done.count(n.node_id) != 0; });
+        std::vector<etcd::Operation> ops{etcd::delete_op(keys_.prefix, etcd::prefix_end(keys_.prefix))};
+        if (well) ops.push_back(etcd::put_op(keys_.finished, json{{"round", assigned_round_}}.dump()));
+        client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision)}, ops);
       }
       return;
     }

@@ -88,6 +88,7 @@ class EtcdRendezvous final : public RendezvousBackend {
     std::chrono::steady_clock::time_point next_note{};  // when the user next hears what it waits for
     std::chrono::steady_clock::time_point min_joined_at{};
     int64_t min_joined_round = -1;  // the round min_joined_at is for; -1: fewer than min_nodes joined
+    bool saw_run = false;           // the run's state was there during this join (its end is then news)
   };
 
   /// join() without the goodput ledger's bookkeeping: waits for this node's next assignment.
@@ -97,6 +98,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   /// Feeds this node's milestones to its goodput ledger and the run's high-water step.
   void note_account(const proto::AttemptMilestones& attempt);
   /// Refuses (RemoteError) a run whose --nnodes differs from this node's.
+  /// Throws RunFinished when the run this node waited for ended well (etcd holds its end marker).
+  void check_finished(const JoinWait& wait);
   void check_sizes(const etcd::RunRecord& run) const;
   /// A failed run: its error, or a fresh start when its nodes are all gone.
   void on_failed_run(const Snapshot& s);

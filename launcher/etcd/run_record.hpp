@@ -52,7 +52,10 @@ void from_json(const nlohmann::json& j, RunRecord& run);
 struct RunKeys {
   std::string prefix;  // "/meshrun/rdzv/<run id>/"
 
-  explicit RunKeys(const std::string& run_id) : prefix("/meshrun/rdzv/" + run_id + "/") {}
+  std::string finished;  // outside the prefix (deleted at the end): the run ended well; a spare still waiting exits 0
+
+  explicit RunKeys(const std::string& run_id)
+      : prefix("/meshrun/rdzv/" + run_id + "/"), finished("/meshrun/rdzv-finished/" + run_id) {}
   std::string state() const { return prefix + "state"; }
   std::string round(int64_t r) const { return prefix + "r/" + std::to_string(r) + "/"; }
   std::string nodes(int64_t r) const { return round(r) + "n/"; }

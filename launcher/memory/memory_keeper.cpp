@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "launcher/memory/handover_server.hpp"
 #include "launcher/memory/inventory_exchange.hpp"
+#include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
 #include "launcher/memory/peer_server.hpp"
 #include "launcher/memory/replicator.hpp"
@@ -55,11 +56,12 @@ struct MemoryKeeper::RankSlots {
 };
 
 MemoryKeeper::MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host,
-                           ReadText read)
+                           std::string token, ReadText read)
     : socket_path_(std::move(socket_path)),
       name_(std::move(name)),
       run_id_(std::move(run_id)),
       host_(std::move(host)),
+      token_(std::move(token)),
       read_(std::move(read)),
       shelf_(kSlotsPerRank) {
   peers_ = std::make_unique<PeerServer>(*this);
@@ -335,9 +337,9 @@ std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, co
   std::unique_ptr<MemfdSlot> into;
   std::string why;
   try {
-    const UniqueFd peer = connect_peer(from.addr, from.port);
-    send_frame(peer.get(),
-               {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}, {"world_size", world_size}});
+    const UniqueFd peer = open_peer_request(
+        from.addr, from.port, token_,
+        {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}, {"world_size", world_size}});
     const json reply = receive_frame(peer.get());
     const uint64_t bytes = reply.value("bytes", uint64_t{0});
     if (!reply.value("ok", false) || bytes < proto::kHeaderBytes) {
@@ -382,8 +384,8 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
   }
   std::string why;
   try {
-    const UniqueFd peer = connect_peer(from.addr, from.port);
-    send_frame(peer.get(), {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}});
+    const UniqueFd peer = open_peer_request(from.addr, from.port, token_,
+                                            {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}});
     const json reply = receive_frame(peer.get());
     if (!reply.value("ok", false)) {
       why = "node " + std::to_string(from.node) + " says: " + reply.value("error", reply.dump());

@@ -58,9 +58,10 @@ struct OutgoingCopy {
 
 class MemoryKeeper {
  public:
-  /// Serves MESHRUN_MEMORY at `socket_path` and the copy port; `name` goes into each memfd's name. `read`
-  /// reads /proc and the cgroup files for the memory check (tests pass fake ones).
-  MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host,
+  /// Serves MESHRUN_MEMORY at `socket_path` and the copy port; `name` goes into each memfd's name. `token`:
+  /// the run's join token (empty: none), which the copy port then requires of other agents and proves to
+  /// them. `read` reads /proc and the cgroup files for the memory check (tests pass fake ones).
+  MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host, std::string token = "",
                ReadText read = read_text_file);
   ~MemoryKeeper();
   MemoryKeeper(const MemoryKeeper&) = delete;
@@ -68,6 +69,7 @@ class MemoryKeeper {
 
   const std::string& socket_path() const { return socket_path_; }
   const std::string& run_id() const { return run_id_; }
+  const std::string& token() const { return token_; }
   /// A new round: forgets the last round's plan, publishes this node's inventory (several nodes) and points
   /// the replicator at the new buddy.
   void begin_attempt(const MemoryAttempt& attempt);
@@ -131,6 +133,7 @@ class MemoryKeeper {
   std::string name_;
   std::string run_id_;
   std::string host_;
+  std::string token_;
   ReadText read_;
   mutable std::mutex mutex_;
   CopyShelf shelf_;

@@ -13,6 +13,7 @@
 
 #include "common/error.hpp"
 #include "launcher/memory/memory_keeper.hpp"
+#include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
 
 namespace meshrun::launcher {
@@ -78,7 +79,12 @@ void PeerServer::serve() {
 }
 
 void PeerServer::handle(int socket) {
-  const nlohmann::json request = receive_frame(socket);
+  const auto proven = accept_peer_request(socket, keeper_.token());
+  if (!proven) {
+    spdlog::warn("memory copy port: refused a request whose join token did not match");
+    return;
+  }
+  const nlohmann::json& request = *proven;
   if (request.value("run", "") != keeper_.run_id()) {
     send_frame(socket,
                {{"error", "this agent serves run " + keeper_.run_id() + ", not '" + request.value("run", "") + "'"}});

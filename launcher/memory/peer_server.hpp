@@ -1,6 +1,7 @@
 // PeerServer: the agent's copy port. Other agents push their ranks' copies here (this node is their buddy)
 // and fetch the copies this node holds (a spare restoring a lost node's ranks). One thread, one request per
-// connection (peer_link.hpp), each read with a deadline; requests of another run are refused.
+// connection (peer_link.hpp), each read with a deadline; requests of another run, or without the run's join
+// token when it has one (peer_auth.hpp), are refused.
 #pragma once
 
 #include <thread>

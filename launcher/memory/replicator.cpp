@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "launcher/memory/memory_keeper.hpp"
+#include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
 
 namespace meshrun::launcher {
@@ -73,15 +74,15 @@ bool Replicator::push(int rank, int64_t step) {
   const auto started = std::chrono::steady_clock::now();
   std::string why;
   try {
-    const UniqueFd peer = connect_peer(buddy->addr, buddy->port);
-    send_frame(peer.get(), {{"op", "push"},
-                            {"run", keeper_.run_id()},
-                            {"rank", rank},
-                            {"step", step},
-                            {"round", copy->round},
-                            {"world_size", copy->world_size},
-                            {"digest", copy->digest},
-                            {"bytes", copy->bytes}});
+    const UniqueFd peer = open_peer_request(buddy->addr, buddy->port, keeper_.token(),
+                                            {{"op", "push"},
+                                             {"run", keeper_.run_id()},
+                                             {"rank", rank},
+                                             {"step", step},
+                                             {"round", copy->round},
+                                             {"world_size", copy->world_size},
+                                             {"digest", copy->digest},
+                                             {"bytes", copy->bytes}});
     nlohmann::json reply = receive_frame(peer.get());
     if (reply.value("go", false)) {
       // Test hook (agent side): the push pauses halfway through, as a slow network would.

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -258,5 +259,43 @@ TEST_CASE("meshrun over etcd: a node that arrives while the round runs is admitt
   for (int r = 0; r < 3; ++r) CHECK(read_file(dir.path() + "/world." + std::to_string(r)) == "3\n");
   // Admitting a node is not a failure: nobody spent a restart on it (--max-restarts is 0).
   CHECK_THAT(a->output(), Catch::Contains("admit a waiting node"));
+  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+}
+
+TEST_CASE("meshrun over etcd: a spare still waiting when the run ends well exits 0; a later launch starts afresh",
+          "[etcd]") {
+  EtcdServer server;
+  TempDir dir;
+  const std::string marker = unique_marker();
+  // The worker waits for the test's go, then notes that it ran.
+  const std::string script =
+      "while [ ! -f " + dir.path() + "/go ]; do sleep 0.1; done; echo ran >> " + dir.path() + "/ran";
+  const auto agent = [&](const std::string& name) {
+    return std::make_unique<Process>(etcd_agent(server, "spare", "1", {"--no-python"}, {"/bin/sh", "-c", script}),
+                                     std::vector<std::string>{marker}, dir.path() + "/" + name);
+  };
+  auto a = agent("a.out");
+  EtcdClient etcd = client_for(server);
+  auto end = std::chrono::steady_clock::now() + 60s;
+  while (etcd.range("/meshrun/rdzv/spare/r/0/store").kvs.empty() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(50ms);
+  }
+  auto spare = agent("spare.out");
+  end = std::chrono::steady_clock::now() + 60s;
+  while (spare->output().find("is full") == std::string::npos && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(100ms);
+  }
+  REQUIRE_THAT(spare->output(), Catch::Contains("this node joins when the job next restarts"));
+  std::ofstream(dir.path() + "/go").put('\n');
+  CHECK(a->wait(60s) == 0);
+  CHECK(spare->wait(60s) == 0);
+  INFO(a->output() << "\n---\n" << spare->output());
+  CHECK_THAT(spare->output(), Catch::Contains("run 'spare' finished while this node waited as a hot spare"));
+  CHECK(read_file(dir.path() + "/ran") == "ran\n");  // the spare started no job of its own
+  // The id again, later: a new job, not a spare of the old one.
+  auto later = agent("later.out");
+  CHECK(later->wait(60s) == 0);
+  INFO(later->output());
+  CHECK(read_file(dir.path() + "/ran") == "ran\nran\n");
   CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }

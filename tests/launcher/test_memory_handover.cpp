@@ -1,5 +1,7 @@
 // The memory-copy handover (issue 30, stage 1) over its real socket: a server as the agent runs it, and
 // workers as clients that write copies into lent memfds, die mid-copy, and read a copy back after a restart.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,6 +21,7 @@
 #include "common/fd_passing.hpp"
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_keeper.hpp"
+#include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
 #include "proto/memory_copy.hpp"
 #include "support/daemon_process.hpp"
@@ -282,8 +285,7 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   REQUIRE(port > 0);
   const auto five = copy_image(1, 5, 'x');
   {
-    const UniqueFd peer = connect_peer("127.0.0.1", port);
-    send_frame(peer.get(), push_request("run", 1, 5));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, "", push_request("run", 1, 5));
     REQUIRE(receive_frame(peer.get()).value("go", false));
     send_copy(peer.get(), five->fd(), kSlotBytes);
     CHECK(receive_frame(peer.get()).value("ok", false));
@@ -292,22 +294,20 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
 
   // Another run's agent is refused, whatever it asks.
   {
-    const UniqueFd peer = connect_peer("127.0.0.1", port);
-    send_frame(peer.get(), push_request("other-run", 1, 6));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, "", push_request("other-run", 1, 6));
     CHECK_THAT(receive_frame(peer.get()).value("error", ""), Catch::Contains("serves run run"));
   }
   // A sender that dies halfway through step 10 leaves step 5 as it was.
   {
     const auto ten = copy_image(1, 10, 'y');
-    const UniqueFd peer = connect_peer("127.0.0.1", port);
-    send_frame(peer.get(), push_request("run", 1, 10));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, "", push_request("run", 1, 10));
     REQUIRE(receive_frame(peer.get()).value("go", false));
     send_copy(peer.get(), ten->fd(), kSlotBytes / 2);
   }  // closed mid-copy
 
   // A fetch gets the copy back, byte for byte (served after the cut push: one connection at a time).
-  const UniqueFd peer = connect_peer("127.0.0.1", port);
-  send_frame(peer.get(), {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 5}});
+  const UniqueFd peer =
+      open_peer_request("127.0.0.1", port, "", {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 5}});
   const json reply = receive_frame(peer.get());
   REQUIRE(reply.value("ok", false));
   REQUIRE(reply.value("bytes", uint64_t{0}) == kSlotBytes);
@@ -320,8 +320,8 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   CHECK(got == want);
   CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});  // the cut push kept nothing
   // A step nobody holds: an error, not a hang.
-  const UniqueFd again = connect_peer("127.0.0.1", port);
-  send_frame(again.get(), {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
+  const UniqueFd again =
+      open_peer_request("127.0.0.1", port, "", {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
   CHECK_THAT(receive_frame(again.get()).value("error", ""), Catch::Contains("no copy of step 99"));
 }
 
@@ -331,7 +331,7 @@ TEST_CASE("memory handover: a node without the memory to spare refuses the copie
     if (path == "/proc/meminfo") return "MemAvailable:      64 kB\n";  // far less than two copies' worth
     return std::nullopt;
   };
-  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host", tight);
+  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host", "", tight);
   const UniqueFd fd = connect_handover(keeper.socket_path());
   meshrun::send_packet(fd.get(), json{{"op", "hello"}, {"rank", 0}, {"slot_bytes", kSlotBytes}, {"digest", 7}}.dump());
   const auto reply = meshrun::receive_packet(fd.get(), 5000ms);
@@ -348,8 +348,9 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
   meshrun::testing::TempDir dir;
   const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
   const auto endpoint = meshrun::parse_endpoint(store.endpoint(), 0);
-  MemoryKeeper node0(dir.path() + "/node0.sock", "meshrun-memory test", "run", "host0");
-  MemoryKeeper node1(dir.path() + "/node1.sock", "meshrun-memory test", "run", "host1");
+  // Both with the run's join token: the replicator proves it to the buddy's copy port.
+  MemoryKeeper node0(dir.path() + "/node0.sock", "meshrun-memory test", "run", "host0", "secret");
+  MemoryKeeper node1(dir.path() + "/node1.sock", "meshrun-memory test", "run", "host1", "secret");
   // Round 0: node 0 alone holds rank 0's copy of step 5; node 1 holds a replica of rank 7 from another ring.
   node0.begin_attempt({endpoint, 0, 0, 1, 1, 0, "127.0.0.1"});
   {
@@ -360,8 +361,7 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
   }
   {
     const auto seven = copy_image(7, 5, 'z');
-    const UniqueFd peer = connect_peer("127.0.0.1", node1.inventory().port);
-    send_frame(peer.get(), push_request("run", 7, 5));
+    const UniqueFd peer = open_peer_request("127.0.0.1", node1.inventory().port, "secret", push_request("run", 7, 5));
     REQUIRE(receive_frame(peer.get()).value("go", false));
     send_copy(peer.get(), seven->fd(), kSlotBytes);
     REQUIRE(receive_frame(peer.get()).value("ok", false));
@@ -388,4 +388,49 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
   for (int i = 0; i < 500 && replicas_of(node1) != Replicas{{0, 5}}; ++i) std::this_thread::sleep_for(10ms);
   CHECK(replicas_of(node1) == Replicas{{0, 5}});
   CHECK(node1.held_bytes() == 2 * kSlotBytes + 2 * kSlotBytes);  // rank 1's own two slots, rank 0's two replicas
+}
+
+TEST_CASE("copy port: with a join token only agents that prove it push or fetch, and the agent proves it back",
+          "[memory]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  MemoryKeeper guarded(dir.path() + "/guarded.sock", "meshrun-memory test", "run", "host", "secret");
+  MemoryKeeper open(dir.path() + "/open.sock", "meshrun-memory test", "run", "host");
+  const int port = guarded.inventory().port;
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, "", push_request("run", 1, 5)),
+                    Catch::Contains("requires the run's join token, and this agent has none"));
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, "wrong", push_request("run", 1, 5)),
+                    Catch::Contains("join token does not match"));
+  CHECK(replicas_of(guarded).empty());
+  // An agent without a token cannot know it: a peer with one sends it nothing.
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", open.inventory().port, "secret", push_request("run", 1, 5)),
+                    Catch::Contains("requires no join token"));
+  {
+    const auto five = copy_image(1, 5, 'x');
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, "secret", push_request("run", 1, 5));
+    REQUIRE(receive_frame(peer.get()).value("go", false));
+    send_copy(peer.get(), five->fd(), kSlotBytes);
+    CHECK(receive_frame(peer.get()).value("ok", false));
+  }
+  CHECK(replicas_of(guarded) == std::vector<std::pair<int, int64_t>>{{1, 5}});
+
+  // An agent that claims to require a token but cannot prove it (it answers with a made-up proof).
+  const UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  std::thread impostor([&] {
+    const UniqueFd peer(::accept(listener.get(), nullptr, nullptr));
+    send_frame(peer.get(), {{"nonce", "0123"}, {"required", true}});
+    receive_frame(peer.get());
+    send_frame(peer.get(), {{"proof", "made-up"}});
+  });
+  CHECK_THROWS_WITH(
+      open_peer_request("127.0.0.1", ntohs(addr.sin_port), "secret", {{"op", "fetch"}, {"run", "run"}, {"rank", 1}}),
+      Catch::Contains("does not know the run's join token"));
+  impostor.join();
 }
