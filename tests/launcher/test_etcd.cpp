@@ -262,7 +262,7 @@ TEST_CASE("meshrun over etcd: a node that arrives while the round runs is admitt
   CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }
 
-TEST_CASE("meshrun over etcd: a spare still waiting when the run ends well exits 0; a later launch starts afresh",
+TEST_CASE("meshrun over etcd: a spare still waiting when the run ends well exits 0, and a later launch starts afresh",
           "[etcd]") {
   EtcdServer server;
   TempDir dir;
