@@ -167,6 +167,8 @@ EtcdRendezvous::RoundView EtcdRendezvous::view_of(const std::string& prefix, con
       view.alive.insert(name.substr(2));
     } else if (name.rfind("done/", 0) == 0) {
       view.done.insert(name.substr(5));
+    } else if (name.rfind("f/", 0) == 0) {
+      view.reported.insert(name.substr(2, name.find('/', 2) - 2));
     } else if (name == "store") {
       view.store = parse_endpoint(kv.value, 0);
     }
@@ -330,11 +332,17 @@ void EtcdRendezvous::on_open_round(const Snapshot& s, JoinWait& wait) {
   }
   const auto last_call = from_seconds(options_.rdzv_conf.last_call_timeout_s);
   const bool last_call_running = wait.min_joined_round == run.round;
-  RunRecord judged = run;  // waits only for survivors that are still alive (they matter from min_nodes on)
+  RunRecord judged = run;             // waits only for survivors that are still alive (they matter from min_nodes on)
+  std::vector<std::string> reported;  // survivors that reported their own workers' failure
   if (!run.survivors.empty() && last_call_running) {
-    judged.survivors = etcd::live_survivors(run, read_round(run.round - 1).joined, view.joined);
+    const RoundView previous = read_round(run.round - 1);
+    judged.survivors = etcd::live_survivors(run, previous.joined, view.joined);
+    for (const auto& node : previous.joined) {
+      if (previous.reported.count(node.node_id) != 0) reported.push_back(etcd::survivor_key(node));
+    }
   }
-  if (auto members = etcd::close_now(judged, view.joined, last_call_running && now - wait.min_joined_at >= last_call)) {
+  if (auto members =
+          etcd::close_now(judged, view.joined, last_call_running && now - wait.min_joined_at >= last_call, reported)) {
     close_round(s, view, std::move(*members));
     return;
   }

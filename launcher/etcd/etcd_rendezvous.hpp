@@ -77,6 +77,7 @@ class EtcdRendezvous final : public RendezvousBackend {
     std::vector<proto::NodeInfo> joined;  // join order
     std::set<std::string> alive;          // node ids holding their key
     std::set<std::string> done;           // node ids that left
+    std::set<std::string> reported;       // node ids that reported a worker's failure or hang
     std::optional<Endpoint> store;
     int64_t revision = 0;
   };

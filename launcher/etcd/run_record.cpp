@@ -69,19 +69,27 @@ std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{
 // The round policy, as the daemon applies it to its own state (rendezvous/membership.cpp,
 // Membership::maybe_close): change both together. Node ranks come from the shared proto::assign_group_ranks.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
-                                                      bool last_call_passed) {
+                                                      bool last_call_passed, const std::vector<std::string>& reported) {
   if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;
   const int count = static_cast<int>(joined.size());
-  bool close = count >= run.max_nodes;
-  if (!close && count >= run.min_nodes) {
-    std::set<std::string> back;
-    for (const auto& node : joined) back.insert(survivor_key(node));
-    const bool all_back = !run.survivors.empty() && std::all_of(run.survivors.begin(), run.survivors.end(),
-                                                                [&](const auto& s) { return back.count(s) != 0; });
-    close = all_back || last_call_passed;
-  }
+  std::set<std::string> back;
+  for (const auto& node : joined) back.insert(survivor_key(node));
+  const auto is_survivor = [&](const proto::NodeInfo& node) {
+    return std::find(run.survivors.begin(), run.survivors.end(), survivor_key(node)) != run.survivors.end();
+  };
+  const bool all_back = !run.survivors.empty() && std::all_of(run.survivors.begin(), run.survivors.end(),
+                                                              [&](const auto& s) { return back.count(s) != 0; });
+  // A survivor that reported its own workers' failure is alive, only slower to stop them than spares are to
+  // join: a spare must not take its place. One that said nothing may be the node that was lost.
+  const bool reporter_pending = std::any_of(reported.begin(), reported.end(), [&](const std::string& s) {
+    return back.count(s) == 0 && std::find(run.survivors.begin(), run.survivors.end(), s) != run.survivors.end();
+  });
+  const bool close = count >= run.max_nodes ? !reporter_pending || last_call_passed
+                                            : count >= run.min_nodes && (all_back || last_call_passed);
   if (!close) return std::nullopt;
-  std::vector<proto::NodeInfo> nodes(joined.begin(), joined.begin() + std::min(count, run.max_nodes));
+  std::vector<proto::NodeInfo> ordered = joined;  // survivors first, then the others in join order
+  std::stable_partition(ordered.begin(), ordered.end(), is_survivor);
+  std::vector<proto::NodeInfo> nodes(ordered.begin(), ordered.begin() + std::min(count, run.max_nodes));
   std::vector<proto::RankRequest> requests;
   for (const auto& node : nodes) {
     const auto previous = run.previous_ranks.find(survivor_key(node));

@@ -73,9 +73,13 @@ struct RunKeys {
 std::string survivor_key(const proto::NodeInfo& node);
 
 /// The joined nodes (join order) in group-rank order when the round may close now: max_nodes joined, or
-/// at least min_nodes and (every survivor of the last round is back, or the last call passed).
+/// at least min_nodes and (every survivor of the last round is back, or the last call passed). `reported`:
+/// survivors (survivor_key) that reported their own workers' failure in the last round. They are known
+/// alive, so they are waited for even when spares fill the round, until the last call (as
+/// meshrun-rendezvous does). Survivors come first when more than max_nodes joined.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
-                                                      bool last_call_passed);
+                                                      bool last_call_passed,
+                                                      const std::vector<std::string>& reported = {});
 
 /// The survivors of the last round that may still come back: those that joined this round or still
 /// hold their key of the last round (`previous`: its live nodes). A dead one is not waited for.

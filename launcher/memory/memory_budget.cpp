@@ -38,16 +38,57 @@ std::optional<uint64_t> mem_available(const ReadText& read) {
   return std::nullopt;
 }
 
-// The cgroup v2 path of this process ("0::/a/b" in /proc/self/cgroup).
-std::optional<std::string> cgroup_path(const ReadText& read) {
+// Where one cgroup version keeps a group's memory limit and use.
+struct CgroupFiles {
+  const char* root;
+  const char* limit;
+  const char* usage;
+};
+// v2 (unified), and v1's memory controller (systemd and container runtimes mount it there; SLURM's
+// task/cgroup on v1 limits jobs with it).
+constexpr CgroupFiles kCgroupV2{"/sys/fs/cgroup", "memory.max", "memory.current"};
+constexpr CgroupFiles kCgroupV1{"/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"};
+// v1 says "no limit" with a page-rounded LONG_MAX.
+constexpr uint64_t kV1Unlimited = 1ULL << 62;
+
+// This process's path in the v2 hierarchy ("0::/a/b" in /proc/self/cgroup) or in v1's memory one
+// ("4:memory:/a/b"; the controller may share its line: "4:cpu,memory:/a/b").
+std::optional<std::string> cgroup_path(const ReadText& read, bool v1) {
   const auto text = read("/proc/self/cgroup");
   if (!text) return std::nullopt;
   std::istringstream lines(*text);
   std::string line;
   while (std::getline(lines, line)) {
-    if (line.rfind("0::", 0) == 0) return trim(line.substr(3));
+    const auto first = line.find(':');
+    const auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    bool memory = false;
+    std::istringstream controllers(line.substr(first + 1, second - first - 1));
+    for (std::string name; std::getline(controllers, name, ',');) memory = memory || name == "memory";
+    if (v1 ? memory : line.rfind("0::", 0) == 0) return trim(line.substr(second + 1));
   }
   return std::nullopt;
+}
+
+// Lowers `room` to what is left under the limit of the group at `path` and of each of its ancestors.
+void tighten(MemoryRoom& room, const ReadText& read, std::optional<std::string> path, const CgroupFiles& files) {
+  while (path && !path->empty()) {
+    const std::string dir = files.root + (*path == "/" ? std::string() : *path);
+    // v2's "max" reads as nothing, v1's page-rounded LONG_MAX as too much: no limit either way.
+    const uint64_t limit = number(read(dir + "/" + files.limit)).value_or(kV1Unlimited);
+    const auto usage = number(read(dir + "/" + files.usage));
+    if (limit < kV1Unlimited && usage) {
+      const uint64_t left = limit > *usage ? limit - *usage : 0;
+      if (!room.known || left < room.bytes) {
+        std::string bound = "cgroup " + *path;
+        bound.append(" ").append(files.limit).append(" ").append(gib(limit));
+        room = {left, std::move(bound), true};
+      }
+    }
+    if (*path == "/") break;
+    const auto slash = path->rfind('/');
+    path = slash == 0 ? std::string("/") : path->substr(0, slash);
+  }
 }
 
 }  // namespace
@@ -55,19 +96,8 @@ std::optional<std::string> cgroup_path(const ReadText& read) {
 MemoryRoom memory_room(const ReadText& read) {
   MemoryRoom room;
   if (const auto available = mem_available(read)) room = {*available, "MemAvailable", true};
-  auto path = cgroup_path(read);
-  while (path && !path->empty()) {
-    const std::string dir = "/sys/fs/cgroup" + (*path == "/" ? std::string() : *path);
-    const auto max = number(read(dir + "/memory.max"));  // "max" (no limit) reads as nothing
-    const auto current = number(read(dir + "/memory.current"));
-    if (max && current) {
-      const uint64_t left = *max > *current ? *max - *current : 0;
-      if (!room.known || left < room.bytes) room = {left, "cgroup " + *path + " memory.max " + gib(*max), true};
-    }
-    if (*path == "/") break;
-    const auto slash = path->rfind('/');
-    path = slash == 0 ? std::string("/") : path->substr(0, slash);
-  }
+  tighten(room, read, cgroup_path(read, false), kCgroupV2);
+  tighten(room, read, cgroup_path(read, true), kCgroupV1);
   return room;
 }
 

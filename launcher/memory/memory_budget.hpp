@@ -1,8 +1,8 @@
 // How much memory a node's agent may still take for copies in memory (docs/checkpoints.md, "Copies in
-// memory"): the kernel's MemAvailable, and for the agent's cgroup (v2) and each ancestor with a limit, what
-// is left under memory.max. Half of it is kept for training (activations not allocated yet when the first
-// copy is asked for), and the copies are refused beyond that: a memfd filled past a cgroup's limit does not
-// fail, the OOM killer ends the agent. Pure, with the file reads injected.
+// memory"): the kernel's MemAvailable, and for the agent's cgroup and each ancestor with a limit, what is
+// left under it (v2's memory.max, v1's memory.limit_in_bytes). Half of it is kept for training (activations not
+// allocated yet when the first copy is asked for), and the copies are refused beyond that: a memfd filled past a
+// cgroup's limit does not fail, the OOM killer ends the agent. Pure, with the file reads injected.
 #pragma once
 
 #include <cstdint>

@@ -81,6 +81,25 @@ TEST_CASE("etcd round closing: at max at once, at min only after the last call o
   CHECK(capped->front().node_id == "n1");
 }
 
+TEST_CASE("etcd round closing waits for a survivor that reported a failure even when spares fill the round", "[etcd]") {
+  RunRecord run = open_run(1, 2);
+  run.round = 1;
+  run.survivors = {"a/1", "b/2"};  // b reported its workers' failure and is still stopping them
+  const std::vector<std::string> reported{"b/2"};
+  const NodeInfo spare = node("n3", "c", 3);
+  CHECK(etcd::close_now(run, {spare, node("n1", "a", 1)}, false));  // nobody reported: b may be the lost node
+  CHECK_FALSE(etcd::close_now(run, {spare, node("n1", "a", 1)}, false, reported));  // at max, but b is not back
+  const auto closed = etcd::close_now(run, {spare, node("n1", "a", 1), node("n2", "b", 2)}, false, reported);
+  REQUIRE(closed);
+  REQUIRE(closed->size() == 2);  // the survivors, not the spare that joined first
+  CHECK((*closed)[0].host != "c");
+  CHECK((*closed)[1].host != "c");
+  // The last call ends the wait: the spare takes the place of a survivor that never came back.
+  const auto late = etcd::close_now(run, {spare, node("n1", "a", 1)}, true, reported);
+  REQUIRE(late);
+  CHECK(late->size() == 2);
+}
+
 TEST_CASE("etcd round closing honours requested node ranks", "[etcd]") {
   const auto closed =
       etcd::close_now(open_run(3, 3), {node("n1", "a", 1, 2), node("n2", "b", 2), node("n3", "c", 3, 0)}, false);

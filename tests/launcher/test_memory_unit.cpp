@@ -322,6 +322,17 @@ TEST_CASE("budget: the room is the least of MemAvailable and every cgroup limit 
   files.clear();  // nothing to read: no check, rather than a refusal on a guess
   CHECK_FALSE(memory_room(read).known);
   CHECK(budget_refusal(1ULL << 40, memory_room(read)).empty());
+  // cgroup v1 (a hybrid host: v2 mounted without controllers, memory on its own hierarchy).
+  files = {
+      {"/proc/meminfo", "MemAvailable:    8388608 kB\n"},
+      {"/proc/self/cgroup", "5:devices:/\n4:cpuacct,memory:/slurm/job7\n0::/\n"},
+      {"/sys/fs/cgroup/memory/slurm/job7/memory.limit_in_bytes", "1610612736\n"},      // 1.5 GiB ...
+      {"/sys/fs/cgroup/memory/slurm/job7/memory.usage_in_bytes", "536870912\n"},       // ... 0.5 GiB used
+      {"/sys/fs/cgroup/memory/slurm/memory.limit_in_bytes", "9223372036854771712\n"},  // v1's "no limit"
+      {"/sys/fs/cgroup/memory/slurm/memory.usage_in_bytes", "536870912\n"},
+  };
+  CHECK(memory_room(read).bytes == 1024 * kMiB);
+  CHECK(memory_room(read).bound == "cgroup /slurm/job7 memory.limit_in_bytes 1.50 GiB");
 }
 
 TEST_CASE("plan: after the job shrank, a whole world of the old size is a candidate, this size first", "[memory]") {
