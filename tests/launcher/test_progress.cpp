@@ -74,7 +74,10 @@ TEST_CASE("a worker stopped by SIGSTOP is named hung, not the rank waiting for i
   CHECK_THAT(out, Catch::Contains("meshrun: worker hung (first failure, attempt 0)"));
   CHECK_THAT(out, Catch::Contains("rank:       1 (local rank 1"));
   CHECK_THAT(out, Catch::Contains("stopped by a signal (state T)"));
-  CHECK_THAT(out, Catch::Contains("after step 5 (train)"));
+  // Where it stopped: from its beats (the beat budget ran out first) or from the collective rank 0 waits in
+  // (the Flight Recorder's verdict came first; on a busy machine either may).
+  CHECK_THAT(out,
+             Catch::Contains("after step 5 (train)") || Catch::Contains("rank 0 waits in all_reduce #5 of group 0"));
   CHECK_THAT(out, Catch::Contains("stack (py-spy)"));
 }
 
