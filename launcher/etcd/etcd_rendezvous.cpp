@@ -143,9 +143,10 @@ EtcdRendezvous::Snapshot EtcdRendezvous::snapshot_of(const etcd::RangeResult& r)
   return s;
 }
 
-EtcdRendezvous::Snapshot EtcdRendezvous::ensure_state() {
+EtcdRendezvous::Snapshot EtcdRendezvous::ensure_state(const JoinWait& wait) {
   Snapshot s = read_state();
   if (s.exists) return s;
+  check_finished(wait);
   const std::string first = json(fresh_run(0, options_)).dump();
   client_.txn({etcd::absent(keys_.state())}, {etcd::put_op(keys_.state(), first)});
   return read_state();
@@ -245,8 +246,7 @@ std::optional<proto::Assignment> EtcdRendezvous::join_round() {
   wait.next_note = wait.start + kProgressEvery;
   while (!check_signals()) {
     renew_lease(false);
-    check_finished(wait);
-    const Snapshot s = ensure_state();
+    const Snapshot s = ensure_state(wait);
     wait.saw_run = true;
     check_sizes(s.run);
     switch (s.run.phase) {
@@ -261,7 +261,7 @@ std::optional<proto::Assignment> EtcdRendezvous::join_round() {
 }
 
 void EtcdRendezvous::check_finished(const JoinWait& wait) {
-  if (read_state().exists || client_.range(keys_.finished).kvs.empty()) return;
+  if (client_.range(keys_.finished).kvs.empty()) return;
   // The run ended well. A node that saw it while it waited was a spare it did not need; one that never saw it
   // starts the id afresh.
   if (wait.saw_run) throw RunFinished("run '" + run_id_ + "' finished");

@@ -98,9 +98,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   proto::HeartbeatReply check_round();
   /// Feeds this node's milestones to its goodput ledger and the run's high-water step.
   void note_account(const proto::AttemptMilestones& attempt);
-  /// Refuses (RemoteError) a run whose --nnodes differs from this node's.
-  /// Throws RunFinished when the run this node waited for ended well (etcd holds its end marker).
+  /// With no state in etcd: throws RunFinished when the run this node waited for ended well (etcd holds its
+  /// end marker); a node that never saw the run deletes the marker and starts the id afresh.
   void check_finished(const JoinWait& wait);
+  /// Refuses (RemoteError) a run whose --nnodes differs from this node's.
   void check_sizes(const etcd::RunRecord& run) const;
   /// A failed run: its error, or a fresh start when its nodes are all gone.
   void on_failed_run(const Snapshot& s);
@@ -114,8 +115,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   Snapshot read_state();
   static Snapshot snapshot_of(const etcd::RangeResult& state_range);
   static RoundView view_of(const std::string& round_prefix, const etcd::RangeResult& round_range);
-  /// The state, created (round 0, open) when this is the run's first node.
-  Snapshot ensure_state();
+  /// The state, created (round 0, open) when this is the run's first node (after check_finished).
+  Snapshot ensure_state(const JoinWait& wait);
   RoundView read_round(int64_t round);
   /// Compare-and-swap of the state; false when someone else changed it first.
   bool replace_state(const Snapshot& seen, const etcd::RunRecord& next);

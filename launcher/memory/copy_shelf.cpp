@@ -126,6 +126,12 @@ std::vector<int64_t> CopyShelf::candidates(int rank) const {
   return out;
 }
 
+std::optional<int> CopyShelf::committed_slot(int rank, int64_t step) const {
+  const auto it = committed_.find(rank);
+  if (it == committed_.end() || it->second.count(step) == 0) return std::nullopt;
+  return slot_of(rank, step);
+}
+
 std::optional<int> CopyShelf::slot_of(int rank, int64_t step) const {
   const auto& slots = this->slots(rank);
   for (size_t i = 0; i < slots.size(); ++i) {

@@ -67,6 +67,8 @@ class CopyShelf {
   std::vector<int64_t> candidates(int rank) const;
   /// The slot holding a sealed copy of `step` of `rank`.
   std::optional<int> slot_of(int rank, int64_t step) const;
+  /// The slot of the committed copy of `step` of `rank` (nullopt: not committed, or no longer held).
+  std::optional<int> committed_slot(int rank, int64_t step) const;
   const std::vector<SlotView>& slots(int rank) const;
 
  private:

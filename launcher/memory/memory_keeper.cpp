@@ -211,8 +211,7 @@ void MemoryKeeper::restored(int rank, int64_t step, proto::LoadSource source) {
     // The ring may be new (a spare joined, the job shrank): the step the run resumed from goes to this round's
     // buddy at once, so a second fault before the next copy is durable still finds it in memory. An
     // unchanged buddy gets it again: its replica is tagged with an earlier round.
-    const auto committed = shelf_.candidates(rank);
-    push = attempt_ && attempt_->nodes > 1 && std::find(committed.begin(), committed.end(), step) != committed.end();
+    push = attempt_ && attempt_->nodes > 1 && shelf_.committed_slot(rank, step);
   }
   if (push) replicator_->enqueue(rank, step);
 }
@@ -265,9 +264,8 @@ json MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, s
   std::optional<CopySource> from;
   {
     std::lock_guard lock(mutex_);
-    const auto committed = shelf_.candidates(rank);
-    const auto slot = shelf_.slot_of(rank, step);
-    if (own_layout && slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+    const auto slot = shelf_.committed_slot(rank, step);
+    if (own_layout && slot) {
       fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
       return {{"op", "copy"}, {"step", step}, {"slot", *slot}, {"source", "own"}};
     }
@@ -309,9 +307,7 @@ json MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, s
 std::optional<std::pair<int, uint64_t>> MemoryKeeper::find_copy_locked(int rank, int64_t step, int world_size) const {
   const auto world_of = [](const MemfdSlot& slot) { return slot.read_header().world_size; };
   if (const auto it = own_.find(rank); it != own_.end()) {
-    const auto committed = shelf_.candidates(rank);
-    const auto slot = shelf_.slot_of(rank, step);
-    if (slot && std::find(committed.begin(), committed.end(), step) != committed.end()) {
+    if (const auto slot = shelf_.committed_slot(rank, step)) {
       const auto& memfd = *it->second->slots[static_cast<size_t>(*slot)];
       if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
     }
@@ -502,12 +498,10 @@ void MemoryKeeper::serve_fetch(const json& request, int socket) {
   bool pinned = false;
   {
     std::lock_guard lock(mutex_);
-    const auto committed = shelf_.candidates(rank);
     const int world_size = request.value("world_size", -1);
-    const auto slot = shelf_.slot_of(rank, step);
-    const bool own =
-        slot && std::find(committed.begin(), committed.end(), step) != committed.end() &&
-        (world_size < 0 || own_.at(rank)->slots[static_cast<size_t>(*slot)]->read_header().world_size == world_size);
+    const auto slot = shelf_.committed_slot(rank, step);
+    const bool own = slot && (world_size < 0 ||
+                              own_.at(rank)->slots[static_cast<size_t>(*slot)]->read_header().world_size == world_size);
     if (own) {
       from = dup_fd(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
       bytes = own_.at(rank)->slot_bytes;
