@@ -47,6 +47,10 @@ constexpr Ms kRootCauseSettle{500};
 // How long it waits for the report of the culprit a hang verdict named (its agent sends it right after the
 // verdict, before reading stacks).
 constexpr Ms kExpectedReportWait{10000};
+// A late rank (busy while the others wait for it) is judged again this often: one that stops moving is then
+// named hung within this of it; the late line itself is repeated far less often.
+constexpr Ms kLateRecheck{30000};
+constexpr Ms kLateRepeat{300000};
 
 std::string temp_folder(const std::string& prefix) {
   const char* tmp = std::getenv("TMPDIR");
@@ -313,6 +317,7 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
                                                    RendezvousBackend& rdzv, HangExchange& exchange) {
   const auto now = std::chrono::steady_clock::now();
   const auto pids = group.running_pids();
+  progress.watch_activity(pids, now);
   auto hang = progress.find_hang(pids, now);
   if (!hang) hang = progress.find_collective_wait(pids, now);
   if (hang) {
@@ -320,10 +325,11 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
     say("suspected hang: rank " + std::to_string(hang->rank) + ": " + hang->reason +
         "; gathering every rank's collective record");
     return conclude_hang(group, progress, rdzv, exchange,
-                         std::to_string(group_rank_) + " " + std::to_string(hang->rank) + " " + hang->reason, true);
+                         proto::HangRequest{group_rank_, hang->rank, hang->reason, hang->waited_s}, true);
   }
   if (const auto request = exchange.poll(now)) {
-    say("another node suspects a hang (" + *request + "); gathering this node's collective records");
+    say("another node suspects a hang (rank " + std::to_string(request->rank) + ": " + request->reason +
+        "); gathering this node's collective records");
     return conclude_hang(group, progress, rdzv, exchange, *request, false);
   }
   return std::nullopt;
@@ -331,26 +337,21 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
 
 namespace {
 
-// "<node> <rank> <reason>" -> the rank and the reason.
-FallbackSuspect parse_suspicion(const std::string& text) {
-  std::istringstream in(text);
-  int node = -1;
-  FallbackSuspect s;
-  in >> node >> s.rank;
-  std::getline(in >> std::ws, s.reason);
-  if (!in && s.reason.empty()) s.rank = -1;
-  return s;
-}
-
 std::string without_prefix(const std::string& line) { return line.starts_with("hang: ") ? line.substr(6) : line; }
+
+// "late: ranks 0 in barrier #10 of group 0": what a late line is about, without its figures.
+std::string late_subject(const HangVerdict& v) {
+  return format_ranks(v.culprits) + " " + v.group + " " + std::to_string(v.seq);
+}
 
 }  // namespace
 
-Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                          HangExchange& exchange, const std::string& suspicion, bool requested_here) {
+std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& progress,
+                                                         RendezvousBackend& rdzv, HangExchange& exchange,
+                                                         const proto::HangRequest& suspicion, bool requested_here) {
   const auto found = std::chrono::steady_clock::now();
   HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress.summaries(found));
-  std::string standing = suspicion;
+  proto::HangRequest standing = suspicion;
   if (requested_here && group_world_size_ > 1) {
     try {
       standing = exchange.request(suspicion);  // the first request wins on every node
@@ -361,8 +362,13 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
   HangInquiry inquiry(
       progress, group, exchange,
       HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(), group.attempt_dir(), command_.executable});
-  const FallbackSuspect suspect = parse_suspicion(standing);
-  const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt);
+  const FallbackSuspect suspect{standing.rank, standing.reason};
+  const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
+                                            LatenessRule{standing.waited_s, options_.progress.busy_timeout_s});
+  if (verdict.outcome == HangOutcome::kLate) {
+    on_late(group, progress, exchange, verdict);
+    return std::nullopt;
+  }
   say(verdict.line);
   for (const auto& note : verdict.notes) say("  " + note);
   // The report first (the root cause on every node waits for it), the stacks after.
@@ -408,6 +414,30 @@ Agent::AttemptResult Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& p
   AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, reason, found};
   result.expected_report_rank = named;
   return result;
+}
+
+// Every rank the others wait for is busy: a late rank, not a hang. Every node says so (once, then every
+// kLateRepeat while it lasts), marks its own late ranks for status, and looks again after kLateRecheck (or
+// when --hang-busy-timeout runs out), in a new inquiry: a late rank that stops moving is then named hung.
+void Agent::on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange& exchange, const HangVerdict& verdict) {
+  const auto now = std::chrono::steady_clock::now();
+  const std::string subject = late_subject(verdict);
+  if (subject != late_said_.subject || now - late_said_.at >= kLateRepeat) {
+    say(verdict.line);
+    late_said_ = LateSaid{subject, now};
+  }
+  auto recheck = now + kLateRecheck;
+  if (const auto& busy = options_.progress.busy_timeout_s) {
+    recheck = std::min(recheck, now + std::max(Ms(1000), to_ms(*busy - verdict.waited_s)));
+  }
+  const auto& workers = group.workers();
+  for (size_t lr = 0; lr < workers.size(); ++lr) {
+    if (std::find(verdict.culprits.begin(), verdict.culprits.end(), workers[lr].rank) == verdict.culprits.end()) continue;
+    progress.mark_late(lr, LateMark{verdict.line, verdict.group, verdict.seq, now, recheck + kLateRecheck});
+  }
+  progress.clear_suspicion();
+  progress.defer_suspicions(recheck);
+  exchange.next_inquiry();
 }
 
 void Agent::stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, Ms grace, int first_signal) {

@@ -23,6 +23,7 @@
 
 #include "launcher/cli/options.hpp"
 #include "launcher/workers/worker_command.hpp"
+#include "proto/hang_request.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::proto {
@@ -35,6 +36,7 @@ namespace meshrun::launcher {
 class AttemptClock;
 class RendezvousBackend;
 class HangExchange;
+struct HangVerdict;
 class ProgressMonitor;
 class SignalSet;
 class WorkerGroup;
@@ -91,9 +93,13 @@ class Agent {
   std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
                                        HangExchange& exchange);
   /// Every node's records judged together (hang/hang_inquiry.hpp), the verdict printed and reported, the
-  /// workers stopped. `suspicion` is the first request (this node's or another's): "<node> <rank> <why>".
-  AttemptResult conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                              HangExchange& exchange, const std::string& suspicion, bool requested_here);
+  /// workers stopped; nothing when the verdict is "late" (the ranks waited for are busy: the job goes on).
+  /// `suspicion` is the first request (this node's or another's).
+  std::optional<AttemptResult> conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
+                                             HangExchange& exchange, const proto::HangRequest& suspicion,
+                                             bool requested_here);
+  /// A late verdict: said, marked on this node's late ranks, judged again later.
+  void on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange& exchange, const HangVerdict& verdict);
   /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
   void stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, std::chrono::milliseconds grace,
                     int first_signal = 15);
@@ -130,6 +136,11 @@ class Agent {
   int group_rank_ = 0;                     // this node in the current attempt
   int group_world_size_ = 1;               // the attempt's, for the heartbeats sent while stopping
   std::vector<int> straggler_ranks_;       // as last reported by the daemon
+  struct LateSaid {
+    std::string subject;  // the late ranks and the collective (a new subject is said at once)
+    std::chrono::steady_clock::time_point at{};
+  };
+  LateSaid late_said_;  // the last late line printed
   int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
   proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
   std::chrono::steady_clock::time_point last_attempt_at_{};  // ... as ages at this moment

@@ -156,6 +156,8 @@ struct RankProgress {
   double loss = 0;          // 0: not reported
   double tokens_per_s = 0;  // 0: not reported
   bool hung = false;        // the agent judged the rank hung
+  bool late = false;        // others wait for it while it is busy (a save, an evaluation): not hung
+  std::string late_reason;  // the late line: "rank 0 (node0) is late: it has not entered barrier #10 ..."
   bool straggler = false;   // the daemon judged the rank slow (status and heartbeat replies only)
   std::map<std::string, int64_t> collectives;  // process group -> last completed collective (meshrun's hook)
   ArrivalBlock arrivals;                       // the answer to the daemon's current probe, if any
@@ -358,8 +360,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbe, group, first_seq, 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalBlock, group, first_seq, last_seq, count, mean_unix_s, span_s,
                                                 uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankProgress, rank, step, phase, step_time_s, compute_s, since_beat_s,
-                                                loss, tokens_per_s, hung, straggler, collectives, arrivals,
-                                                arrival_compute_s)
+                                                loss, tokens_per_s, hung, late, late_reason, straggler,
+                                                collectives, arrivals, arrival_compute_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Straggler, rank, host, seconds, median_seconds, measure)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClockReading, measured, offset_s, uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,

@@ -31,6 +31,7 @@ void print_ranks(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
         header = true;
       }
       std::string flags = r.hung ? "HUNG" : "";
+      if (r.late) flags += flags.empty() ? "LATE" : ",LATE";
       if (r.straggler) flags += flags.empty() ? "STRAGGLER" : ",STRAGGLER";
       if (r.phase.empty()) {  // no beats: what its collectives say
         out << fmt::format("    {:<6} {:<24} {:>8} {:<10} {:>9} {:>9} {:>9} {:>10}  {}{}\n", r.rank, n.host, "-",

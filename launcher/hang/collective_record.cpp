@@ -103,7 +103,8 @@ void to_json(nlohmann::json& j, const RankRecord& r) {
        {"source_detail", r.source_detail},
        {"beat_step", r.beat_step},
        {"groups", groups},
-       {"entries", entries}};
+       {"entries", entries},
+       {"activity", r.activity}};
 }
 
 void from_json(const nlohmann::json& j, RankRecord& r) {
@@ -123,6 +124,7 @@ void from_json(const nlohmann::json& j, RankRecord& r) {
   for (const auto& [name, g] : groups.items()) r.groups[name] = group_from(g);
   r.entries.clear();
   for (const auto& e : entries) r.entries.push_back(entry_from(e));
+  r.activity = j.value("activity", Activity{});
 }
 
 void read_hook_dump(const std::string& text, RankRecord& record) {

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "launcher/activity/activity_rule.hpp"
+
 namespace meshrun::launcher {
 
 /// The worker process as its agent sees it in /proc.
@@ -58,6 +60,7 @@ struct RankRecord {
   int64_t beat_step = -1;     // the last progress beat's step (-1: none)
   std::map<std::string, GroupProgress> groups;
   std::vector<CollectiveEntry> entries;  // by group, then seq
+  Activity activity;                     // what its process tree did over the last seconds (stuck or busy)
 
   /// The entry of `group` at `seq`, or nullptr.
   const CollectiveEntry* entry(const std::string& group, int64_t seq) const;

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.hpp"
 #include "common/strings.hpp"
 
@@ -80,6 +82,17 @@ HookMessage parse_hook_message(std::string_view datagram) {
   } else if (verb == "arrivals") {
     m.kind = HookMessage::Kind::kArrivals;
     parse_arrivals(rest, datagram, m);
+  } else if (verb == "frames") {
+    m.kind = HookMessage::Kind::kFrames;
+    const auto j = nlohmann::json::parse(rest, nullptr, false);
+    if (!j.is_object() || !j.contains("frames") || !j["frames"].is_array()) {
+      throw ProtocolError("bad frames answer '" + std::string(datagram) + "'");
+    }
+    for (const auto& f : j["frames"]) {
+      if (f.is_string()) m.frames.push_back(f.get<std::string>());
+    }
+    const auto where = j.find("where");
+    if (where != j.end() && where->is_string()) m.where = where->get<std::string>();
   } else if (verb == "dumped" || verb == "failed") {
     m.kind = verb == "dumped" ? HookMessage::Kind::kDumped : HookMessage::Kind::kFailed;
     m.text = std::string(rest);
@@ -97,12 +110,17 @@ void CollectiveWatch::on_message(const HookMessage& message, Clock::time_point n
     case HookMessage::Kind::kFailed: dump_answer_ = message; return;
     case HookMessage::Kind::kClock: clock_.add(message.sent_ns, message.remote_ns, received_ns); return;
     case HookMessage::Kind::kArrivals: arrivals_ = message.arrivals; return;
+    case HookMessage::Kind::kFrames:
+      stack_reads_.push_back(StackRead{now, message.frames, message.where});
+      if (stack_reads_.size() > kStackReads) stack_reads_.pop_front();
+      return;
     case HookMessage::Kind::kStatus: break;
   }
   bool completed = false;
   for (const auto& [name, g] : message.groups) {
     GroupState& state = groups_[name];
-    if (g.last_completed > state.last.last_completed) completed = true;
+    // Sequence numbers start at 1: a first status with 0 completed reports none (not a completion at -1 -> 0).
+    if (g.last_completed > std::max<int64_t>(state.last.last_completed, 0)) completed = true;
     const bool open = g.last_enqueued > g.last_completed;
     const bool same_wait = state.open_since && g.last_completed == state.last.last_completed;
     if (!open) {
@@ -122,10 +140,31 @@ void CollectiveWatch::on_message(const HookMessage& message, Clock::time_point n
   last_completion_ = now;
 }
 
+StackMotion CollectiveWatch::stack_motion(Clock::time_point since) const {
+  StackMotion m;
+  const StackRead* first = nullptr;
+  for (const auto& read : stack_reads_) {
+    if (read.at < since) continue;
+    if (first == nullptr) {
+      first = &read;
+      continue;
+    }
+    m.known = true;
+    if (read.frames != first->frames) m.moved = true;
+  }
+  if (!stack_reads_.empty()) m.where = stack_reads_.back().where;
+  return m;
+}
+
 std::map<std::string, int64_t> CollectiveWatch::completed() const {
   std::map<std::string, int64_t> out;
   for (const auto& [name, state] : groups_) out[name] = state.last.last_completed;
   return out;
+}
+
+int64_t CollectiveWatch::last_enqueued(const std::string& group) const {
+  const auto it = groups_.find(group);
+  return it == groups_.end() ? -1 : it->second.last.last_enqueued;
 }
 
 std::optional<double> CollectiveWatch::median_gap_s() const {

@@ -6,6 +6,9 @@
 //   fr clock <agent ns> <worker ns>     the answer to "clock <agent ns>": a sample of the worker's clock offset
 //   fr arrivals <first> <last> <count> <mean ns> <span ns> <group>
 //                                       the answer to an arrival probe (the daemon's, relayed by the agent)
+//   fr frames {"frames": [...], "where": "save at train.py:14"}
+//                                       the answer to "frames": the main thread's stack, innermost first, and
+//                                       its innermost frame of the user's code (stuck or busy)
 // The agent's own clock dates what it sees: when a group's oldest open collective was first seen open,
 // and the gaps between completions (the job's cadence, which the automatic budget learns).
 #pragma once
@@ -17,8 +20,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/clock_offset.hpp"
+#include "launcher/activity/activity_rule.hpp"
 
 namespace meshrun::launcher {
 
@@ -34,7 +39,7 @@ struct ArrivalAnswer {
 
 /// One datagram from the hook. Throws ProtocolError when it is not one.
 struct HookMessage {
-  enum class Kind { kHello, kStatus, kDumped, kFailed, kClock, kArrivals };
+  enum class Kind { kHello, kStatus, kDumped, kFailed, kClock, kArrivals, kFrames };
   struct Group {
     int64_t last_enqueued = -1;
     int64_t last_completed = -1;
@@ -46,6 +51,8 @@ struct HookMessage {
   int64_t sent_ns = 0;                  // kClock: the agent's clock when it asked
   int64_t remote_ns = 0;                // kClock: the worker's clock when it answered
   ArrivalAnswer arrivals;               // kArrivals
+  std::vector<std::string> frames;      // kFrames: "file:line in function", innermost first
+  std::string where;                    // kFrames: the user's innermost frame ("save at train.py:14"), or ""
 };
 /// True when `datagram` comes from the hook ("fr ..."), not a progress beat.
 bool is_hook_message(std::string_view datagram);
@@ -56,6 +63,8 @@ class CollectiveWatch {
   using Clock = std::chrono::steady_clock;
   /// Completion gaps kept for the median.
   static constexpr size_t kWindow = 20;
+  /// Stack reads kept: a window's worth at one read every 2 s, and some.
+  static constexpr size_t kStackReads = 10;
 
   /// The rank's oldest collective that is entered and not completed.
   struct OpenWait {
@@ -80,10 +89,15 @@ class CollectiveWatch {
   void clear_dump_answer() { dump_answer_.reset(); }
   /// The last collective completed in each group, as the hook last reported.
   std::map<std::string, int64_t> completed() const;
+  /// The last collective the rank entered in `group` (-1: none reported).
+  int64_t last_enqueued(const std::string& group) const;
   /// The worker's clock minus the agent's, once a clock answer came.
   std::optional<OffsetEstimate> clock_offset() const { return clock_.estimate(); }
   /// The answer to the last arrival probe, if one came.
   const std::optional<ArrivalAnswer>& arrivals() const { return arrivals_; }
+  /// Whether the main thread's stack moved between the reads ("frames" answers) since `since`: known once
+  /// two reads came in that time.
+  StackMotion stack_motion(Clock::time_point since) const;
 
  private:
   struct GroupState {
@@ -99,6 +113,12 @@ class CollectiveWatch {
   std::optional<HookMessage> dump_answer_;
   ClockOffset clock_;
   std::optional<ArrivalAnswer> arrivals_;
+  struct StackRead {
+    Clock::time_point at;
+    std::vector<std::string> frames;
+    std::string where;
+  };
+  std::deque<StackRead> stack_reads_;  // the last few "frames" answers
 };
 
 }  // namespace meshrun::launcher

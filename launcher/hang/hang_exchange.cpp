@@ -10,7 +10,7 @@ HangExchange::HangExchange(Endpoint store, int64_t round, int node, int nodes)
     : store_(std::move(store)), round_(round), node_(node), nodes_(nodes) {}
 
 std::string HangExchange::key(const std::string& part) const {
-  return "meshrun/hang/" + std::to_string(round_) + "/" + part;
+  return "meshrun/hang/" + std::to_string(round_) + "/" + std::to_string(inquiry_) + "/" + part;
 }
 
 proto::StoreClient& HangExchange::client() {
@@ -23,17 +23,17 @@ proto::StoreClient& HangExchange::client() {
   return *client_;
 }
 
-std::string HangExchange::request(const std::string& request) {
+proto::HangRequest HangExchange::request(const proto::HangRequest& request) {
   // compare_set keeps the first request: every node reads the same one.
-  return client().compare_set(key("request"), "", request);
+  return proto::decode_hang_request(client().compare_set(key("request"), "", proto::encode(request)));
 }
 
-std::optional<std::string> HangExchange::poll(Clock::time_point now) {
+std::optional<proto::HangRequest> HangExchange::poll(Clock::time_point now) {
   if (nodes_ <= 1 || now < next_poll_) return std::nullopt;
   next_poll_ = now + kPollEvery;
   try {
     if (!client().check({key("request")})) return std::nullopt;
-    return client().get(key("request"));
+    return proto::decode_hang_request(client().get(key("request")));
   } catch (const Error& e) {
     client_.reset();
     if (!warned_)

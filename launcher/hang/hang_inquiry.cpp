@@ -48,6 +48,7 @@ RankRecord HangInquiry::base_record(size_t lr) const {
   r.state = !running ? ProcessState::kExited
                      : (process_state(r.pid) == 'T' ? ProcessState::kStopped : ProcessState::kRunning);
   r.beat_step = progress_.last_step(lr);
+  if (running) r.activity = progress_.activity(lr);
   const CollectiveWatch& watch = progress_.watch(lr);
   if (!watch.hooked()) {
     r.source = RecordSource::kNoHook;
@@ -170,11 +171,12 @@ std::vector<RankStack> HangInquiry::all_stacks(const std::vector<RankStack>& min
   }
 }
 
-HangVerdict HangInquiry::judge(const std::optional<FallbackSuspect>& suspect) {
+HangVerdict HangInquiry::judge(const std::optional<FallbackSuspect>& suspect, const LatenessRule& lateness) {
   auto records = all_records(local_records());
   std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  HangVerdict verdict = judge_hang(records, suspect);
-  std::ofstream(verdict_file()) << nlohmann::json{{"verdict", verdict}, {"ranks", records}}.dump(2) << "\n";
+  HangVerdict verdict = judge_hang(records, suspect, lateness);
+  std::ofstream(verdict_file(verdict.outcome)) << nlohmann::json{{"verdict", verdict}, {"ranks", records}}.dump(2)
+                                               << "\n";
   return verdict;
 }
 

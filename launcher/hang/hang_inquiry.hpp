@@ -1,8 +1,10 @@
 // HangInquiry: what every agent does once a hang is suspected anywhere in the job (docs/progress.md):
-//   1. its ranks' records: the process state (/proc), and each Python worker's collective record, asked
-//      of meshrun's hook (3 s at most; a rank that cannot answer says why);
+//   1. its ranks' records: the process state (/proc), what each process tree did over the last seconds
+//      (stuck or busy), and each Python worker's collective record, asked of meshrun's hook (3 s at most; a
+//      rank that cannot answer says why);
 //   2. posts them to the workers' store and reads every node's (HangExchange);
-//   3. judges them (judge_hang: the same verdict on every node), writes <attempt dir>/hang.json;
+//   3. judges them (judge_hang: the same verdict on every node), writes <attempt dir>/hang.json (late.json
+//      for a late verdict, which ends the inquiry: the job goes on);
 //      (the caller reports the culprit here, before the stacks, which take longer)
 //   4. reads every local rank's stack at once, posts them, and groups every node's identical stacks.
 // The caller keeps heartbeats going meanwhile (HeartbeatKeeper) and stops the workers after.
@@ -35,11 +37,13 @@ class HangInquiry {
 
   /// Steps 1-3: every node's records judged. `suspect` (the standing request's rank and reason) is what
   /// the verdict falls back on when no recorded collective explains the hang.
-  HangVerdict judge(const std::optional<FallbackSuspect>& suspect);
+  HangVerdict judge(const std::optional<FallbackSuspect>& suspect, const LatenessRule& lateness);
   /// Step 4: every node's ranks' stacks that arrived in time, by rank (also in <rank dir>/stack.txt).
   std::vector<RankStack> stacks();
-  /// Where judge() wrote the verdict and the records (<attempt dir>/hang.json).
-  std::string verdict_file() const { return site_.attempt_dir + "/hang.json"; }
+  /// Where judge() wrote a verdict of `outcome` and the records (<attempt dir>/hang.json or late.json).
+  std::string verdict_file(HangOutcome outcome = HangOutcome::kHung) const {
+    return site_.attempt_dir + (outcome == HangOutcome::kLate ? "/late.json" : "/hang.json");
+  }
 
  private:
   std::vector<RankRecord> local_records();

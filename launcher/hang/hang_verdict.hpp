@@ -8,6 +8,12 @@
 // waiting elsewhere is only a link in the chain (a subgroup hang holds the default group up too). A
 // stopped worker (state T) wins over all of it. When every member entered, their entries at that number
 // are compared: another op, other sizes or dtypes is a mismatch, and the minority is named.
+//
+// Then, stuck or busy (docs/progress.md): a rank that never entered (or has no record, or was suspected from
+// beats alone) is judged by what its process tree did (RankRecord::activity). Only idle, stopped or unjudged
+// ones are hung. When every such rank is busy (it computes, reads or writes), the verdict's outcome is
+// *late*: the others wait for a slow rank, as in a rank-0 save, and the job goes on, unless
+// --hang-busy-timeout is set and the wait is past it.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +39,17 @@ enum class HangKind {
 
 std::string_view to_string(HangKind value);
 
+/// What the agents do with a verdict.
+enum class HangOutcome {
+  kHung,  // act: stop the attempt (restart or end)
+  kLate,  // every rank waited for is busy: say so, and let the job run
+};
+
+std::string_view to_string(HangOutcome value);
+
 struct HangVerdict {
   HangKind kind = HangKind::kNoCollective;
+  HangOutcome outcome = HangOutcome::kHung;
   std::vector<int> culprits;  // the ranks named (the first is the suspect)
   std::string group;          // the process group of the collective (empty: none)
   std::vector<int> group_ranks;
@@ -47,6 +62,7 @@ struct HangVerdict {
   std::vector<std::string> notes;  // ranks without a record, and why
   int suspect_node = -1;           // the culprit's node (group rank), for the restart policy
   std::string suspect_host;
+  double waited_s = 0;             // how long the others had waited when the suspicion was raised
 };
 
 /// The verdict over every rank's record. `fallback` (a rank and why it looked hung, from beats or
@@ -55,7 +71,13 @@ struct FallbackSuspect {
   int rank = -1;
   std::string reason;
 };
-HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional<FallbackSuspect>& fallback);
+/// How busy culprits are treated: the same figures on every node (they travel in the standing request).
+struct LatenessRule {
+  double waited_s = 0;                   // how long the suspicion's rank had waited (or been silent)
+  std::optional<double> busy_timeout_s;  // --hang-busy-timeout: a busy rank past it is hung too
+};
+HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional<FallbackSuspect>& fallback,
+                       const LatenessRule& lateness = {});
 
 /// "0-3", "0,2,5", "0-2,7".
 std::string format_ranks(std::vector<int> ranks);

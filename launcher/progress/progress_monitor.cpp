@@ -30,7 +30,9 @@ ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>&
     : policy_(policy),
       accountants_(ranks.size(), StepAccountant(steps_done)),
       watches_(ranks.size()),
-      stopped_since_(ranks.size()) {
+      stopped_since_(ranks.size()),
+      activity_(ranks.size()),
+      late_(ranks.size()) {
   sockets_.reserve(ranks.size());
   trackers_.reserve(ranks.size());
   for (size_t lr = 0; lr < ranks.size(); ++lr) {
@@ -84,7 +86,30 @@ void ProgressMonitor::close_accounts(Clock::time_point now) {
   for (auto& a : accountants_) a.close(now);
 }
 
+void ProgressMonitor::watch_activity(const std::vector<pid_t>& pids, Clock::time_point now) {
+  if (!activity_.sample(pids, now)) return;
+  if (activity_samples_++ % 2 != 0) return;
+  for (size_t lr = 0; lr < sockets_.size(); ++lr) {
+    if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), "frames");
+  }
+}
+
+Activity ProgressMonitor::activity(size_t lr) const {
+  return activity_.activity(lr, watches_[lr].stack_motion(activity_.window_start(lr)));
+}
+
+std::optional<std::string> ProgressMonitor::late(size_t lr, Clock::time_point now) const {
+  const auto& mark = late_[lr];
+  if (!mark || now >= mark->until) return std::nullopt;
+  if (!mark->group.empty() && watches_[lr].last_enqueued(mark->group) >= mark->seq) return std::nullopt;  // it entered
+  if (mark->group.empty() && trackers_[lr].has_beaten() && trackers_[lr].last_at() > mark->marked_at) {
+    return std::nullopt;  // it beat again
+  }
+  return mark->line;
+}
+
 std::optional<std::string> ProgressMonitor::silence_verdict(size_t lr, Clock::time_point now) const {
+  if (now < quiet_until_) return std::nullopt;
   const RankTracker& t = trackers_[lr];
   const auto budget = policy_.budget_s(t);
   if (!budget) return std::nullopt;
@@ -155,11 +180,12 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
     }
   }
   hung_ = silent_culprit;
-  return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason, last_step(*silent_culprit)};
+  return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason, last_step(*silent_culprit),
+                    seconds(now - trackers_[*silent_culprit].last_at())};
 }
 
 std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vector<pid_t>& pids, Clock::time_point now) {
-  if (hung_) return std::nullopt;
+  if (hung_ || now < quiet_until_) return std::nullopt;
   for (size_t lr = 0; lr < watches_.size(); ++lr) {
     if (lr >= pids.size() || pids[lr] <= 0) continue;
     const auto wait = watches_[lr].oldest_wait();
@@ -170,7 +196,7 @@ std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vecto
     return HangReport{lr, trackers_[lr].rank(),
                       fmt::format("waits in collective #{} of group {} for {:.1f} s (budget {:.1f} s)", wait->seq,
                                   wait->group, waited, *budget),
-                      last_step(lr)};
+                      last_step(lr), waited};
   }
   return std::nullopt;
 }
@@ -229,7 +255,8 @@ std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point no
   for (size_t lr = 0; lr < trackers_.size(); ++lr) {
     const CollectiveWatch& w = watches_[lr];
     auto completed = w.completed();
-    if (!trackers_[lr].has_beaten() && completed.empty()) continue;
+    const auto late_line = late(lr, now);
+    if (!trackers_[lr].has_beaten() && completed.empty() && !late_line) continue;
     proto::RankProgress p;  // a rank without beats: only its collectives speak for it
     if (trackers_[lr].has_beaten()) {
       p = trackers_[lr].summary(now, hung_ == lr);
@@ -238,6 +265,8 @@ std::vector<proto::RankProgress> ProgressMonitor::summaries(Clock::time_point no
       p.hung = hung_ == lr;
     }
     p.collectives = std::move(completed);
+    p.late = late_line.has_value();
+    p.late_reason = late_line.value_or("");
     if (w.arrivals()) p.arrivals = on_daemon_clock(*w.arrivals(), w.clock_offset(), node_clock);
     out.push_back(std::move(p));
   }

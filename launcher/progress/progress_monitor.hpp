@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/activity/activity_monitor.hpp"
 #include "launcher/hang/collective_watch.hpp"
 #include "launcher/progress/beat_socket.hpp"
 #include "launcher/progress/hang_policy.hpp"
@@ -28,7 +29,18 @@ struct HangReport {
   size_t local_rank = 0;
   int rank = 0;
   std::string reason;
-  int64_t step = -1;  // the last step it beat (-1: it never beat)
+  int64_t step = -1;    // the last step it beat (-1: it never beat)
+  double waited_s = 0;  // how long it has waited in its collective, or been silent
+};
+
+/// A rank this node's agent judged late (busy while others wait for it): shown in status until it enters
+/// the collective, beats again, or `until` passes without a new verdict renewing it.
+struct LateMark {
+  std::string line;   // the late line
+  std::string group;  // the collective it had not entered ("" for a suspicion from beats)
+  int64_t seq = -1;
+  std::chrono::steady_clock::time_point marked_at{};
+  std::chrono::steady_clock::time_point until{};
 };
 
 /// The state letter of /proc/<pid>/stat ('R', 'S', 'T'...), or '\0' when unreadable (the worker exited).
@@ -51,6 +63,20 @@ class ProgressMonitor {
   void drain(Clock::time_point now);
   /// Marks the attempt as judged hung (a verdict was reached some other way): no further reports.
   void mark_hung(size_t lr) { hung_ = lr; }
+  /// The verdict was "late": the attempt goes on, and later suspicions are reported again.
+  void clear_suspicion() { hung_.reset(); }
+  /// Samples the workers' process trees (once a second) and asks hooked ranks for their stacks (every other
+  /// sample), for activity(). `pids` by local rank (0: exited).
+  void watch_activity(const std::vector<pid_t>& pids, Clock::time_point now);
+  /// Stuck or busy: what local rank `lr`'s process tree did over the last seconds.
+  Activity activity(size_t lr) const;
+  /// A late verdict named local rank `lr`.
+  void mark_late(size_t lr, LateMark mark) { late_[lr] = std::move(mark); }
+  /// The late line of local rank `lr`, while its mark stands.
+  std::optional<std::string> late(size_t lr, Clock::time_point now) const;
+  /// No suspicion from silence or a collective wait before `until` (a late verdict stands until then; a
+  /// stopped worker is still suspected at once).
+  void defer_suspicions(Clock::time_point until) { quiet_until_ = until; }
   /// The first rank that is hung now, if any. `pids` are the running workers' pids by local rank (0:
   /// exited), read for the stopped state (T) in /proc.
   std::optional<HangReport> find_hang(const std::vector<pid_t>& pids, Clock::time_point now);
@@ -94,6 +120,10 @@ class ProgressMonitor {
   std::set<size_t> warned_bad_beat_;
   std::optional<size_t> hung_;  // reported once; the caller stops the attempt
   proto::ArrivalProbe asked_;   // the last probe relayed
+  ActivityMonitor activity_;
+  int activity_samples_ = 0;
+  std::vector<std::optional<LateMark>> late_;
+  Clock::time_point quiet_until_{};
 };
 
 }  // namespace meshrun::launcher

@@ -188,6 +188,8 @@ void rank_families(Exposition& e, const LiveSnapshot& s) {
       {"meshrun_rank_beat_age_seconds", "Age of the rank's last progress beat",
        [](const auto& p) { return p.since_beat_s; }},
       {"meshrun_rank_hung", "1 when the rank's agent judged it hung", [](const auto& p) { return p.hung ? 1.0 : 0.0; }},
+      {"meshrun_rank_late", "1 while others wait for the rank in a collective and it is busy (late, not hung)",
+       [](const auto& p) { return p.late ? 1.0 : 0.0; }},
       {"meshrun_rank_straggler", "1 when the daemon names the rank a straggler",
        [](const auto& p) { return p.straggler ? 1.0 : 0.0; }},
       {"meshrun_rank_arrival_compute_seconds",

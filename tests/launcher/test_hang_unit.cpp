@@ -265,7 +265,7 @@ TEST_CASE("hook messages: clock samples and arrival answers feed the watch", "[h
   CHECK(w.completed().at("0") == 11);
 }
 
-TEST_CASE("the collective budget: armed after warm-up, learned from the cadence, never without a hook",
+TEST_CASE("the collective budget: armed from the first collective, learned from the cadence, never without a hook",
           "[hang][policy]") {
   HangPolicy policy;  // auto, floor 60 s
   const RankTracker no_beats(0);
@@ -278,13 +278,15 @@ TEST_CASE("the collective budget: armed after warm-up, learned from the cadence,
     m.groups["0"] = {enq, done};
     watch.on_message(m, t0 + std::chrono::milliseconds(static_cast<int>(at_s * 1000)));
   };
-  status(1, 0, 0);  // a long first step: one collective open, none completed yet
-  CHECK_FALSE(policy.collective_budget_s(watch, no_beats));
+  status(1, 0, 0);  // one collective open, none completed yet: the floor alone (whoever is waited for is
+                    // then judged stuck or busy: a long first step is busy)
+  REQUIRE(policy.collective_budget_s(watch, no_beats));
+  CHECK(*policy.collective_budget_s(watch, no_beats) == 60);
   REQUIRE(watch.oldest_wait());
   CHECK(watch.oldest_wait()->seq == 1);
   status(1, 1, 50);
   status(3, 2, 52);
-  CHECK_FALSE(policy.collective_budget_s(watch, no_beats));  // 2 completed: still warming up
+  CHECK(*policy.collective_budget_s(watch, no_beats) == Approx(60 + 2 * 2.0));  // one gap: 2 s
   status(4, 3, 54);
   status(5, 5, 56);
   REQUIRE(policy.collective_budget_s(watch, no_beats));

@@ -2,8 +2,8 @@
 # The live page in a real browser: Debian's headless Chromium loads http://127.0.0.1:PORT/ from a real
 # daemon whose run has a hung rank (progress_agent flags rank 1 hung, rank 2 slow), lets the page's script
 # poll the daemon (virtual time: the page's one-second timer fires several times while fetches are
-# waited for), dumps the DOM, and the DOM must show the run, its ranks, HUNG on the hung rank's row and
-# STRAGGLER on the slow one's. Without Chromium: skipped outside CI, failed under CI=true.
+# waited for), dumps the DOM, and the DOM must show the run, its ranks, HUNG on the hung rank's row,
+# STRAGGLER on the slow one's, and LATE with its late line on the late one's. Without Chromium: skipped outside CI, failed under CI=true.
 #   http_page_chromium.sh DAEMON PROGRESS_AGENT
 set -euo pipefail
 DAEMON="$1" AGENT="$2"
@@ -33,7 +33,7 @@ http_get() {
   exec 3<&-
 }
 
-"$AGENT" "$endpoint" page-run node-a 3 --hung-rank 1 --slow-rank 2 --restart-hung >"$tmp/agent.out" 2>&1 &
+"$AGENT" "$endpoint" page-run node-a 4 --hung-rank 1 --slow-rank 2 --late-rank 3 --restart-hung >"$tmp/agent.out" 2>&1 &
 pids+=($!)
 # Until the daemon's status has the hung rank (the page then has something to show).
 for _ in $(seq 300); do
@@ -56,7 +56,7 @@ grep -q 'data-polls="[1-9]' "$dom" || { show; fail "the page's script never rend
 grep -q '<code>page-run</code>' "$dom" || { show; fail "the run id is not on the page"; }
 grep -q 'class="badge">round 1<' "$dom" || { show; fail "the run's round is not on the page"; }
 grep -q 'hung 1' "$dom" || { show; fail "the restart and its cause are not on the page"; }
-for rank in 0 1 2; do
+for rank in 0 1 2 3; do
   grep -q "data-rank=\"$rank\"" "$dom" || { show; fail "rank $rank is not on the page"; }
 done
 # The hung rank's row: class hung and the literal HUNG in its flags cell.
@@ -64,8 +64,12 @@ grep -Eq '<tr class="hung" data-rank="1">.*<td class="text flag hung">HUNG</td><
   { show; fail "rank 1 is not flagged HUNG"; }
 grep -Eq '<tr class="straggler" data-rank="2">.*<td class="text flag straggler">STRAGGLER</td></tr>' "$dom" ||
   { show; fail "rank 2 is not flagged STRAGGLER"; }
+grep -Eq '<tr class="late" data-rank="3" title="rank 3 \(node-a\) is late: [^"]*">.*<td class="text flag late">LATE</td></tr>' "$dom" ||
+  { show; fail "rank 3 is not flagged LATE"; }
+grep -q '<div class="late-line">rank 3 (node-a) is late: it has not entered barrier #10' "$dom" ||
+  { show; fail "rank 3's late line is not on the page"; }
 grep -q '<path d="M' "$dom" || { show; fail "no curve was drawn"; }
 grep -q '<b>root cause</b> (round 0, the first of 1 failure(s)): rank 1 on ' "$dom" ||
   { show; fail "the root cause (rank 1, hung) is not on the page"; }
 grep -q 'block_forever (progress_agent.py:30)' "$dom" || { show; fail "the hung rank's stack is not on the page"; }
-echo "the page shows run page-run, ranks 0-2, rank 1 HUNG and rank 2 STRAGGLER ($(grep -o 'data-polls="[0-9]*"' "$dom"))"
+echo "the page shows run page-run, ranks 0-3, rank 1 HUNG, rank 2 STRAGGLER and rank 3 LATE ($(grep -o 'data-polls="[0-9]*"' "$dom"))"

@@ -1,9 +1,9 @@
-// progress_agent ENDPOINT RUN_ID HOST RANKS [--hung-rank R] [--slow-rank R] [--restart-hung]: a stand-in
+// progress_agent ENDPOINT RUN_ID HOST RANKS [--hung-rank R] [--slow-rank R] [--late-rank R] [--restart-hung]: a stand-in
 // for a meshrun agent whose workers beat, for the HTTP live view tests. It joins RUN_ID as the only node
 // with RANKS local ranks and then heartbeats every 0.2 s with their progress, as a real agent does: every
 // rank advances a step per 0.1 s with a falling loss, except that --hung-rank stays at step 5 flagged hung
 // (its beat age growing) and --slow-rank reports three times the compute time (the daemon names it a
-// straggler). --restart-hung first reports a hung worker (its failure record, then cause "hung") and
+// straggler); --late-rank is flagged late (busy while the others wait for it) with a late line. --restart-hung first reports a hung worker (its failure record, then cause "hung") and
 // re-joins, so the run shows one restart and its root cause. Prints "beating" once the daemon has its progress; runs
 // until killed.
 #include <unistd.h>
@@ -26,6 +26,7 @@ struct Args {
   int ranks = 1;
   int hung_rank = -1;
   int slow_rank = -1;
+  int late_rank = -1;
   bool restart_hung = false;
 };
 
@@ -49,6 +50,12 @@ std::vector<proto::RankProgress> progress(const Args& a, int64_t step, double hu
     p.compute_s = rank == a.slow_rank ? 0.3 : 0.1;
     p.loss = 4.0 / (1.0 + 0.05 * static_cast<double>(p.step));
     p.tokens_per_s = rank == a.slow_rank ? 400 : 1200;
+    p.late = rank == a.late_rank;
+    if (p.late) {
+      p.late_reason = "rank " + std::to_string(rank) + " (" + a.host +
+                      ") is late: it has not entered barrier #10 of group 0 (ranks 0-" + std::to_string(a.ranks - 1) +
+                      ") for 61 s; it is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14";
+    }
     out.push_back(p);
   }
   return out;
@@ -58,7 +65,8 @@ std::vector<proto::RankProgress> progress(const Args& a, int64_t step, double hu
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::cerr << "usage: progress_agent ENDPOINT RUN_ID HOST RANKS [--hung-rank R] [--slow-rank R] [--restart-hung]\n";
+    std::cerr << "usage: progress_agent ENDPOINT RUN_ID HOST RANKS [--hung-rank R] [--slow-rank R] [--late-rank R] "
+                 "[--restart-hung]\n";
     return 2;
   }
   Args a{argv[1], argv[2], argv[3], std::stoi(argv[4])};
@@ -70,6 +78,8 @@ int main(int argc, char** argv) {
       a.hung_rank = std::stoi(argv[++i]);
     } else if (flag == "--slow-rank" && i + 1 < argc) {
       a.slow_rank = std::stoi(argv[++i]);
+    } else if (flag == "--late-rank" && i + 1 < argc) {
+      a.late_rank = std::stoi(argv[++i]);
     } else {
       std::cerr << "progress_agent: unknown argument '" << flag << "'\n";
       return 2;

@@ -127,8 +127,8 @@ TEST_CASE("the live view serves health, the status JSON, history and Prometheus 
   TempDir dir;
   Daemon daemon(dir);
   REQUIRE(daemon.http_port() != 0);
-  Process agent({PROGRESS_AGENT_BIN, daemon.endpoint(), "live", "node-a", "3", "--hung-rank", "1", "--slow-rank", "2",
-                 "--restart-hung"},
+  Process agent({PROGRESS_AGENT_BIN, daemon.endpoint(), "live", "node-a", "4", "--hung-rank", "1", "--slow-rank", "2",
+                 "--late-rank", "3", "--restart-hung"},
                 {}, dir.path() + "/agent");
   // Step 40: the slow rank has been over the threshold for the 20 steps a straggler needs (StragglerFilter).
   const json run = wait_for_ranks(daemon.http_port(), "live", 2, 40);
@@ -163,10 +163,13 @@ TEST_CASE("the live view serves health, the status JSON, history and Prometheus 
     CHECK(r.at("restarts_by_cause").at("hung") == 1);
     CHECK(r.at("restarts").at(0).at("cause") == "hung");
     const auto ranks = ranks_of(r);
-    REQUIRE(ranks.size() == 3);
+    REQUIRE(ranks.size() == 4);
     CHECK(ranks.at(1).at("hung") == true);
     CHECK(ranks.at(2).at("straggler") == true);
     CHECK(ranks.at(0).at("hung") == false);
+    CHECK(ranks.at(3).at("late") == true);
+    CHECK_THAT(ranks.at(3).at("late_reason").get<std::string>(), Catch::StartsWith("rank 3 (node-a) is late: "));
+    CHECK(ranks.at(0).at("late") == false);
   }
   SECTION("/metrics is Prometheus text with the run's ranks") {
     const auto r = http_get(port, "/metrics");
@@ -186,6 +189,12 @@ TEST_CASE("the live view serves health, the status JSON, history and Prometheus 
     const auto* slow = find_sample(samples, "meshrun_rank_straggler", {{"run", "live"}, {"rank", "2"}});
     REQUIRE(slow != nullptr);
     CHECK(slow->value == 1);
+    const auto* late = find_sample(samples, "meshrun_rank_late", {{"run", "live"}, {"rank", "3"}});
+    REQUIRE(late != nullptr);
+    CHECK(late->value == 1);
+    const auto* on_time = find_sample(samples, "meshrun_rank_late", {{"run", "live"}, {"rank", "0"}});
+    REQUIRE(on_time != nullptr);
+    CHECK(on_time->value == 0);
     const auto* restarts = find_sample(samples, "meshrun_restarts_total", {{"run", "live"}, {"cause", "hung"}});
     REQUIRE(restarts != nullptr);
     CHECK(restarts->value == 1);

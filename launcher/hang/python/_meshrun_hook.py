@@ -7,7 +7,9 @@
 # each group, with the Python frames that called them; the thread writes it as JSON and answers
 # "fr dumped <path>". For stragglers the agent also asks "clock <its ns>" (answered at once with this
 # clock, "fr clock <its ns> <ours>") and "arrivals <first> <last> <group>" (when this rank entered those
-# collectives: "fr arrivals <first> <last> <count> <mean ns> <span ns> <group>").
+# collectives: "fr arrivals <first> <last> <count> <mean ns> <span ns> <group>"). While other ranks may wait
+# for this one, the agent asks "frames" every few seconds: "fr frames {"frames": [...], "where": "..."}", the main
+# thread's stack (stuck or busy: docs/progress.md).
 # Nothing here imports torch: it only looks at torch once the script has.
 import atexit
 import json
@@ -22,6 +24,7 @@ RESEND_S = 5.0  # an unchanged status is sent again this often (the agent knows 
 KEEP_RETIRED = 4  # finished collectives kept per group in a dump, besides the open ones
 MAX_ENTRIES = 64
 MAX_FRAMES = 6
+MAX_STACK_READ = 24  # frames in an answer to "frames"
 MAX_DATAGRAM = 3500
 SETTLE_S = 0.02
 
@@ -34,6 +37,7 @@ _stopping = threading.Event()
 # group's name, which every rank shares. Ids seen beside names in the entries are kept here (read once per
 # new group); only an id whose entries left the recorder's ring falls back on creation order.
 _names_by_uid = {}
+_libraries = None  # the standard library's and installed packages' folders, read on first use
 
 
 def _active():
@@ -115,6 +119,36 @@ def _main_thread_frames():
             out.append([code.co_filename, frame.f_lineno, code.co_name])
         frame = frame.f_back
     return out
+
+
+def _library_dirs():
+    global _libraries
+    if _libraries is None:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        _libraries = tuple(sorted({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}))
+    return _libraries
+
+
+def _frames_answer():
+    # Where the main thread is now, innermost first, and which frame is the user's own code (not the
+    # standard library's or an installed package's): the agent compares two reads (a stack that moves is a
+    # rank making progress) and names the user's frame in a "late" line.
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    frames, where = [], ""
+    while frame is not None and len(frames) < MAX_STACK_READ:
+        code = frame.f_code
+        frames.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        if not where and not code.co_filename.startswith(("<",) + _library_dirs()):
+            where = f"{code.co_name} at {os.path.basename(code.co_filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    answer = {"frames": frames, "where": where}
+    text = "fr frames " + json.dumps(answer)
+    while len(text.encode()) > MAX_DATAGRAM and answer["frames"]:
+        answer["frames"].pop()
+        text = "fr frames " + json.dumps(answer)
+    return text
 
 
 def _entry(e):
@@ -202,6 +236,8 @@ def _answer(listen, send):
             send(_arrivals(int(first), int(last), group))
         except Exception:  # the group torn down meanwhile...: no times known
             send(f"fr arrivals {first} {last} 0 0 0 {group}")
+    elif request == "frames":
+        send(_frames_answer())
     elif request.startswith("dump "):
         path = request[5:]
         try:
