@@ -320,16 +320,16 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
   progress.watch_activity(pids, now);
   auto hang = progress.find_hang(pids, now);
   if (!hang) hang = progress.find_collective_wait(pids, now);
+  // The suspicion is said only when the verdict is a hang: a late rank (busy) gets its own line instead.
   if (hang) {
     progress.mark_hung(hang->local_rank);
-    say("suspected hang: rank " + std::to_string(hang->rank) + ": " + hang->reason +
-        "; gathering every rank's collective record");
+    spdlog::info("suspected hang: rank {}: {}; gathering every rank's collective record", hang->rank, hang->reason);
     return conclude_hang(group, progress, rdzv, exchange,
                          proto::HangRequest{group_rank_, hang->rank, hang->reason, hang->waited_s}, true);
   }
   if (const auto request = exchange.poll(now)) {
-    say("another node suspects a hang (rank " + std::to_string(request->rank) + ": " + request->reason +
-        "); gathering this node's collective records");
+    spdlog::info("another node suspects a hang (rank {}: {}); gathering this node's collective records", request->rank,
+                 request->reason);
     return conclude_hang(group, progress, rdzv, exchange, *request, false);
   }
   return std::nullopt;
@@ -369,6 +369,9 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, Pro
     on_late(group, progress, exchange, verdict);
     return std::nullopt;
   }
+  say(requested_here ? "suspected hang: rank " + std::to_string(suspicion.rank) + ": " + suspicion.reason
+                     : "another node suspected a hang (rank " + std::to_string(standing.rank) + ": " + standing.reason +
+                           ")");
   say(verdict.line);
   for (const auto& note : verdict.notes) say("  " + note);
   // The report first (the root cause on every node waits for it), the stacks after.

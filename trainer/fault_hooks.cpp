@@ -3,7 +3,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -19,18 +21,34 @@ std::string site_text(const FaultSite& site) { return std::to_string(site.step) 
 
 }  // namespace
 
+std::optional<double> fault_seconds(const char* variable, const FaultSite& site) {
+  const char* v = std::getenv(variable);
+  if (v == nullptr || !first_attempt()) return std::nullopt;
+  const std::string spec(v);
+  const std::string here = site_text(site) + ":";
+  if (spec.rfind(here, 0) != 0) return std::nullopt;
+  return std::stod(spec.substr(here.size()));
+}
+
 bool fault_at(const char* variable, const FaultSite& site) {
   const char* v = std::getenv(variable);
   return v != nullptr && first_attempt() && std::string(v) == site_text(site);
 }
 
 void stall_if_asked(const char* variable, const FaultSite& site) {
-  const char* v = std::getenv(variable);
-  if (v == nullptr || !first_attempt()) return;
-  const std::string spec(v);
-  const std::string here = site_text(site) + ":";
-  if (spec.rfind(here, 0) != 0) return;
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::stod(spec.substr(here.size()))));
+  if (const auto s = fault_seconds(variable, site)) std::this_thread::sleep_for(std::chrono::duration<double>(*s));
+}
+
+void busy_if_asked(const char* variable, const FaultSite& site) {
+  const auto s = fault_seconds(variable, site);
+  if (!s) return;
+  std::fprintf(stderr, "test hook: rank %d computes for %.1f s after step %lld\n", site.rank, *s,
+               static_cast<long long>(site.step));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(*s);
+  volatile double x = 1;
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 100000; ++i) x = x * 1.0000001 + 1e-9;
+  }
 }
 
 void kill_if_asked(const char* variable, const FaultSite& site) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace meshrun::trainer {
 
@@ -20,5 +21,10 @@ bool fault_at(const char* variable, const FaultSite& site);
 void stall_if_asked(const char* variable, const FaultSite& site);
 /// SIGKILLs this process when `variable` is "STEP:RANK" of `site`, in the first attempt.
 void kill_if_asked(const char* variable, const FaultSite& site);
+/// SECONDS when `variable` is "STEP:RANK:SECONDS" of `site`, in the first attempt.
+std::optional<double> fault_seconds(const char* variable, const FaultSite& site);
+/// Computes for SECONDS (one core, no beat) when `variable` is "STEP:RANK:SECONDS" of `site`, in the first
+/// attempt: a busy rank the others wait for, late but not hung.
+void busy_if_asked(const char* variable, const FaultSite& site);
 
 }  // namespace meshrun::trainer

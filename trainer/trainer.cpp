@@ -355,6 +355,13 @@ StepResult Trainer::step(int64_t step) {
   r.mfu = r.flops_per_s / (c.system.peak_flops * comm_->world_size());
   r.comm_share = comm_->take_comm_seconds() / seconds;
   if (comm_->rank() == 0) log_->log_step(r, step % c.train.log_interval == 0 || step == 1 || step == c.train.steps);
+  // Test hook: this rank beats SECONDS late (the others already wait for it in the next step) and stops itself.
+  const auto stop_in = fault_seconds("MESHRUN_TRAINER_FAULT_STOP_AFTER_STEP", {step, comm_->rank()});
+  if (stop_in) {
+    std::fprintf(stderr, "test hook: rank %d stops itself (SIGSTOP) %.1f s after step %lld\n", comm_->rank(), *stop_in,
+                 static_cast<long long>(step));
+    std::this_thread::sleep_for(std::chrono::duration<double>(*stop_in));
+  }
   beats_.step_done(step, loss, r.tokens_per_s, seconds * (1.0 - r.comm_share));
   if (async_saves_) {
     if (const auto saved = async_saves_->advance(sums[2], sums[3]))
@@ -364,6 +371,8 @@ StepResult Trainer::step(int64_t step) {
     if (const auto copy = memory_saves_->advance(sums[4], sums[5])) log_memory_copy(*copy);
   }
   kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_AFTER_STEP", {step, comm_->rank()});
+  if (stop_in) ::raise(SIGSTOP);
+  busy_if_asked("MESHRUN_TRAINER_FAULT_BUSY_AFTER_STEP", {step, comm_->rank()});
   return {loss, stop};
 }
 

@@ -179,7 +179,7 @@ std::optional<CollectiveWatch::OpenWait> CollectiveWatch::oldest_wait() const {
   for (const auto& [name, state] : groups_) {
     if (!state.open_since) continue;
     if (!oldest || *state.open_since < oldest->since) {
-      oldest = OpenWait{name, state.last.last_completed + 1, *state.open_since};
+      oldest = OpenWait{name, std::max<int64_t>(state.last.last_completed, 0) + 1, *state.open_since};
     }
   }
   return oldest;

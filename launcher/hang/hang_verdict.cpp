@@ -62,7 +62,8 @@ std::optional<OpenCollective> open_collective(const std::string& group, const Re
     const auto g = it->second->groups.find(group);
     if (g != it->second->groups.end() && g->second.last_enqueued > g->second.last_completed) {
       c.waiting.push_back(m);
-      const int64_t oldest_open = g->second.last_completed + 1;
+      // PyTorch reports -1 before the first completion; sequence numbers start at 1.
+      const int64_t oldest_open = std::max<int64_t>(g->second.last_completed, 0) + 1;
       c.seq = c.seq < 0 ? oldest_open : std::min(c.seq, oldest_open);
     }
   }

@@ -169,34 +169,45 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
     }
   }
   if (!anyone_silent) return std::nullopt;
-  // A worker that is stopped right now, even for less than its own budget, is the better culprit.
-  for (size_t lr = 0; lr < trackers_.size(); ++lr) {
-    if (lr < pids.size() && pids[lr] > 0 && stopped_since_[lr]) {
-      hung_ = lr;
-      return HangReport{lr, trackers_[lr].rank(),
-                        fmt::format("stopped by a signal (state T) while the other ranks wait (rank {}: {})",
-                                    trackers_[*silent_culprit].rank(), *silent_reason),
-                        last_step(lr)};
-    }
+  if (auto stopped = stopped_now(pids, now, fmt::format("rank {}: {}", trackers_[*silent_culprit].rank(), *silent_reason))) {
+    return stopped;
   }
   hung_ = silent_culprit;
   return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason, last_step(*silent_culprit),
                     seconds(now - trackers_[*silent_culprit].last_at())};
 }
 
+// A worker stopped right now, even for less than its own budget, is the better culprit than a rank found
+// waiting (or silent): it explains the wait. `context` is what was found ("rank 0: waits in ...").
+std::optional<HangReport> ProgressMonitor::stopped_now(const std::vector<pid_t>& pids, Clock::time_point now,
+                                                       const std::string& context) {
+  for (size_t lr = 0; lr < trackers_.size(); ++lr) {
+    if (lr >= pids.size() || pids[lr] <= 0 || !stopped_since_[lr]) continue;
+    std::string where;
+    if (trackers_[lr].has_beaten()) where = fmt::format(" after step {} ({})", last_step(lr), trackers_[lr].last().phase);
+    hung_ = lr;
+    return HangReport{lr, trackers_[lr].rank(),
+                      fmt::format("stopped by a signal (state T) for {:.1f} s{} while the other ranks wait ({})",
+                                  seconds(now - *stopped_since_[lr]), where, context),
+                      last_step(lr)};
+  }
+  return std::nullopt;
+}
+
 std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vector<pid_t>& pids, Clock::time_point now) {
   if (hung_ || now < quiet_until_) return std::nullopt;
   for (size_t lr = 0; lr < watches_.size(); ++lr) {
-    if (lr >= pids.size() || pids[lr] <= 0) continue;
+    // A stopped worker's hook is stopped too: its last status (perhaps inside an earlier collective) is stale.
+    if (lr >= pids.size() || pids[lr] <= 0 || stopped_since_[lr]) continue;
     const auto wait = watches_[lr].oldest_wait();
     const auto budget = policy_.collective_budget_s(watches_[lr], trackers_[lr]);
     if (!wait || !budget) continue;
     const double waited = seconds(now - wait->since);
     if (waited <= *budget) continue;
-    return HangReport{lr, trackers_[lr].rank(),
-                      fmt::format("waits in collective #{} of group {} for {:.1f} s (budget {:.1f} s)", wait->seq,
-                                  wait->group, waited, *budget),
-                      last_step(lr), waited};
+    const std::string reason = fmt::format("waits in collective #{} of group {} for {:.1f} s (budget {:.1f} s)",
+                                           wait->seq, wait->group, waited, *budget);
+    if (auto stopped = stopped_now(pids, now, fmt::format("rank {} {}", trackers_[lr].rank(), reason))) return stopped;
+    return HangReport{lr, trackers_[lr].rank(), reason, last_step(lr), waited};
   }
   return std::nullopt;
 }

@@ -110,6 +110,8 @@ class ProgressMonitor {
   /// Where local rank `lr`'s hook listens for the agent's requests.
   std::string hook_path(size_t lr) const;
   std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
+  std::optional<HangReport> stopped_now(const std::vector<pid_t>& pids, Clock::time_point now,
+                                        const std::string& context);
 
   HangPolicy policy_;
   std::vector<BeatSocket> sockets_;

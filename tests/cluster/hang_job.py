@@ -12,7 +12,9 @@
 #     pause     every rank pauses 12 s at STEP without collectives (a checkpoint), then goes on
 #     pause_skip  pause at STEP, then skip (as above) at STEP + 40
 #     nocoll    no collectives at all: a process group, 15 s of work, exit 0
-#     slowfirst rank CULPRIT takes 10 s before its first all_reduce (a slow first step), the others wait in it
+#     slowfirst rank CULPRIT computes 10 s before its first all_reduce (a slow first step), the others wait in it
+#     stoplate  at STEP, rank CULPRIT waits 3 s and then stops itself (SIGSTOP); rank CULPRIT + 1 waits 3 s too,
+#               so the other node's ranks are the first to wait: that node suspects first
 # Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end (holding
 # the step loop's seconds); the culprit writes OUT/fault (time.time()) when its fault begins (bench/hang.sh).
 import datetime
@@ -57,6 +59,9 @@ def train_step(step):
                 time.sleep(1)
         if fault == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        if fault == "stoplate":
+            time.sleep(3)
+            os.kill(os.getpid(), signal.SIGSTOP)
         if fault == "spin":
             n = 0
             while True:
@@ -74,10 +79,14 @@ def train_step(step):
                 time.sleep(1)
         dist.all_reduce(grad, group=sub)
         return
+    if step == at and fault == "stoplate" and rank == culprit + 1:
+        time.sleep(3)
     if step == pause_at:
         time.sleep(12)
     if fault == "slowfirst" and step == 0 and rank == culprit:
-        time.sleep(10)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:  # compiling, warming up: busy
+            x = weights @ weights
     dist.all_reduce(grad)
 
 

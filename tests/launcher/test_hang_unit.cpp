@@ -329,3 +329,18 @@ TEST_CASE("rank lists are compact", "[hang][verdict]") {
   CHECK(format_ranks({0, 1}) == "0,1");
   CHECK(format_ranks({7, 0, 1, 2}) == "0-2,7");
 }
+
+TEST_CASE("before any collective completed (PyTorch says -1), the open one is #1", "[hang][verdict]") {
+  std::vector<RankRecord> ranks = {lockstep_rank(0, 1, -1), lockstep_rank(1, 1, -1), lockstep_rank(2, -1, -1),
+                                   lockstep_rank(3, 1, -1)};
+  const HangVerdict v = judge_hang(ranks, std::nullopt);
+  CHECK(v.kind == HangKind::kNeverEntered);
+  CHECK(v.seq == 1);
+  CHECK(v.op == "all_reduce");
+  CHECK(v.culprits == std::vector<int>{2});
+  CollectiveWatch w;
+  w.on_message(parse_hook_message("fr status 0:1:-1"), Clock::now());
+  REQUIRE(w.oldest_wait());
+  CHECK(w.oldest_wait()->seq == 1);
+  CHECK(w.completions() == 0);
+}
