@@ -1,5 +1,7 @@
 #include "launcher/activity/activity_monitor.hpp"
 
+#include <algorithm>
+
 namespace meshrun::launcher {
 namespace {
 
@@ -29,24 +31,25 @@ bool ActivityMonitor::sample(const std::vector<pid_t>& pids, Clock::time_point n
   return true;
 }
 
-const TreeSample* ActivityMonitor::older_sample(size_t lr) const {
+const TreeSample* ActivityMonitor::older_sample(size_t lr, double window_s) const {
   const auto& ring = samples_[lr];
   if (ring.empty()) return nullptr;
   // The newest sample at least a window older than the newest; the oldest one while none is.
+  const double window = std::min(window_s, kActivityWindowS);
   const TreeSample* older = &ring.front();
   for (const auto& s : ring) {
-    if (seconds(ring.back().at - s.at) >= kActivityWindowS) older = &s;
+    if (seconds(ring.back().at - s.at) >= window) older = &s;
   }
   return older;
 }
 
-ActivityMonitor::Clock::time_point ActivityMonitor::window_start(size_t lr) const {
-  const TreeSample* older = older_sample(lr);
+ActivityMonitor::Clock::time_point ActivityMonitor::window_start(size_t lr, double window_s) const {
+  const TreeSample* older = older_sample(lr, window_s);
   return older != nullptr ? older->at : Clock::time_point{};
 }
 
-Activity ActivityMonitor::activity(size_t lr, const StackMotion& stack) const {
-  const TreeSample* older = older_sample(lr);
+Activity ActivityMonitor::activity(size_t lr, const StackMotion& stack, double window_s) const {
+  const TreeSample* older = older_sample(lr, window_s);
   if (older == nullptr) {
     Activity a;
     a.why_unknown = "its process was never sampled";

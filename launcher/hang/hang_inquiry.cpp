@@ -36,7 +36,7 @@ std::string read_file(const std::string& path) {
 HangInquiry::HangInquiry(ProgressMonitor& progress, WorkerGroup& group, HangExchange& exchange, HangInquirySite site)
     : progress_(progress), group_(group), exchange_(exchange), site_(std::move(site)) {}
 
-RankRecord HangInquiry::base_record(size_t lr) const {
+RankRecord HangInquiry::base_record(size_t lr, double window_s) const {
   const Worker& w = group_.workers()[lr];
   RankRecord r;
   r.rank = w.rank;
@@ -48,7 +48,7 @@ RankRecord HangInquiry::base_record(size_t lr) const {
   r.state = !running ? ProcessState::kExited
                      : (process_state(r.pid) == 'T' ? ProcessState::kStopped : ProcessState::kRunning);
   r.beat_step = progress_.last_step(lr);
-  if (running) r.activity = progress_.activity(lr);
+  if (running) r.activity = progress_.activity(lr, window_s);
   const CollectiveWatch& watch = progress_.watch(lr);
   if (!watch.hooked()) {
     r.source = RecordSource::kNoHook;
@@ -108,9 +108,9 @@ void HangInquiry::collect_dumps(std::vector<RankRecord>& records) {
   }
 }
 
-std::vector<RankRecord> HangInquiry::local_records() {
+std::vector<RankRecord> HangInquiry::local_records(double window_s) {
   std::vector<RankRecord> records;
-  for (size_t lr = 0; lr < group_.workers().size(); ++lr) records.push_back(base_record(lr));
+  for (size_t lr = 0; lr < group_.workers().size(); ++lr) records.push_back(base_record(lr, window_s));
   collect_dumps(records);
   return records;
 }
@@ -172,7 +172,7 @@ std::vector<RankStack> HangInquiry::all_stacks(const std::vector<RankStack>& min
 }
 
 HangVerdict HangInquiry::judge(const std::optional<FallbackSuspect>& suspect, const LatenessRule& lateness) {
-  auto records = all_records(local_records());
+  auto records = all_records(local_records(lateness.waited_s));
   std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   HangVerdict verdict = judge_hang(records, suspect, lateness);
   std::ofstream(verdict_file(verdict.outcome)) << nlohmann::json{{"verdict", verdict}, {"ranks", records}}.dump(2)

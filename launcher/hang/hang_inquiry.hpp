@@ -37,6 +37,7 @@ class HangInquiry {
 
   /// Steps 1-3: every node's records judged. `suspect` (the standing request's rank and reason) is what
   /// the verdict falls back on when no recorded collective explains the hang.
+  /// `lateness.waited_s` also bounds the window each rank's activity is judged over.
   HangVerdict judge(const std::optional<FallbackSuspect>& suspect, const LatenessRule& lateness);
   /// Step 4: every node's ranks' stacks that arrived in time, by rank (also in <rank dir>/stack.txt).
   std::vector<RankStack> stacks();
@@ -46,8 +47,8 @@ class HangInquiry {
   }
 
  private:
-  std::vector<RankRecord> local_records();
-  RankRecord base_record(size_t local_rank) const;
+  std::vector<RankRecord> local_records(double window_s);
+  RankRecord base_record(size_t local_rank, double window_s) const;
   void collect_dumps(std::vector<RankRecord>& records);
   std::vector<RankStack> local_stacks() const;
   std::vector<RankRecord> all_records(const std::vector<RankRecord>& mine);

@@ -94,8 +94,8 @@ void ProgressMonitor::watch_activity(const std::vector<pid_t>& pids, Clock::time
   }
 }
 
-Activity ProgressMonitor::activity(size_t lr) const {
-  return activity_.activity(lr, watches_[lr].stack_motion(activity_.window_start(lr)));
+Activity ProgressMonitor::activity(size_t lr, double window_s) const {
+  return activity_.activity(lr, watches_[lr].stack_motion(activity_.window_start(lr, window_s)), window_s);
 }
 
 std::optional<std::string> ProgressMonitor::late(size_t lr, Clock::time_point now) const {

@@ -68,8 +68,9 @@ class ProgressMonitor {
   /// Samples the workers' process trees (once a second) and asks hooked ranks for their stacks (every other
   /// sample), for activity(). `pids` by local rank (0: exited).
   void watch_activity(const std::vector<pid_t>& pids, Clock::time_point now);
-  /// Stuck or busy: what local rank `lr`'s process tree did over the last seconds.
-  Activity activity(size_t lr) const;
+  /// Stuck or busy: what local rank `lr`'s process tree did over the last seconds, at most `window_s` (how
+  /// long the others have waited for it).
+  Activity activity(size_t lr, double window_s) const;
   /// A late verdict named local rank `lr`.
   void mark_late(size_t lr, LateMark mark) { late_[lr] = std::move(mark); }
   /// The late line of local rank `lr`, while its mark stands.

@@ -91,7 +91,8 @@ verdict() {
 }
 no_hang() {
   expect_exit 0 0 "$1"; expect_exit 1 0 30
-  grep -q "hang" "$W"/node?.log && mc_fail "$SCENARIO: a hang was reported: $(grep -h hang "$W"/node?.log | head -3)"
+  grep -Eq "hang:|worker hung|suspected a hang" "$W"/node?.log &&
+    mc_fail "$SCENARIO: a hang was reported: $(grep -Eh 'hang:|worker hung|suspected a hang' "$W"/node?.log | head -3)"
   [ "$(mc_count_files "$D" '^done\.')" = 4 ] || mc_fail "$SCENARIO: $(mc_count_files "$D" '^done\.') of 4 ranks ended cleanly"
 }
 late_on_both() {  # late_on_both TEXT: every node printed TEXT (a regex) as a late line
@@ -122,7 +123,7 @@ case $SCENARIO in
     EXTRA_FLAGS=(--hang-busy-timeout 12)
     job spin 2 $STEP
     verdict "hang: rank 2 \(node1, local rank 0, $PID\) has kept ranks 0,1,3 waiting in all_reduce #$SEQ of $ALL for [0-9]+ s, past --hang-busy-timeout \(12 s\); it is busy" 90 2
-    late_on_both "rank 2 \(node1\) is late: it has not entered all_reduce #$SEQ of $ALL for [0-9]+ s while ranks 0,1,3 wait; it is busy \([0-9.]+ CPU\) in train_step at hang_job.py:[0-9]+" ;;
+    late_on_both "rank 2 \(node1\) is late: it has not entered all_reduce #$SEQ of $ALL for [0-9]+ s while ranks 0,1,3 wait; it is busy \([0-9.]+ CPU[^)]*\) in train_step at hang_job.py:[0-9]+" ;;
   mismatch) job mismatch 1 $STEP; verdict "hang: ranks disagree at #$SEQ of $ALL: rank 1 called broadcast, ranks 0,2,3 all_reduce" 90 1 ;;
   subgroup) job subgroup 3 $STEP; verdict "hang: rank 3 \(node1, local rank 1, $PID\) never entered all_reduce #$SEQ of group 2 \(ranks 2,3\); rank 2 waits in it" 90 3 ;;
   usersite)
@@ -162,9 +163,9 @@ case $SCENARIO in
     EXTRA_ENV=(MESHRUN_TRAINER_FAULT_STOP_AFTER_STEP=30:1:3 OMP_NUM_THREADS=1)
     NPROC=1
     agent 0 --max-restarts 0 "${FLOOR[@]}" --no-python "$TRAINER" --config "$CONFIGS/tiny.json" \
-      --set "output.dir=\"$D/n0\"" --set train.steps=100000 --set train.sample_tokens=0
+      --set "output.dir=\"$D/trainer\"" --set train.steps=100000 --set train.sample_tokens=0
     agent 1 --max-restarts 0 "${FLOOR[@]}" --no-python "$TRAINER" --config "$CONFIGS/tiny.json" \
-      --set "output.dir=\"$D/n1\"" --set train.steps=100000 --set train.sample_tokens=0
+      --set "output.dir=\"$D/trainer\"" --set train.steps=100000 --set train.sample_tokens=0
     verdict "hang: rank 1 \(node1, local rank 0, $PID\) is stopped by a signal \(state T\); rank 0 waits in [a-z_]+ #[0-9]+ of group 0 \(ranks 0,1\)" 120 1
     suspected_first_on 0 ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;

@@ -112,9 +112,9 @@ hung() {  # hung RANK TEXT: ends 1, the verdict names the rank and TEXT, the wor
 
 case $ROW in
   save)
-    healthy 0 "it has not entered barrier #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it is busy \([0-9.]+ CPU, writing [0-9.]+ MB/s\) in save at default_jobs.py:[0-9]+"
+    healthy 0 "it has not entered barrier #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it is busy \([0-9.]+ CPU, (reading [^,]+, )?writing [0-9.]+ MB/s\) in save at default_jobs.py:[0-9]+"
     [ "$late_lines" = 1 ] || fail "$late_lines late lines, expected one (it is repeated every 5 minutes, not sooner)" ;;
-  eval) healthy 0 "it has not entered all_reduce #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it is busy \([0-9.]+ CPU\) in evaluate at default_jobs.py:[0-9]+" ;;
+  eval) healthy 0 "it has not entered all_reduce #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it is busy \([0-9.]+ CPU[^)]*\) in evaluate at default_jobs.py:[0-9]+" ;;
   compile) healthy 1 "it has not entered all_reduce #1 of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 0,2 wait; it is busy" ;;
   dataloader) healthy 0 "it has not entered all_reduce #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it is busy \(3 processes: " ;;
   lock)

@@ -133,7 +133,7 @@ Activity idle_on_lock() {
 
 }  // namespace
 
-TEST_CASE("recorded ranks: blocked on a lock, a sleep loop or a silent socket are idle; computing, saving, "
+TEST_CASE("recorded ranks: blocked on a lock, a sleep loop or a silent socket are idle, and computing, saving, "
           "waiting on busy DataLoader workers, streaming a socket or spinning are busy",
           "[activity]") {
   for (const std::string name : {"idle_lock", "idle_sleep_loop", "socket_silent", "compute", "save_20mbs",
@@ -235,7 +235,8 @@ TEST_CASE("the process tree is read from every thread's children file, or by sca
   }
 }
 
-TEST_CASE("the monitor judges the last 10 s of its samples, fewer while it has fewer", "[activity]") {
+TEST_CASE("the monitor judges the last 10 s of its samples, fewer while it has fewer or the wait is shorter",
+          "[activity]") {
   meshrun::testing::TempDir dir;
   const fs::path root = dir.path();
   ActivityMonitor monitor(1, root.string());
@@ -252,6 +253,10 @@ TEST_CASE("the monitor judges the last 10 s of its samples, fewer while it has f
   CHECK(now.window_s == Approx(10));
   CHECK(now.cpu_cores == Approx(0.3));
   CHECK(monitor.window_start(0) == t0 + std::chrono::seconds(4));
+  // The others have waited 3 s only: what it did before (compute) says nothing about now (idle).
+  const Activity since_waiting = monitor.activity(0, {}, 3);
+  CHECK(since_waiting.window_s == Approx(3));
+  CHECK(since_waiting.liveness == Liveness::kIdle);
   monitor.sample({0}, t0 + std::chrono::seconds(20));  // the worker exited
   CHECK(monitor.activity(0, {}).liveness == Liveness::kUnknown);
 }
@@ -293,7 +298,7 @@ TEST_CASE("activity travels with a rank's record as JSON", "[activity][json]") {
   CHECK(nlohmann::json(r).get<RankRecord>().activity.cpu_cores == a.cpu_cores);
 }
 
-TEST_CASE("a busy rank the others wait for is late, not hung; idle, stopped or unjudged ones are hung",
+TEST_CASE("a busy rank the others wait for is late, not hung, and idle, stopped or unjudged ones are hung",
           "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
   const LatenessRule after_61s{61.2, std::nullopt};
@@ -325,7 +330,7 @@ TEST_CASE("a busy rank the others wait for is late, not hung; idle, stopped or u
   CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kHung);
 }
 
-TEST_CASE("--hang-busy-timeout: a busy rank keeps the others waiting only that long", "[activity][verdict]") {
+TEST_CASE("the busy timeout (--hang-busy-timeout): a busy rank keeps the others waiting only that long", "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
   ranks[0].activity = busy_saving();
   CHECK(judge_with(ranks, LatenessRule{299, 300.0}).outcome == HangOutcome::kLate);
@@ -337,7 +342,7 @@ TEST_CASE("--hang-busy-timeout: a busy rank keeps the others waiting only that l
         "train.py:14");
 }
 
-TEST_CASE("several ranks never entered: the idle ones are hung, the busy ones only late; beats alone too",
+TEST_CASE("several ranks never entered: the idle ones are hung, the busy ones only late, and beats alone too",
           "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, false)};
   ranks[0].activity = busy_saving();
@@ -371,7 +376,7 @@ TEST_CASE("several ranks never entered: the idle ones are hung, the busy ones on
   CHECK(judge_with(inside, LatenessRule{70, std::nullopt}).outcome == HangOutcome::kHung);
 }
 
-TEST_CASE("hang requests travel as JSON; another agent's text reads as an unknown rank", "[activity][json]") {
+TEST_CASE("hang requests travel as JSON, and another agent's text reads as an unknown rank", "[activity][json]") {
   const proto::HangRequest r{1, 3, "waits in collective #21 of group 0 for 61.0 s (budget 60.0 s)", 61.04};
   CHECK(proto::decode_hang_request(proto::encode(r)) == r);
   const auto old = proto::decode_hang_request("1 3 no progress beat for 9 s");

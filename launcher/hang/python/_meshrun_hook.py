@@ -255,6 +255,9 @@ def _serve(agent, listen):
             pass
 
     send(f"fr hello pid={os.getpid()} fr={'off' if _fr_off() else 'on'}")
+    # Read now, not on the first "frames" request: the files sysconfig reads would count as the rank's own
+    # I/O in the very window the agent judges it stuck or busy.
+    _library_dirs()
     last, last_at = None, 0.0
     while not _stopping.is_set():
         try:
