@@ -1,6 +1,7 @@
 #!/bin/bash
 # Hang verdicts with no code in the script (docs/progress.md), on two nodes (network namespaces, two PyTorch
-# Gloo ranks each; root). Not part of ctest. Per fault class, TRIALS trials with --hang-floor 3 and
+# Gloo ranks each; root). Not part of ctest. Per fault class (spin with --hang-busy-timeout 10: a busy rank is
+# only late without it), TRIALS trials with --hang-floor 3 and
 # DEFAULT_TRIALS on the defaults (auto, floor 60 s): correct verdicts x/N and the seconds from the fault
 # (the culprit's own clock, tests/cluster/hang_job.py) to the verdict line on the first node that printed
 # it. Then torchrun on the same fault: what it has printed after the same wall time. Then the hook's cost per
@@ -46,7 +47,7 @@ expected() {
   case $1 in
     skip) echo "rank 3 \(node1, local rank 1, pid [0-9]+\) never entered all_reduce #$seq of group 0" ;;
     stop) echo "rank 0 \(node0, local rank 0, pid [0-9]+\) is stopped by a signal" ;;
-    spin) echo "rank 2 \(node1, local rank 0, pid [0-9]+\) never entered all_reduce #$seq of group 0" ;;
+    spin) echo "rank 2 \(node1, local rank 0, pid [0-9]+\) has kept ranks 0,1,3 waiting in all_reduce #$seq of group 0 \(ranks 0-3\) for [0-9]+ s, past --hang-busy-timeout" ;;
     mismatch) echo "ranks disagree at #$seq of group 0 \(ranks 0-3\): rank 1 called broadcast" ;;
     subgroup) echo "rank 3 \(node1, local rank 1, pid [0-9]+\) never entered all_reduce #$seq of group 2" ;;
     defaults) echo "rank 0 \(node0, local rank 0, pid [0-9]+\) never entered all_reduce #$((STEP + 41)) of group 0" ;;
@@ -57,6 +58,8 @@ culprit() { case $1 in skip | subgroup) echo 3 ;; stop | defaults) echo 0 ;; spi
 trial() {   # trial CLASS N: prints "ok|wrong SECONDS"
   local class=$1 n=$2 name="$1-$2" fault=$1 floor=(--hang-floor 3)
   [ "$class" = defaults ] && { fault=pause_skip; floor=(); }
+  # A spinning rank is busy: late, not hung (docs/progress.md#stuck-or-busy), until --hang-busy-timeout.
+  [ "$class" = spin ] && floor+=(--hang-busy-timeout 10)
   run_pair "$name" "${floor[@]}" "$JOB" "$W/$name/out" "$fault" "$(culprit "$class")" $STEP
   local at; at=$(cat "$W/$name/verdict_at"); local fault_at; fault_at=$(cat "$W/$name/out/fault" 2> /dev/null || echo 0)
   local verdict=wrong

@@ -369,9 +369,9 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, Pro
     on_late(group, progress, exchange, verdict);
     return std::nullopt;
   }
-  say(requested_here ? "suspected hang: rank " + std::to_string(suspicion.rank) + ": " + suspicion.reason
-                     : "another node suspected a hang (rank " + std::to_string(standing.rank) + ": " + standing.reason +
-                           ")");
+  say(requested_here
+          ? "suspected hang: rank " + std::to_string(suspicion.rank) + ": " + suspicion.reason
+          : "another node suspected a hang (rank " + std::to_string(standing.rank) + ": " + standing.reason + ")");
   say(verdict.line);
   for (const auto& note : verdict.notes) say("  " + note);
   // The report first (the root cause on every node waits for it), the stacks after.
@@ -435,7 +435,8 @@ void Agent::on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange&
   }
   const auto& workers = group.workers();
   for (size_t lr = 0; lr < workers.size(); ++lr) {
-    if (std::find(verdict.culprits.begin(), verdict.culprits.end(), workers[lr].rank) == verdict.culprits.end()) continue;
+    if (std::find(verdict.culprits.begin(), verdict.culprits.end(), workers[lr].rank) == verdict.culprits.end())
+      continue;
     progress.mark_late(lr, LateMark{verdict.line, verdict.group, verdict.seq, now, recheck + kLateRecheck});
   }
   progress.clear_suspicion();

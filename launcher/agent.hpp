@@ -133,14 +133,14 @@ class Agent {
   std::string progress_root_;  // the workers' progress sockets (short path: a socket name is <108 bytes)
   std::string hook_dir_;       // meshrun's Python hook (empty: --hang-timeout off)
   const ProgressMonitor* progress_ = nullptr;
-  int group_rank_ = 0;                     // this node in the current attempt
-  int group_world_size_ = 1;               // the attempt's, for the heartbeats sent while stopping
-  std::vector<int> straggler_ranks_;       // as last reported by the daemon
+  int group_rank_ = 0;                // this node in the current attempt
+  int group_world_size_ = 1;          // the attempt's, for the heartbeats sent while stopping
+  std::vector<int> straggler_ranks_;  // as last reported by the daemon
   struct LateSaid {
     std::string subject;  // the late ranks and the collective (a new subject is said at once)
     std::chrono::steady_clock::time_point at{};
   };
-  LateSaid late_said_;  // the last late line printed
+  LateSaid late_said_;                     // the last late line printed
   int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
   proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
   std::chrono::steady_clock::time_point last_attempt_at_{};  // ... as ages at this moment

@@ -31,8 +31,7 @@ inline HangRequest decode_hang_request(const std::string& text) {
   if (j.is_object()) {
     try {
       return j.get<HangRequest>();
-    } catch (const nlohmann::json::exception&) {
-    }
+    } catch (const nlohmann::json::exception&) {}
   }
   return HangRequest{.reason = text};
 }

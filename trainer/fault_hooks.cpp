@@ -5,9 +5,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
+
+#include "common/strings.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -37,6 +41,25 @@ bool fault_at(const char* variable, const FaultSite& site) {
 
 void stall_if_asked(const char* variable, const FaultSite& site) {
   if (const auto s = fault_seconds(variable, site)) std::this_thread::sleep_for(std::chrono::duration<double>(*s));
+}
+
+void hold_if_asked(const char* variable, const FaultSite& site) {
+  const char* v = std::getenv(variable);
+  if (v == nullptr) return;
+  const std::string spec(v);
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) return;
+  const std::string dir = spec.substr(colon + 1);
+  bool named = false;
+  for (const auto& step : split(spec.substr(0, colon), ',')) named = named || step == std::to_string(site.step);
+  const std::string release = dir + "/release." + std::to_string(site.step);
+  if (!named || std::filesystem::exists(release)) return;
+  const std::string held = dir + "/held." + std::to_string(site.step) + "." + std::to_string(site.rank);
+  std::ofstream(held + ".tmp") << site.step << "\n";
+  std::filesystem::rename(held + ".tmp", held);
+  std::fprintf(stderr, "test hook: rank %d holds after step %lld until %s exists\n", site.rank,
+               static_cast<long long>(site.step), release.c_str());
+  while (!std::filesystem::exists(release)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
 void busy_if_asked(const char* variable, const FaultSite& site) {

@@ -23,6 +23,11 @@ void stall_if_asked(const char* variable, const FaultSite& site);
 void kill_if_asked(const char* variable, const FaultSite& site);
 /// SECONDS when `variable` is "STEP:RANK:SECONDS" of `site`, in the first attempt.
 std::optional<double> fault_seconds(const char* variable, const FaultSite& site);
+/// Holds the job at a known step, for tests that inject a fault there instead of racing a running job: when
+/// `variable` is "STEP[,STEP...]:DIR" and names `site`'s step, in any attempt, this rank writes
+/// DIR/held.STEP.RANK and waits until DIR/release.STEP exists. Once it exists the step passes unheld, so a
+/// restarted job that does the step again goes on.
+void hold_if_asked(const char* variable, const FaultSite& site);
 /// Computes for SECONDS (one core, no beat) when `variable` is "STEP:RANK:SECONDS" of `site`, in the first
 /// attempt: a busy rank the others wait for, late but not hung.
 void busy_if_asked(const char* variable, const FaultSite& site);

@@ -372,6 +372,7 @@ StepResult Trainer::step(int64_t step) {
   }
   kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_AFTER_STEP", {step, comm_->rank()});
   if (stop_in) ::raise(SIGSTOP);
+  hold_if_asked("MESHRUN_TRAINER_HOLD_AFTER_STEP", {step, comm_->rank()});
   busy_if_asked("MESHRUN_TRAINER_FAULT_BUSY_AFTER_STEP", {step, comm_->rank()});
   return {loss, stop};
 }

@@ -30,8 +30,7 @@ std::string_view to_string(Liveness value) {
   return "unknown";
 }
 
-Activity judge_activity(const TreeSample& older, const TreeSample& newer, const StackMotion& stack,
-                        long ticks_per_s) {
+Activity judge_activity(const TreeSample& older, const TreeSample& newer, const StackMotion& stack, long ticks_per_s) {
   Activity a;
   a.stack_known = stack.known;
   a.stack_moved = stack.known && stack.moved;
@@ -47,8 +46,7 @@ Activity judge_activity(const TreeSample& older, const TreeSample& newer, const 
     return a;
   }
   a.window_s = std::chrono::duration<double>(newer.at - older.at).count();
-  if (older.empty() || older.processes.front().pid != newer.processes.front().pid ||
-      a.window_s < kActivityMinWindowS) {
+  if (older.empty() || older.processes.front().pid != newer.processes.front().pid || a.window_s < kActivityMinWindowS) {
     a.why_unknown = fmt::format("watched for {:.1f} s only", std::max(0.0, a.window_s));
     return a;
   }
@@ -93,8 +91,8 @@ std::string describe(const Activity& a) {
   text += fmt::format("{:.2f} CPU", a.cpu_cores);
   if (a.read_bytes_per_s >= ActivityNoise::kBytesPerS) text += ", reading " + rate_text(a.read_bytes_per_s);
   if (a.write_bytes_per_s >= ActivityNoise::kBytesPerS) text += ", writing " + rate_text(a.write_bytes_per_s);
-  const bool other_signs = a.cpu_cores >= ActivityNoise::kCpuCores ||
-                           a.read_bytes_per_s + a.write_bytes_per_s >= ActivityNoise::kBytesPerS;
+  const bool other_signs =
+      a.cpu_cores >= ActivityNoise::kCpuCores || a.read_bytes_per_s + a.write_bytes_per_s >= ActivityNoise::kBytesPerS;
   if (!other_signs && a.wakeups_per_s >= ActivityNoise::kWakeupsPerS) {
     text += fmt::format(", waking {:.0f} times/s", a.wakeups_per_s);
   }

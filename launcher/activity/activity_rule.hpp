@@ -4,7 +4,7 @@
 //
 //   stopped  its worker is stopped by a signal (state T or t)
 //   busy     the tree computes (CPU), reads or writes (bytes through read/write calls), its main thread keeps
-//            waking up (a socket stream, a polling loop), or its Python stack moved: a *late* rank
+//            waking up (a socket stream, a tight polling loop), or its Python stack moved: a *late* rank
 //   idle     none of these above the noise: a rank blocked on a lock, an event, a silent socket
 //   unknown  not judged: too short a window, or the worker is gone
 // A rank that spins forever is busy by this rule; --hang-busy-timeout bounds how long one may keep the
@@ -25,12 +25,13 @@ enum class Liveness { kUnknown, kStopped, kIdle, kBusy };
 std::string_view to_string(Liveness value);
 
 /// Above these, a tree is doing something. Below, it is noise: meshrun's hook thread polls twice a second
-/// (well under 1 % of a core), a logger writes a line now and then, a `while True: time.sleep(1)` wakes
-/// once a second.
+/// (well under 1 % of a core), a logger writes a line now and then, a loop that waits for something by
+/// sleeping 50 ms at a time wakes 20 times a second; a socket stream (recv is not counted as I/O) wakes its
+/// main thread far more often.
 struct ActivityNoise {
   static constexpr double kCpuCores = 0.05;
   static constexpr double kBytesPerS = 64 * 1024;
-  static constexpr double kWakeupsPerS = 10;
+  static constexpr double kWakeupsPerS = 50;
 };
 
 /// The window a judgment wants, and the least it accepts.
@@ -61,8 +62,7 @@ struct Activity {
 };
 
 /// The judgment over [older, newer]. `ticks_per_s`: the kernel's clock ticks (CPU times are in ticks).
-Activity judge_activity(const TreeSample& older, const TreeSample& newer, const StackMotion& stack,
-                        long ticks_per_s);
+Activity judge_activity(const TreeSample& older, const TreeSample& newer, const StackMotion& stack, long ticks_per_s);
 
 /// For people: "busy (0.97 CPU, writing 19.8 MB/s)", "idle for 10 s (0.00 CPU, no I/O, its Python stack
 /// unchanged)", "stopped by a signal (state T)"; with `where` appended as " in save at train.py:14".

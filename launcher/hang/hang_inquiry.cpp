@@ -175,8 +175,8 @@ HangVerdict HangInquiry::judge(const std::optional<FallbackSuspect>& suspect, co
   auto records = all_records(local_records(lateness.waited_s));
   std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   HangVerdict verdict = judge_hang(records, suspect, lateness);
-  std::ofstream(verdict_file(verdict.outcome)) << nlohmann::json{{"verdict", verdict}, {"ranks", records}}.dump(2)
-                                               << "\n";
+  std::ofstream(verdict_file(verdict.outcome))
+      << nlohmann::json{{"verdict", verdict}, {"ranks", records}}.dump(2) << "\n";
   return verdict;
 }
 

@@ -346,7 +346,8 @@ std::string short_ranks(const std::vector<int>& ranks, const RecordIndex& index)
 std::string activities_text(const std::vector<int>& ranks, const RecordIndex& index) {
   if (ranks.size() == 1) return "it is " + describe(index.at(ranks.front())->activity);
   std::string text;
-  for (int r : ranks) text += fmt::format("{}rank {} is {}", text.empty() ? "" : ", ", r, describe(index.at(r)->activity));
+  for (int r : ranks)
+    text += fmt::format("{}rank {} is {}", text.empty() ? "" : ", ", r, describe(index.at(r)->activity));
   return text;
 }
 
@@ -355,12 +356,12 @@ std::string late_wait_text(const HangVerdict& v, const std::optional<FallbackSus
   const bool one = v.culprits.size() == 1;
   switch (v.kind) {
     case HangKind::kNeverEntered:
-      return fmt::format("{} not entered {} for {:.0f} s while {} {}", one ? "it has" : "they have",
-                         collective_text(v), v.waited_s, plural_ranks(v.waiting), v.waiting.size() == 1 ? "waits" : "wait");
+      return fmt::format("{} not entered {} for {:.0f} s while {} {}", one ? "it has" : "they have", collective_text(v),
+                         v.waited_s, plural_ranks(v.waiting), v.waiting.size() == 1 ? "waits" : "wait");
     case HangKind::kNoRecord:
       return fmt::format("{} {} for {} in {} for {:.0f} s ({} no collective record)", plural_ranks(v.waiting),
-                         v.waiting.size() == 1 ? "waits" : "wait", one ? "it" : "them", collective_text(v),
-                         v.waited_s, one ? "it sends" : "they send");
+                         v.waiting.size() == 1 ? "waits" : "wait", one ? "it" : "them", collective_text(v), v.waited_s,
+                         one ? "it sends" : "they send");
     default: return fallback ? fallback->reason : std::string("silent");
   }
 }
@@ -382,7 +383,8 @@ void apply_lateness(HangVerdict& v, const RecordIndex& index, const LatenessRule
     if (!busy.empty() && v.kind == HangKind::kNeverEntered) {  // the busy ones are only late: name the others
       v.culprits = stuck;
       v.line = never_entered_line(v, index);
-      for (int b : busy) v.notes.push_back(fmt::format("rank {} is late, not hung: {}", b, describe(index.at(b)->activity)));
+      for (int b : busy)
+        v.notes.push_back(fmt::format("rank {} is late, not hung: {}", b, describe(index.at(b)->activity)));
     }
     return;
   }

@@ -62,7 +62,7 @@ struct HangVerdict {
   std::vector<std::string> notes;  // ranks without a record, and why
   int suspect_node = -1;           // the culprit's node (group rank), for the restart policy
   std::string suspect_host;
-  double waited_s = 0;             // how long the others had waited when the suspicion was raised
+  double waited_s = 0;  // how long the others had waited when the suspicion was raised
 };
 
 /// The verdict over every rank's record. `fallback` (a rank and why it looked hung, from beats or

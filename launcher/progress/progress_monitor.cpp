@@ -169,7 +169,8 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
     }
   }
   if (!anyone_silent) return std::nullopt;
-  if (auto stopped = stopped_now(pids, now, fmt::format("rank {}: {}", trackers_[*silent_culprit].rank(), *silent_reason))) {
+  if (auto stopped =
+          stopped_now(pids, now, fmt::format("rank {}: {}", trackers_[*silent_culprit].rank(), *silent_reason))) {
     return stopped;
   }
   hung_ = silent_culprit;
@@ -184,7 +185,8 @@ std::optional<HangReport> ProgressMonitor::stopped_now(const std::vector<pid_t>&
   for (size_t lr = 0; lr < trackers_.size(); ++lr) {
     if (lr >= pids.size() || pids[lr] <= 0 || !stopped_since_[lr]) continue;
     std::string where;
-    if (trackers_[lr].has_beaten()) where = fmt::format(" after step {} ({})", last_step(lr), trackers_[lr].last().phase);
+    if (trackers_[lr].has_beaten())
+      where = fmt::format(" after step {} ({})", last_step(lr), trackers_[lr].last().phase);
     hung_ = lr;
     return HangReport{lr, trackers_[lr].rank(),
                       fmt::format("stopped by a signal (state T) for {:.1f} s{} while the other ranks wait ({})",

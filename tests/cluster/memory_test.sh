@@ -16,7 +16,9 @@
 #   shrink    no spare: node2 is killed and the job goes on at 2 nodes; the 3-rank copies are resharded to 2
 #             ranks (rank 2's copy fetched from node 0, its buddy), and the final loss equals a 2-node run that
 #             loaded the same step from storage (the reference's checkpoint of that step)
-# Each: the final loss equals a run without a fault, and no process of the job is left on any node.
+# Each: the final loss equals a run without a fault, and no process of the job is left on any node. The job is
+# held after step 33 (and 48) by the trainer's test hook (MESHRUN_TRAINER_HOLD_AFTER_STEP) while the fault is
+# injected, then released: never a kill racing a running job.
 # Usage: memory_test.sh SCENARIO MESHRUN RENDEZVOUS TRAINER CONFIG_DIR  (root; exits 77 without namespaces)
 SCENARIO=$1 MESHRUN=$2 RDZV=$3 TRAINER=$4 CONFIGS=$5
 source "$(dirname "$0")/cluster.sh"
@@ -36,7 +38,7 @@ for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1;
 # $W/RUN-node<I>.log. NNODES (2:3) and INTERVAL (20, storage) apply.
 agent() {
   local node=$1 run=$2 out=$3; shift 3
-  mc_spawn "$node" "$W/$run-node$node.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
+  mc_spawn "$node" "$W/$run-node$node.log" env "$MARKER" OMP_NUM_THREADS=1 "${HOLD[@]}" "$MESHRUN" --rdzv-backend c10d \
     --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$run" --nnodes "${NNODES:-2:3}" --nproc-per-node "$NPROC" --max-restarts 3 \
     --log-level info --no-python "$TRAINER" \
     --config "$CONFIGS/tiny.json" --set "output.dir=\"$out\"" --set train.sample_tokens=0 \
@@ -45,6 +47,14 @@ agent() {
     --set system.timeout_s=30 "${EXTRA[@]}" "$@"
   A[$node]=$MC_PID
 }
+HOLD=()
+# wait_held STEP: until every rank of the job holds after STEP (<= 90 s); release STEP: let the job go on.
+wait_held() {
+  local ranks=$((3 * NPROC))
+  for _ in $(seq 900); do [ "$(mc_count_files "$OUT/hold" "^held\.$1\.")" -ge "$ranks" ] && return 0; sleep 0.1; done
+  mc_fail "$SCENARIO: only $(mc_count_files "$OUT/hold" "^held\.$1\.") of $ranks ranks held after step $1"
+}
+release() { touch "$OUT/hold/release.$1"; }
 show_logs() { local f; for f in "$W"/job-node?.log "$W/daemon.log"; do echo "--- $(basename "$f")"; cat "$f"; done; }
 restored_line() { grep -h "checkpoint: restored step\|nothing restored from memory" "$W"/job-node?.log | head -1; }
 
@@ -53,7 +63,8 @@ REF=$W/ref
 INTERVAL=$([ "$SCENARIO" = shrink ] && echo 5 || echo 20) run_reference "$REF"
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
 
-OUT=$W/job; mkdir -p "$OUT"; RUN=job
+OUT=$W/job; mkdir -p "$OUT/hold"; RUN=job
+HOLD=(MESHRUN_TRAINER_HOLD_AFTER_STEP="$([ "$SCENARIO" = twofaults ] && echo 33,48 || echo 33):$OUT/hold")
 for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
 case $SCENARIO in own | shrink) spares=() ;; buddy | hybrid) spares=(3) ;; *) spares=(3 4) ;; esac
@@ -61,32 +72,38 @@ for i in "${spares[@]}"; do
   agent "$i" $RUN "$OUT"
   mc_wait_for "$W/job-node$i.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node$i did not wait as a spare"
 done
-wait_step "$OUT" 33
+wait_held 33
 case $SCENARIO in
   own)
     victim=$(ip netns pids "$(mc_ns 1)" | while read -r p; do
       [ "$(cat /proc/"$p"/comm 2> /dev/null)" = meshrun-trainer ] && echo "$p"; done | head -1)
     [ -n "$victim" ] || mc_fail "$SCENARIO: no worker found on node1"
     kill -9 "$victim"; echo "killed node1's worker at step $(step "$OUT")"
+    release 33
     finishers=(0 1 2)
     ;;
   buddy | hybrid)
     mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
+    release 33
     finishers=(0 2 3)
     ;;
   twofaults)
     mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
+    release 33
     mc_wait_for "$W/job-node0.log" "recovery of round 1: " 60 > /dev/null || mc_fail "$SCENARIO: no recovery after the first fault"
-    wait_step "$OUT" 48
+    wait_held 48
     mc_kill_node 2; echo "killed node2 at step $(step "$OUT")"
+    release 48
     finishers=(0 3 4)
     ;;
   shrink)
     mc_kill_node 2; echo "killed node2 at step $(step "$OUT")"
+    release 33
     finishers=(0 1)
     ;;
   bothlost)
     mc_kill_node 1; mc_kill_node 2; echo "killed node1 and node2 at step $(step "$OUT")"
+    release 33
     finishers=(0 3 4)
     ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;

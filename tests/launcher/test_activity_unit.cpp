@@ -71,8 +71,8 @@ void put(const fs::path& path, const std::string& text) {
 }
 
 std::string stat_line(pid_t pid, pid_t parent, char state, int utime) {
-  return std::to_string(pid) + " (py thon) " + state + " " + std::to_string(parent) +
-         " 1 1 0 -1 4194304 98 0 0 0 " + std::to_string(utime) + " 3 0 0 20 0 1 0 35302 3133440 382\n";
+  return std::to_string(pid) + " (py thon) " + state + " " + std::to_string(parent) + " 1 1 0 -1 4194304 98 0 0 0 " +
+         std::to_string(utime) + " 3 0 0 20 0 1 0 35302 3133440 382\n";
 }
 
 void fake_process(const fs::path& root, pid_t pid, pid_t parent, int utime, const std::string& children,
@@ -133,11 +133,12 @@ Activity idle_on_lock() {
 
 }  // namespace
 
-TEST_CASE("recorded ranks: blocked on a lock, a sleep loop or a silent socket are idle, and computing, saving, "
-          "waiting on busy DataLoader workers, streaming a socket or spinning are busy",
-          "[activity]") {
-  for (const std::string name : {"idle_lock", "idle_sleep_loop", "socket_silent", "compute", "save_20mbs",
-                                 "dataloader", "socket_stream", "spin"}) {
+TEST_CASE(
+    "recorded ranks: blocked on a lock, a sleep loop or a silent socket are idle, and computing, saving, "
+    "waiting on busy DataLoader workers, streaming a socket or spinning are busy",
+    "[activity]") {
+  for (const std::string name : {"idle_lock", "idle_sleep_loop", "socket_silent", "compute", "save_20mbs", "dataloader",
+                                 "socket_stream", "spin"}) {
     INFO(name);
     const Activity a = judge_recorded(name);
     CHECK(std::string(to_string(a.liveness)) == recorded(name).expect);
@@ -166,12 +167,14 @@ TEST_CASE("the noise thresholds: a little CPU, a few log lines, a wake-up a seco
   };
   // The hook's polling: 2 ticks of CPU, 3 kB of log, 10 wake-ups in 10 s.
   CHECK(judge(process(7, 500, 0, 0, 40), process(7, 502, 0, 3000, 50)).liveness == Liveness::kIdle);
-  // Just over each threshold: 5 % of a core, 64 KiB/s, 10 wake-ups/s.
+  // Just over each threshold: 5 % of a core, 64 KiB/s, 50 wake-ups/s; a loop sleeping 50 ms at a time
+  // (20 wake-ups/s) waits for something: idle.
   CHECK(judge(process(7, 0, 0, 0, 0), process(7, 50, 0, 0, 0)).liveness == Liveness::kBusy);
   CHECK(judge(process(7, 0, 0, 0, 0), process(7, 49, 0, 0, 0)).liveness == Liveness::kIdle);
   CHECK(judge(process(7, 0, 0, 0, 0), process(7, 0, 655360, 0, 0)).liveness == Liveness::kBusy);
-  CHECK(judge(process(7, 0, 0, 0, 0), process(7, 0, 0, 0, 100)).liveness == Liveness::kBusy);
-  CHECK(judge(process(7, 0, 0, 0, 0), process(7, 0, 0, 0, 99)).liveness == Liveness::kIdle);
+  CHECK(judge(process(7, 0, 0, 0, 0), process(7, 0, 655359, 0, 0)).liveness == Liveness::kIdle);
+  CHECK(judge(process(7, 0, 0, 0, 0), process(7, 0, 0, 0, 500)).liveness == Liveness::kBusy);
+  CHECK(judge(process(7, 0, 0, 0, 0), process(7, 0, 0, 0, 200)).liveness == Liveness::kIdle);
   // Stopped by a signal, whatever else; in a disk wait with nothing moving, idle and said so.
   CHECK(judge(process(7, 0, 0, 0, 0), process(7, 900, 0, 0, 0, 'T')).liveness == Liveness::kStopped);
   const Activity disk = judge(process(7, 0, 0, 0, 0, 'D'), process(7, 0, 0, 0, 0, 'D'));
@@ -179,9 +182,10 @@ TEST_CASE("the noise thresholds: a little CPU, a few log lines, a wake-up a seco
   CHECK_THAT(describe(disk), Catch::Contains("uninterruptible wait (state D)"));
 }
 
-TEST_CASE("a tree: children born in the window count whole, a reaped child's time moves to its parent, a "
-          "short window or another process is not judged",
-          "[activity]") {
+TEST_CASE(
+    "a tree: children born in the window count whole, a reaped child's time moves to its parent, a "
+    "short window or another process is not judged",
+    "[activity]") {
   // The worker idles; a child born during the window computed 3 s of it.
   Activity a = judge_activity(tree(0, {process(10, 100, 0, 0, 0)}),
                               tree(10, {process(10, 100, 0, 0, 0), process(11, 300, 0, 0, 0)}), {}, 100);
@@ -246,8 +250,8 @@ TEST_CASE("the monitor judges the last 10 s of its samples, fewer while it has f
     fake_process(root, 100, 1, s < 8 ? s * 100 : 700, "");  // computes for 7 s, then idles
     CHECK(monitor.sample({100}, t0 + std::chrono::seconds(s)));
     CHECK_FALSE(monitor.sample({100}, t0 + std::chrono::seconds(s) + std::chrono::milliseconds(500)));  // not due
-    if (s == 1) CHECK(monitor.activity(0, {}).liveness == Liveness::kUnknown);  // 1 s watched
-    if (s == 5) CHECK(monitor.activity(0, {}).liveness == Liveness::kBusy);     // 5 s watched, all busy
+    if (s == 1) CHECK(monitor.activity(0, {}).liveness == Liveness::kUnknown);                          // 1 s watched
+    if (s == 5) CHECK(monitor.activity(0, {}).liveness == Liveness::kBusy);  // 5 s watched, all busy
   }
   const Activity now = monitor.activity(0, {});  // the window 4..14 s: 3 s of compute in 10 s
   CHECK(now.window_s == Approx(10));
@@ -330,7 +334,8 @@ TEST_CASE("a busy rank the others wait for is late, not hung, and idle, stopped 
   CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kHung);
 }
 
-TEST_CASE("the busy timeout (--hang-busy-timeout): a busy rank keeps the others waiting only that long", "[activity][verdict]") {
+TEST_CASE("the busy timeout (--hang-busy-timeout): a busy rank keeps the others waiting only that long",
+          "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
   ranks[0].activity = busy_saving();
   CHECK(judge_with(ranks, LatenessRule{299, 300.0}).outcome == HangOutcome::kLate);

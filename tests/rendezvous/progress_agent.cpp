@@ -1,11 +1,11 @@
-// progress_agent ENDPOINT RUN_ID HOST RANKS [--hung-rank R] [--slow-rank R] [--late-rank R] [--restart-hung]: a stand-in
-// for a meshrun agent whose workers beat, for the HTTP live view tests. It joins RUN_ID as the only node
-// with RANKS local ranks and then heartbeats every 0.2 s with their progress, as a real agent does: every
-// rank advances a step per 0.1 s with a falling loss, except that --hung-rank stays at step 5 flagged hung
-// (its beat age growing) and --slow-rank reports three times the compute time (the daemon names it a
-// straggler); --late-rank is flagged late (busy while the others wait for it) with a late line. --restart-hung first reports a hung worker (its failure record, then cause "hung") and
-// re-joins, so the run shows one restart and its root cause. Prints "beating" once the daemon has its progress; runs
-// until killed.
+// progress_agent ENDPOINT RUN_ID HOST RANKS [--hung-rank R] [--slow-rank R] [--late-rank R] [--restart-hung]: a
+// stand-in for a meshrun agent whose workers beat, for the HTTP live view tests. It joins RUN_ID as the only node with
+// RANKS local ranks and then heartbeats every 0.2 s with their progress, as a real agent does: every rank advances a
+// step per 0.1 s with a falling loss, except that --hung-rank stays at step 5 flagged hung (its beat age growing) and
+// --slow-rank reports three times the compute time (the daemon names it a straggler); --late-rank is flagged late (busy
+// while the others wait for it) with a late line. --restart-hung first reports a hung worker (its failure record, then
+// cause "hung") and re-joins, so the run shows one restart and its root cause. Prints "beating" once the daemon has its
+// progress; runs until killed.
 #include <unistd.h>
 
 #include <chrono>

@@ -215,7 +215,7 @@ TEST_CASE("the live view serves health, the status JSON, history and Prometheus 
     const auto& last = history.at("samples").back();
     CHECK(last.at("round") == 1);
     CHECK(last.at("loss").get<double>() > 0);
-    CHECK(last.at("tokens_per_s").get<double>() == 1200 + 1200 + 400);
+    CHECK(last.at("tokens_per_s").get<double>() == 1200 + 1200 + 400 + 1200);  // ranks 0, 1 (hung), 2 (slow), 3 (late)
     CHECK(history.at("capacity").get<int>() >= 100);
     CHECK(get_json(port, "/api/history").at("runs").contains("live"));
     CHECK(http_get(port, "/api/runs/nope/history").status == 404);

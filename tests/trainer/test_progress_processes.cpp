@@ -164,6 +164,26 @@ TEST_CASE("meshrun-trainer: a rank that never enters a collective is named, with
   CHECK_THAT(out, Catch::Contains("meshrun: worker hung (first failure, attempt 0)"));
 }
 
+TEST_CASE("meshrun-trainer: a rank that computes for a while without beats while the other waits is late, not hung",
+          "[progress][hang]") {
+  const std::string dir = make_temp_dir();
+  // Test hook: rank 1 computes for 12 s after step 20 (no beat, no collective), then goes on.
+  LauncherJob job(dir, 2, {"train.steps=40"}, {{"MESHRUN_TRAINER_FAULT_BUSY_AFTER_STEP", "20:1:12"}},
+                  {"--standalone", "--hang-floor", "3", "--shutdown-timeout", "2"});
+  const int code = job.wait();
+  const std::string out = job.output();
+  INFO(out);
+  CHECK(code == 0);
+  CHECK_THAT(out, Catch::Contains("test hook: rank 1 computes for 12.0 s after step 20"));
+  const auto at = out.find("meshrun: rank 1 (");
+  REQUIRE(at != std::string::npos);
+  const std::string late = out.substr(at, out.find('\n', at) - at);
+  CHECK_THAT(late, Catch::Contains(") is late: it has not entered ") &&
+                       Catch::Contains(" of group 0 (ranks 0,1) for ") &&
+                       Catch::Contains(" while rank 0 waits; it is busy ("));
+  CHECK_THAT(out, !Catch::Contains("hang:") && !Catch::Contains("worker hung") && !Catch::Contains("restarting"));
+}
+
 TEST_CASE("under meshrun, the daemon's status shows every trainer rank's step and loss", "[progress][status]") {
   Daemon daemon;
   const std::string dir = make_temp_dir();
