@@ -8,7 +8,10 @@
 # step: STEPS steps with the hook (default) and without (--hang-timeout off), REPEATS runs each.
 # The hook run includes the daemon's arrival probes (stragglers from arrival times) every 3 s.
 #   bench/hang.sh                   (env TRIALS=10 DEFAULT_TRIALS=3 STEPS=400 REPEATS=3
-#                                        PARTS="verdicts torchrun cost": the sections to run)
+#                                        PARTS="verdicts torchrun cost": the sections to run,
+#                                        CLASSES="skip stop spin mismatch subgroup defaults": the fault classes;
+#                                        also stopremote, stopremote_defaults: rank 2 on node1 stopped 3 s after
+#                                        node0's ranks began waiting, floor 6 s or the defaults)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
@@ -51,13 +54,19 @@ expected() {
     mismatch) echo "ranks disagree at #$seq of group 0 \(ranks 0-3\): rank 1 called broadcast" ;;
     subgroup) echo "rank 3 \(node1, local rank 1, pid [0-9]+\) never entered all_reduce #$seq of group 2" ;;
     defaults) echo "rank 0 \(node0, local rank 0, pid [0-9]+\) never entered all_reduce #$((STEP + 41)) of group 0" ;;
+    stopremote*) echo "rank 2 \(node1, local rank 0, pid [0-9]+\) is stopped by a signal \(state T\); ranks 0,1,3 wait in all_reduce #$seq of group 0" ;;
   esac
 }
-culprit() { case $1 in skip | subgroup) echo 3 ;; stop | defaults) echo 0 ;; spin) echo 2 ;; mismatch) echo 1 ;; esac; }
+culprit() {
+  case $1 in skip | subgroup) echo 3 ;; stop | defaults) echo 0 ;; spin | stopremote*) echo 2 ;; mismatch) echo 1 ;; esac
+}
 
 trial() {   # trial CLASS N: prints "ok|wrong SECONDS"
   local class=$1 n=$2 name="$1-$2" fault=$1 floor=(--hang-floor 3)
   [ "$class" = defaults ] && { fault=pause_skip; floor=(); }
+  # Rank 2 (node1) stops itself 3 s after node0's ranks began waiting for it: node0 suspects first.
+  [ "$class" = stopremote ] && { fault=stoplate; floor=(--hang-floor 6); }
+  [ "$class" = stopremote_defaults ] && { fault=stoplate; floor=(); }
   # A spinning rank is busy: late, not hung (docs/progress.md#stuck-or-busy), until --hang-busy-timeout.
   [ "$class" = spin ] && floor+=(--hang-busy-timeout 10)
   run_pair "$name" "${floor[@]}" "$JOB" "$W/$name/out" "$fault" "$(culprit "$class")" $STEP
@@ -69,8 +78,8 @@ trial() {   # trial CLASS N: prints "ok|wrong SECONDS"
 }
 
 part verdicts && echo "== verdicts: fault class, correct/N, seconds from the fault to the verdict (min / median / max)"
-part verdicts && for class in skip stop spin mismatch subgroup defaults; do
-  n=$TRIALS; [ "$class" = defaults ] && n=$DEFAULT_TRIALS
+part verdicts && for class in ${CLASSES:-skip stop spin mismatch subgroup defaults}; do
+  n=$TRIALS; [[ "$class" == *defaults ]] && n=$DEFAULT_TRIALS
   : > "$W/$class.results"
   for t in $(seq "$n"); do trial "$class" "$t" >> "$W/$class.results"; done
   ok=$(grep -c '^ok' "$W/$class.results")

@@ -16,6 +16,8 @@ std::string proof(const char* who, const std::string& token, const std::string& 
 
 }  // namespace
 
+std::string make_run_secret() { return make_nonce() + make_nonce(); }
+
 std::string make_nonce() {
   std::random_device source;  // the kernel's random source on Linux
   std::string nonce;

@@ -20,6 +20,8 @@ inline constexpr const char* kTokenEnv = "MESHRUN_RDZV_TOKEN";
 
 /// 32 random hex digits from the system's random source.
 std::string make_nonce();
+/// 64 random hex digits: a run's secret (proto::Assignment::run_secret), which only agents that joined learn.
+std::string make_run_secret();
 std::string client_proof(const std::string& token, const std::string& daemon_nonce, const std::string& client_nonce);
 std::string daemon_proof(const std::string& token, const std::string& daemon_nonce, const std::string& client_nonce);
 

@@ -246,6 +246,9 @@ struct Assignment {
   int master_port = 0;          // a store port private to this run (isolated key space)
   std::vector<NodeInfo> nodes;  // every node, in group-rank order (empty above kMaxNodesInAssignment)
   int64_t steps_done = -1;      // the highest step the run's ranks beat before this round (-1: none)
+  // The run's secret, told only to agents that joined it (never to the workers, never in the workers' store):
+  // the agents' copy port requires its proof (docs/security.md).
+  std::string run_secret;
 };
 
 struct AwaitReply {
@@ -371,7 +374,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptMilestones, round, spawne
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RecoveryLedger, detect_s, stop_s, rendezvous_s, start_s, init_s, load_s,
                                                 first_step_s, total_s, complete, load_source)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
-                                                rank_offset, master_addr, master_port, nodes, steps_done)
+                                                rank_offset, master_addr, master_port, nodes, steps_done, run_secret)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
                                                 waited_s, join_timeout_s, spare, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers,

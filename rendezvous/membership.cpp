@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "proto/group_ranks.hpp"
+#include "proto/join_auth.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
@@ -82,6 +83,7 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
   if (it == runs_.end()) {
     Run run;
     run.id = r.run_id;
+    run.secret = proto::make_run_secret();
     run.min_nodes = r.min_nodes;
     run.max_nodes = r.max_nodes;
     run.last_event = "run created by " + describe(r);
@@ -404,6 +406,7 @@ proto::Assignment Membership::assignment(const Run& run, const Node& node) const
   a.world_size = run.world_size;
   a.rank_offset = node.rank_offset;
   a.steps_done = run.steps_done_before;
+  a.run_secret = run.secret;
   return a;
 }
 

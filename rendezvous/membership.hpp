@@ -103,6 +103,7 @@ class Membership {
   };
   struct Run {
     std::string id;
+    std::string secret;  // handed to every agent in its assignment (the agents' copy port)
     int min_nodes = 1;
     int max_nodes = 1;
     int64_t round = 0;

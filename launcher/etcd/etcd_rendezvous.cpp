@@ -13,6 +13,7 @@
 #include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "launcher/signal_set.hpp"
+#include "proto/join_auth.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::launcher {
@@ -42,6 +43,7 @@ RunRecord fresh_run(int64_t round, const LaunchOptions& options) {
   run.round = round;
   run.min_nodes = options.min_nodes;
   run.max_nodes = options.max_nodes;
+  run.secret = proto::make_run_secret();  // a new run (or a new job under an old id)
   return run;
 }
 

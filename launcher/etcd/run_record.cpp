@@ -49,7 +49,7 @@ void to_json(nlohmann::json& j, const RunRecord& run) {
                      {"min_nodes", run.min_nodes}, {"max_nodes", run.max_nodes},
                      {"cause", run.cause},         {"reason", run.reason},
                      {"survivors", run.survivors}, {"previous_ranks", run.previous_ranks},
-                     {"members", run.members}};
+                     {"members", run.members},     {"secret", run.secret}};
 }
 
 void from_json(const nlohmann::json& j, RunRecord& run) {
@@ -62,6 +62,7 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
   run.survivors = j.value("survivors", std::vector<std::string>{});
   run.previous_ranks = j.value("previous_ranks", std::map<std::string, int>{});
   run.members = j.value("members", std::vector<proto::NodeInfo>{});
+  run.secret = j.value("secret", std::string());
 }
 
 std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
@@ -124,6 +125,7 @@ RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const s
   next.max_nodes = closed.max_nodes;
   next.cause = cause;
   next.reason = reason;
+  next.secret = closed.secret;
   for (const auto& node : closed.members) {
     if (node.node_id == lost_node) continue;
     next.survivors.push_back(survivor_key(node));
@@ -164,6 +166,7 @@ proto::Assignment assignment_for(const RunRecord& run, const std::string& node_i
   }
   if (!found) throw Error("node " + node_id + " is not a member of round " + std::to_string(run.round));
   if (run.members.size() <= proto::kMaxNodesInAssignment) a.nodes = run.members;
+  a.run_secret = run.secret;
   return a;
 }
 

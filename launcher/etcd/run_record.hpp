@@ -43,6 +43,7 @@ struct RunRecord {
   std::vector<std::string> survivors;                      // "host/pid" of the last round's nodes expected back
   std::map<std::string, int> previous_ranks;               // "host/pid" -> node rank in the last round (kept)
   std::vector<proto::NodeInfo> members;                    // kClosed: the round's nodes, group-rank order
+  std::string secret;  // the run's secret: set when the run is created, kept every round (Assignment::run_secret)
 };
 
 void to_json(nlohmann::json& j, const RunRecord& run);

@@ -37,6 +37,7 @@ json error(const std::string& reason) { return {{"op", "error"}, {"reason", reas
 // are the newest step of this rank the buddy node holds.
 struct MemoryKeeper::RankSlots {
   uint64_t slot_bytes = 0;
+  uint64_t largest_slot_bytes = 0;  // the largest copy of any rank of the job, as the worker computed it
   uint64_t digest = 0;
   std::vector<std::unique_ptr<MemfdSlot>> slots;
   std::unique_ptr<MemfdSlot> control;
@@ -64,7 +65,6 @@ MemoryKeeper::MemoryKeeper(std::string socket_path, std::string name, std::strin
       token_(std::move(token)),
       read_(std::move(read)),
       shelf_(kSlotsPerRank) {
-  peers_ = std::make_unique<PeerServer>(*this);
   replicator_ = std::make_unique<Replicator>(*this);
   handover_ = std::make_unique<HandoverServer>(socket_path_, *this);
 }
@@ -84,6 +84,7 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
     fetched_.clear();
     plan_.reset();
     buddy_.reset();
+    if (peers_ && peers_addr_ != attempt.addr) open_copy_port_locked();  // this round's network is another
     mine = inventory_locked();
   }
   if (attempt.nodes <= 1) return;
@@ -94,7 +95,63 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
   }
 }
 
+std::string MemoryKeeper::push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const {
+  if (!attempt_) return "this agent is between rounds";
+  if (rank < attempt_->backed_first || rank >= attempt_->backed_first + attempt_->backed_count) {
+    return "this node backs ranks " + std::to_string(attempt_->backed_first) + ".." +
+           std::to_string(attempt_->backed_first + attempt_->backed_count - 1) + " this round";
+  }
+  if (world_size != attempt_->world_size) return "the copy is of a world of " + std::to_string(world_size);
+  // Every rank's copy has the run's digest, and is no larger than the largest its own worker computed.
+  for (const auto& [own_rank, held] : own_) {
+    if (held->digest != digest) return "the copy is of another model or config (digest)";
+    if (MemfdSlot::rounded(bytes) > held->largest_slot_bytes) {
+      return "the copy's " + std::to_string(bytes) + " bytes are more than any rank's of the job (" +
+             std::to_string(held->largest_slot_bytes) + ")";
+    }
+    return "";
+  }
+  return "this node's workers have not asked for copies (yet)";
+}
+
+std::string MemoryKeeper::copy_key() const {
+  std::lock_guard lock(mutex_);
+  if (!attempt_ || attempt_->secret.empty()) return "";
+  return token_.empty() ? attempt_->secret : attempt_->secret + ":" + token_;
+}
+
+int MemoryKeeper::copy_port() const {
+  std::lock_guard lock(mutex_);
+  return peers_ ? peers_->port() : 0;
+}
+
+bool MemoryKeeper::open_copy_port_locked() {
+  if (!attempt_ || attempt_->nodes <= 1) return false;  // one node: no other agent to serve
+  peers_.reset();
+  peers_ = std::make_unique<PeerServer>(*this, attempt_->addr);
+  peers_addr_ = attempt_->addr;
+  spdlog::info("memory: copy port {}:{} open (the run's secret required)", peers_addr_, peers_->port());
+  return true;
+}
+
 json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds, uint64_t connection) {
+  // Copies are in use: the copy port opens, and the buddy learns where from this node's inventory again.
+  std::optional<std::pair<MemoryAttempt, Inventory>> publish;
+  {
+    std::lock_guard lock(mutex_);
+    if (!peers_ && open_copy_port_locked()) publish.emplace(*attempt_, inventory_locked());
+  }
+  if (publish) {
+    try {
+      publish_inventory(publish->first, publish->second);
+    } catch (const std::exception& e) {
+      spdlog::warn("memory: cannot publish this node's copy port in the workers' store: {}", e.what());
+    }
+  }
+  return hello_slots(rank, hello, fds, connection);
+}
+
+json MemoryKeeper::hello_slots(int rank, const json& hello, std::vector<int>& fds, uint64_t connection) {
   const uint64_t bytes = hello.value("slot_bytes", uint64_t{0});
   const uint64_t digest = hello.value("digest", uint64_t{0});
   if (rank < 0 || bytes < proto::kHeaderBytes)
@@ -128,6 +185,9 @@ json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds, uin
       return {{"op", "refused"}, {"reason", e.what()}};
     }
   }
+  // Pushes of other ranks are taken up to the largest copy of the job (a rank's shards differ a little).
+  held->largest_slot_bytes =
+      std::max(held->slot_bytes, MemfdSlot::rounded(hello.value("largest_slot_bytes", uint64_t{0})));
   shelf_.on_disconnect(rank);  // a copy an earlier worker of this rank left unfinished is torn
   connection_of_[rank] = connection;
   for (const auto& slot : held->slots) fds.push_back(slot->fd());
@@ -334,7 +394,7 @@ std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, co
   std::string why;
   try {
     const UniqueFd peer = open_peer_request(
-        from.addr, from.port, token_,
+        from.addr, from.port, copy_key(),
         {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}, {"world_size", world_size}});
     const json reply = receive_frame(peer.get());
     const uint64_t bytes = reply.value("bytes", uint64_t{0});
@@ -380,7 +440,7 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
   }
   std::string why;
   try {
-    const UniqueFd peer = open_peer_request(from.addr, from.port, token_,
+    const UniqueFd peer = open_peer_request(from.addr, from.port, copy_key(),
                                             {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}});
     const json reply = receive_frame(peer.get());
     if (!reply.value("ok", false)) {
@@ -432,6 +492,14 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
   UniqueFd into;
   {
     std::lock_guard lock(mutex_);
+    if (const std::string why =
+            push_refusal_locked(rank, bytes, request.value("digest", uint64_t{0}), request.value("world_size", 0));
+        !why.empty()) {
+      spdlog::warn("memory: refused a push of rank {}'s copy of step {} from {}: {}", rank, step, peer_address(socket),
+                   why);
+      send_frame(socket, kRefused);
+      return;
+    }
     auto& slots = replica_slots_[rank];
     if (slots.empty() || slots.front()->bytes() != MemfdSlot::rounded(bytes)) {
       const uint64_t need = 2 * MemfdSlot::rounded(bytes);
@@ -556,7 +624,7 @@ std::optional<CopySource> MemoryKeeper::buddy() {
   }
   const int node = (attempt->node + 1) % attempt->nodes;
   const auto inventory = read_inventory(*attempt, node, kInventoryWait);
-  if (!inventory) return std::nullopt;
+  if (!inventory || inventory->port <= 0) return std::nullopt;  // its copy port is not open yet: asked again
   std::lock_guard lock(mutex_);
   if (attempt_ && attempt_->round == attempt->round)
     buddy_ = CopySource{node, inventory->host, inventory->addr, inventory->port};
@@ -588,7 +656,7 @@ Inventory MemoryKeeper::inventory_locked() const {
   inventory.node = attempt_ ? attempt_->node : -1;
   inventory.host = host_;
   inventory.addr = attempt_ ? attempt_->addr : "";
-  inventory.port = peers_->port();
+  inventory.port = peers_ ? peers_->port() : 0;
   for (const auto& [rank, held] : own_) {
     for (const int64_t step : shelf_.candidates(rank)) {
       const auto slot = shelf_.slot_of(rank, step);

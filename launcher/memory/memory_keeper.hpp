@@ -9,6 +9,10 @@
 // node's, and `open` fetches a copy this node lacks from the node that holds it (a spare taking a lost
 // node's ranks restores from that node's buddy). Thread-safe: the servers' and the replicator's threads
 // call in; transfers run outside the lock, the slots they use pinned.
+// Closed by default (docs/security.md): the copy port opens only once a worker asks for copies in a job of
+// several nodes, listens on this node's address on the workers' network alone, requires every request to
+// prove the run's secret (and the join token, when the run has one), and takes pushes only of the ranks
+// this node backs in the round, no larger than its own copies.
 #pragma once
 
 #include <atomic>
@@ -44,7 +48,10 @@ struct MemoryAttempt {
   int nodes = 1;
   int world_size = 1;
   int64_t steps_done = 0;  // the run's furthest step before this round
-  std::string addr;        // this node's address on the workers' network (other agents fetch from it)
+  std::string addr;        // this node's address on the workers' network: the copy port listens there only
+  std::string secret;      // the run's secret from the assignment: every request on the copy port proves it
+  int backed_first = -1;   // the ranks of the node this one backs (node - 1 in the ring): the only pushes taken
+  int backed_count = 0;
 };
 
 /// A copy to send: a descriptor of its slot (kept open by the caller) and what the receiver checks.
@@ -58,9 +65,10 @@ struct OutgoingCopy {
 
 class MemoryKeeper {
  public:
-  /// Serves MESHRUN_MEMORY at `socket_path` and the copy port; `name` goes into each memfd's name. `token`:
-  /// the run's join token (empty: none), which the copy port then requires of other agents and proves to
-  /// them. `read` reads /proc and the cgroup files for the memory check (tests pass fake ones).
+  /// Serves MESHRUN_MEMORY at `socket_path` (the copy port opens later, when copies are asked for); `name`
+  /// goes into each memfd's name. `token`: the run's join token (empty: none), which the copy port requires
+  /// of other agents, with the run's secret, and proves to them. `read` reads /proc and the cgroup files for
+  /// the memory check (tests pass fake ones).
   MemoryKeeper(std::string socket_path, std::string name, std::string run_id, std::string host, std::string token = "",
                ReadText read = read_text_file);
   ~MemoryKeeper();
@@ -69,7 +77,11 @@ class MemoryKeeper {
 
   const std::string& socket_path() const { return socket_path_; }
   const std::string& run_id() const { return run_id_; }
-  const std::string& token() const { return token_; }
+  /// What a copy-port request proves: the run's secret (and the join token when there is one); "" before the
+  /// first round.
+  std::string copy_key() const;
+  /// The copy port, 0 while it is closed.
+  int copy_port() const;
   /// A new round: forgets the last round's plan, publishes this node's inventory (several nodes) and points
   /// the replicator at the new buddy.
   void begin_attempt(const MemoryAttempt& attempt);
@@ -125,6 +137,12 @@ class MemoryKeeper {
   std::string fetch_other(int rank, int64_t step, int world_size, const CopySource& from, std::vector<int>& fds);
 
   Inventory inventory_locked() const;
+  nlohmann::json hello_slots(int rank, const nlohmann::json& hello, std::vector<int>& fds, uint64_t connection);
+  /// Opens the copy port on this round's address (again, when the address changed). True when it opened now.
+  bool open_copy_port_locked();
+  /// Whether a push of `rank` of `bytes` is one this node expects: a rank of the node it backs this round, no
+  /// larger than this node's own copies. "" or why not (logged here, never told to the pusher).
+  std::string push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const;
   void set_pushed_locked(int rank, int64_t step);
   /// Fetches `rank`'s copy of `step` from `from` into a slot of this node; "" or why not.
   std::string fetch(int rank, int64_t step, const CopySource& from);
@@ -147,7 +165,8 @@ class MemoryKeeper {
   std::optional<RestorePlan> plan_;                              // this round's, once a worker asked
   std::optional<CopySource> buddy_;                              // this round's, once resolved
   proto::LoadSource load_source_ = proto::LoadSource::kUnknown;  // this round's
-  std::unique_ptr<PeerServer> peers_;                            // after the state: stopped before it goes
+  std::unique_ptr<PeerServer> peers_;  // the copy port, once opened; after the state: stopped before it goes
+  std::string peers_addr_;             // the address it listens on
   std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<HandoverServer> handover_;
 };

@@ -1,6 +1,9 @@
 #include "launcher/memory/peer_auth.hpp"
 
+#include <sys/socket.h>
+
 #include "common/error.hpp"
+#include "common/net_address.hpp"
 #include "common/sha256.hpp"
 #include "launcher/memory/peer_link.hpp"
 #include "proto/join_auth.hpp"
@@ -9,46 +12,48 @@ namespace meshrun::launcher {
 
 using nlohmann::json;
 
-UniqueFd open_peer_request(const std::string& addr, int port, const std::string& token, json request) {
+UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, json request) {
+  const std::string where = "the agent at " + addr + ":" + std::to_string(port);
+  if (key.empty()) throw Error("cannot prove this run's secret to " + where + ": this agent has not joined a round");
   UniqueFd peer = connect_peer(addr, port);
   const json hello = receive_frame(peer.get());
   const std::string agent_nonce = hello.value("nonce", "");
-  const bool required = hello.value("required", false);
-  const std::string where = "the agent at " + addr + ":" + std::to_string(port);
-  if (token.empty() && required)
-    throw Error(where + " requires the run's join token, and this agent has none: give every agent the same " +
-                std::string(proto::kTokenEnv));
-  if (!token.empty() && !required)
-    throw Error(where + " requires no join token, so it cannot know this run's: give every agent the same " +
-                std::string(proto::kTokenEnv));
-  std::string client_nonce;
-  if (!token.empty()) {
-    client_nonce = proto::make_nonce();
-    request["client_nonce"] = client_nonce;
-    request["proof"] = proto::client_proof(token, agent_nonce, client_nonce);
-  }
+  const std::string client_nonce = proto::make_nonce();
+  request["client_nonce"] = client_nonce;
+  request["proof"] = proto::client_proof(key, agent_nonce, client_nonce);
   send_frame(peer.get(), request);
-  if (token.empty()) return peer;
   const json answer = receive_frame(peer.get());
-  if (answer.contains("error")) throw Error(where + " refused: " + answer.value("error", ""));
-  if (!equal_constant_time(answer.value("proof", ""), proto::daemon_proof(token, agent_nonce, client_nonce)))
-    throw Error(where + " does not know the run's join token: no copy goes to it or comes from it");
+  if (answer.contains("error")) {
+    throw Error(where +
+                " refused the request (another run's agent, or another join token: give every agent the "
+                "same " +
+                std::string(proto::kTokenEnv) + ")");
+  }
+  if (!equal_constant_time(answer.value("proof", ""), proto::daemon_proof(key, agent_nonce, client_nonce)))
+    throw Error(where + " does not know the run's secret: no copy goes to it or comes from it");
   return peer;
 }
 
-std::optional<json> accept_peer_request(int socket, const std::string& token) {
+std::optional<json> accept_peer_request(int socket, const std::string& key) {
   const std::string nonce = proto::make_nonce();
-  send_frame(socket, {{"nonce", nonce}, {"required", !token.empty()}});
+  send_frame(socket, {{"nonce", nonce}});
   json request = receive_frame(socket);
-  if (token.empty()) return request;
   const std::string client_nonce = request.value("client_nonce", "");
-  if (client_nonce.empty() ||
-      !equal_constant_time(request.value("proof", ""), proto::client_proof(token, nonce, client_nonce))) {
-    send_frame(socket, {{"error", "the run's join token does not match (or none was given)"}});
+  if (key.empty() || client_nonce.empty() ||
+      !equal_constant_time(request.value("proof", ""), proto::client_proof(key, nonce, client_nonce))) {
+    send_frame(socket, kRefused);
     return std::nullopt;
   }
-  send_frame(socket, {{"proof", proto::daemon_proof(token, nonce, client_nonce)}});
+  send_frame(socket, {{"proof", proto::daemon_proof(key, nonce, client_nonce)}});
   return request;
+}
+
+std::string peer_address(int socket) {
+  sockaddr_storage addr{};
+  socklen_t length = sizeof addr;
+  if (::getpeername(socket, reinterpret_cast<sockaddr*>(&addr), &length) != 0) return "a peer";
+  const std::string host = numeric_address(reinterpret_cast<const sockaddr*>(&addr));
+  return host.empty() ? "a peer" : host;
 }
 
 }  // namespace meshrun::launcher

@@ -1,5 +1,6 @@
 #include "launcher/memory/peer_server.hpp"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -19,29 +20,28 @@
 namespace meshrun::launcher {
 namespace {
 
-// A socket on every address and a free port: IPv6 with IPv4 mapped, or IPv4 where IPv6 is off.
-UniqueFd listen_anywhere(int& port) {
-  UniqueFd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.valid()) {
-    const int off = 0;
-    ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_addr = in6addr_any;
-    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) fd.reset();
+// A socket on `addr` (IPv4 or IPv6, numeric) and a free port.
+UniqueFd listen_on(const std::string& addr, int& port) {
+  sockaddr_storage want{};
+  socklen_t want_length = 0;
+  if (auto* v4 = reinterpret_cast<sockaddr_in*>(&want); ::inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    want_length = sizeof(sockaddr_in);
+  } else if (auto* v6 = reinterpret_cast<sockaddr_in6*>(&want);
+             ::inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    want_length = sizeof(sockaddr_in6);
+  } else {
+    throw Error("cannot open the memory copy port on '" + addr + "': not a numeric address of this host");
   }
-  if (!fd.valid()) {
-    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
-      throw Error(std::string("cannot open the memory copy port: ") + std::strerror(errno));
-  }
+  UniqueFd fd(::socket(want.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const std::string where = "the memory copy port on " + addr;
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&want), want_length) != 0)
+    throw Error("cannot open " + where + ": " + std::strerror(errno));
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   if (::listen(fd.get(), 16) != 0 || ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &length) != 0)
-    throw Error(std::string("cannot open the memory copy port: ") + std::strerror(errno));
+    throw Error("cannot open " + where + ": " + std::strerror(errno));
   port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   return fd;
@@ -49,8 +49,8 @@ UniqueFd listen_anywhere(int& port) {
 
 }  // namespace
 
-PeerServer::PeerServer(MemoryKeeper& keeper)
-    : keeper_(keeper), listen_(listen_anywhere(port_)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+PeerServer::PeerServer(MemoryKeeper& keeper, const std::string& addr)
+    : keeper_(keeper), listen_(listen_on(addr, port_)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!wake_.valid()) throw Error(std::string("cannot serve the memory copy port: ") + std::strerror(errno));
   thread_ = std::thread([this] { serve(); });
 }
@@ -79,24 +79,23 @@ void PeerServer::serve() {
 }
 
 void PeerServer::handle(int socket) {
-  const auto proven = accept_peer_request(socket, keeper_.token());
+  const std::string peer = peer_address(socket);
+  const auto proven = accept_peer_request(socket, keeper_.copy_key());
   if (!proven) {
-    spdlog::warn("memory copy port: refused a request whose join token did not match");
+    spdlog::warn("memory copy port: refused {}: it did not prove the run's secret", peer);
     return;
   }
   const nlohmann::json& request = *proven;
-  if (request.value("run", "") != keeper_.run_id()) {
-    send_frame(socket,
-               {{"error", "this agent serves run " + keeper_.run_id() + ", not '" + request.value("run", "") + "'"}});
+  const std::string op = request.value("op", "");
+  if (request.value("run", "") != keeper_.run_id() || (op != "push" && op != "fetch")) {
+    spdlog::warn("memory copy port: refused {}: run '{}', op '{}'", peer, request.value("run", ""), op);
+    send_frame(socket, kRefused);
     return;
   }
-  const std::string op = request.value("op", "");
   if (op == "push") {
     keeper_.receive_push(request, socket);
-  } else if (op == "fetch") {
-    keeper_.serve_fetch(request, socket);
   } else {
-    send_frame(socket, {{"error", "unknown op '" + op + "'"}});
+    keeper_.serve_fetch(request, socket);
   }
 }
 

@@ -1,7 +1,8 @@
 // PeerServer: the agent's copy port. Other agents push their ranks' copies here (this node is their buddy)
 // and fetch the copies this node holds (a spare restoring a lost node's ranks). One thread, one request per
-// connection (peer_link.hpp), each read with a deadline; requests of another run, or without the run's join
-// token when it has one (peer_auth.hpp), are refused.
+// connection (peer_link.hpp), each read with a deadline. A request that does not prove the run's secret (and
+// the join token, when the run has one: peer_auth.hpp), of another run, or of an unknown op is refused with
+// a bare "refused": nothing a stranger could use in its next request.
 #pragma once
 
 #include <thread>
@@ -14,8 +15,9 @@ class MemoryKeeper;
 
 class PeerServer {
  public:
-  /// Listens on every address, on a port the kernel picks.
-  explicit PeerServer(MemoryKeeper& keeper);
+  /// Listens on `addr` (a numeric address of this host: the one the job's collectives use), on a port the
+  /// kernel picks. Throws meshrun::Error naming the address when it cannot.
+  PeerServer(MemoryKeeper& keeper, const std::string& addr);
   ~PeerServer();
   PeerServer(const PeerServer&) = delete;
   PeerServer& operator=(const PeerServer&) = delete;

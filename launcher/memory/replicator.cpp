@@ -74,7 +74,7 @@ bool Replicator::push(int rank, int64_t step) {
   const auto started = std::chrono::steady_clock::now();
   std::string why;
   try {
-    const UniqueFd peer = open_peer_request(buddy->addr, buddy->port, keeper_.token(),
+    const UniqueFd peer = open_peer_request(buddy->addr, buddy->port, keeper_.copy_key(),
                                             {{"op", "push"},
                                              {"run", keeper_.run_id()},
                                              {"rank", rank},

@@ -36,6 +36,7 @@ namespace {
 
 constexpr uint64_t kPayload = 3 * 4096;
 const uint64_t kSlotBytes = meshrun::proto::slot_bytes(4096, kPayload);
+constexpr int kWorkerWorld = 2;  // the world Worker's copies are of
 
 // A connection to the agent's handover socket at `path`.
 UniqueFd connect_handover(const std::string& path) {
@@ -80,6 +81,8 @@ class Worker {
     h.state = meshrun::proto::CopyState::kWriting;
     h.step = step;
     h.rank = rank_;
+    h.world_size = kWorkerWorld;
+    h.config_digest = 7;  // the digest its hello names
     h.index_offset = meshrun::proto::kHeaderBytes;
     h.index_capacity = 4096;
     h.payload_offset = h.index_offset + h.index_capacity;
@@ -250,6 +253,7 @@ std::unique_ptr<meshrun::launcher::MemfdSlot> copy_image(int rank, int64_t step,
   h.step = step;
   h.rank = rank;
   h.world_size = 4;
+  h.config_digest = 7;
   h.index_offset = meshrun::proto::kHeaderBytes;
   h.index_capacity = 4096;
   h.payload_offset = h.index_offset + h.index_capacity;
@@ -261,8 +265,9 @@ std::unique_ptr<meshrun::launcher::MemfdSlot> copy_image(int rank, int64_t step,
   return slot;
 }
 
-json push_request(const std::string& run, int rank, int64_t step) {
-  return {{"op", "push"}, {"run", run}, {"rank", rank}, {"step", step}, {"world_size", 4}, {"bytes", kSlotBytes}};
+json push_request(const std::string& run, int rank, int64_t step, int world_size = 4) {
+  return {{"op", "push"},        {"run", run}, {"rank", rank}, {"step", step}, {"world_size", world_size},
+          {"bytes", kSlotBytes}, {"digest", 7}};
 }
 
 // The replicas of other nodes' ranks the keeper lists: (rank, step) pairs.
@@ -276,38 +281,72 @@ std::vector<std::pair<int, int64_t>> replicas_of(const MemoryKeeper& keeper) {
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kSecret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+// Node `node` of a round of `nodes` nodes (2 ranks each, world 2 x nodes, `round`), with the run's secret,
+// backing the node before it in the ring.
+meshrun::launcher::MemoryAttempt round_of(const meshrun::Endpoint& store, int64_t round, int node, int nodes = 2) {
+  const int backed = (node + nodes - 1) % nodes;
+  return {.store = store,
+          .round = round,
+          .node = node,
+          .nodes = nodes,
+          .world_size = 2 * nodes,
+          .steps_done = 0,
+          .addr = "127.0.0.1",
+          .secret = kSecret,
+          .backed_first = 2 * backed,
+          .backed_count = 2};
+}
+
+// Waits until the keeper's copy port is open (a worker asked for copies).
+int open_port(const MemoryKeeper& keeper) {
+  for (int i = 0; i < 500 && keeper.copy_port() == 0; ++i) std::this_thread::sleep_for(10ms);
+  return keeper.copy_port();
+}
+
+}  // namespace
+
 TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte, a cut push keeps the older",
           "[memory]") {
   using namespace meshrun::launcher;
   meshrun::testing::TempDir dir;
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
   MemoryKeeper buddy(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
-  const int port = buddy.inventory().port;
+  buddy.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));  // backs ranks 0-1
+  const Worker own(buddy.socket_path(), 2);
+  const int port = open_port(buddy);
   REQUIRE(port > 0);
+  CHECK(buddy.inventory().port == port);
+  const std::string key = buddy.copy_key();
+  CHECK(key == kSecret);
   const auto five = copy_image(1, 5, 'x');
   {
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, "", push_request("run", 1, 5));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, push_request("run", 1, 5));
     REQUIRE(receive_frame(peer.get()).value("go", false));
     send_copy(peer.get(), five->fd(), kSlotBytes);
     CHECK(receive_frame(peer.get()).value("ok", false));
   }
   CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});
 
-  // Another run's agent is refused, whatever it asks.
+  // Another run's agent is refused, whatever it asks, and told nothing.
   {
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, "", push_request("other-run", 1, 6));
-    CHECK_THAT(receive_frame(peer.get()).value("error", ""), Catch::Contains("serves run run"));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, push_request("other-run", 1, 6));
+    CHECK(receive_frame(peer.get()) == kRefused);
   }
   // A sender that dies halfway through step 10 leaves step 5 as it was.
   {
     const auto ten = copy_image(1, 10, 'y');
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, "", push_request("run", 1, 10));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, push_request("run", 1, 10));
     REQUIRE(receive_frame(peer.get()).value("go", false));
     send_copy(peer.get(), ten->fd(), kSlotBytes / 2);
   }  // closed mid-copy
 
   // A fetch gets the copy back, byte for byte (served after the cut push: one connection at a time).
   const UniqueFd peer =
-      open_peer_request("127.0.0.1", port, "", {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 5}});
+      open_peer_request("127.0.0.1", port, key, {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 5}});
   const json reply = receive_frame(peer.get());
   REQUIRE(reply.value("ok", false));
   REQUIRE(reply.value("bytes", uint64_t{0}) == kSlotBytes);
@@ -321,8 +360,93 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});  // the cut push kept nothing
   // A step nobody holds: an error, not a hang.
   const UniqueFd again =
-      open_peer_request("127.0.0.1", port, "", {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
+      open_peer_request("127.0.0.1", port, key, {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
   CHECK_THAT(receive_frame(again.get()).value("error", ""), Catch::Contains("no copy of step 99"));
+}
+
+TEST_CASE("copy port: closed until a worker asks for copies in a job of several nodes, and only on the job's address",
+          "[memory][security]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
+  const auto endpoint = meshrun::parse_endpoint(store.endpoint(), 0);
+  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  CHECK(keeper.copy_port() == 0);  // before any round
+  keeper.begin_attempt(round_of(endpoint, 0, 0, 1));
+  {
+    const Worker alone(keeper.socket_path(), 0);  // copies asked for, but one node: nobody to serve
+    CHECK(keeper.copy_port() == 0);
+  }
+  keeper.begin_attempt(round_of(endpoint, 1, 0));
+  CHECK(keeper.copy_port() == 0);  // a job of two nodes whose workers asked for nothing yet
+  const Worker asks(keeper.socket_path(), 0);
+  const int port = open_port(keeper);
+  REQUIRE(port > 0);
+  // Bound to the job's address (127.0.0.1), not every interface: 127.0.0.2 is loopback too, and refused.
+  CHECK_NOTHROW(connect_peer("127.0.0.1", port));
+  CHECK_THROWS(connect_peer("127.0.0.2", port));
+}
+
+TEST_CASE("copy port: a party that did not join the run can neither fetch nor push, and is told nothing",
+          "[memory][security]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
+  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  keeper.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));
+  Worker own(keeper.socket_path(), 2);
+  own.write_copy(5, 'a');
+  own.tell({{"op", "commit"}, {"step", 5}});
+  wait_for(keeper, 2, {5});
+  const int port = open_port(keeper);
+  REQUIRE(port > 0);
+  const json fetch = {{"op", "fetch"}, {"run", "run"}, {"rank", 2}, {"step", 5}};
+  // Without the secret this side cannot even ask; with a guessed one, and the run id it stole, it is refused.
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, "", fetch), Catch::Contains("has not joined a round"));
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, std::string(64, '0'), fetch),
+                    Catch::Contains("refused the request"));
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, std::string(64, '0'), push_request("run", 1, 6)),
+                    Catch::Contains("refused the request"));
+  // By hand, the way a stranger would: the hello names nothing, a request without a proof gets a bare refusal.
+  const UniqueFd raw = connect_peer("127.0.0.1", port);
+  const json hello = receive_frame(raw.get());
+  CHECK(hello.size() == 1);
+  CHECK(hello.contains("nonce"));
+  send_frame(raw.get(), fetch);
+  const json answer = receive_frame(raw.get());
+  CHECK(answer == kRefused);
+  CHECK(answer.dump().find("run") == std::string::npos);
+  CHECK(replicas_of(keeper).empty());
+  CHECK(keeper.candidates(2) == std::vector<int64_t>{5});  // still there, never sent
+}
+
+TEST_CASE("copy port: a push of a rank this node does not back, of another world or model, or too large is refused",
+          "[memory][security]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
+  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  keeper.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));  // backs ranks 0-1
+  const Worker own(keeper.socket_path(), 2);
+  const int port = open_port(keeper);
+  REQUIRE(port > 0);
+  const std::string key = keeper.copy_key();
+  const auto refused = [&](json request) {
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, std::move(request));
+    return receive_frame(peer.get()) == kRefused;
+  };
+  CHECK(refused(push_request("run", 3, 5)));  // node 1's own rank 3: backed by node 0
+  auto other_world = push_request("run", 1, 5);
+  other_world["world_size"] = 8;
+  CHECK(refused(other_world));
+  auto other_model = push_request("run", 1, 5);
+  other_model["digest"] = 8;
+  CHECK(refused(other_model));
+  auto larger = push_request("run", 1, 5);
+  larger["bytes"] = 64 * kSlotBytes;  // 64 times this node's own copies: memory a stranger would make it take
+  CHECK(refused(larger));
+  CHECK(replicas_of(keeper).empty());
+  CHECK(keeper.held_bytes() == 2 * kSlotBytes);  // its own two slots, nothing for the refused pushes
 }
 
 TEST_CASE("memory handover: a node without the memory to spare refuses the copies and says why", "[memory]") {
@@ -348,11 +472,12 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
   meshrun::testing::TempDir dir;
   const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
   const auto endpoint = meshrun::parse_endpoint(store.endpoint(), 0);
-  // Both with the run's join token: the replicator proves it to the buddy's copy port.
-  MemoryKeeper node0(dir.path() + "/node0.sock", "meshrun-memory test", "run", "host0", "secret");
-  MemoryKeeper node1(dir.path() + "/node1.sock", "meshrun-memory test", "run", "host1", "secret");
-  // Round 0: node 0 alone holds rank 0's copy of step 5; node 1 holds a replica of rank 7 from another ring.
-  node0.begin_attempt({endpoint, 0, 0, 1, 1, 0, "127.0.0.1"});
+  // Both with the run's join token: the replicator proves it, with the run's secret, to the buddy's copy port.
+  MemoryKeeper node0(dir.path() + "/node0.sock", "meshrun-memory test", "run", "host0", "token");
+  MemoryKeeper node1(dir.path() + "/node1.sock", "meshrun-memory test", "run", "host1", "token");
+  // Round 0: node 0 alone holds rank 0's copy of step 5; node 1, in another ring of that round, backs ranks 0-1
+  // and holds a replica of rank 1.
+  node0.begin_attempt(round_of(endpoint, 0, 0, 1));
   {
     Worker first(node0.socket_path(), 0);
     first.write_copy(5, 'a');
@@ -360,25 +485,34 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
     wait_for(node0, 0, {5});
   }
   {
-    const auto seven = copy_image(7, 5, 'z');
-    const UniqueFd peer = open_peer_request("127.0.0.1", node1.inventory().port, "secret", push_request("run", 7, 5));
+    MemoryAttempt other_ring = round_of(endpoint, 0, 1);
+    other_ring.world_size = kWorkerWorld;
+    node1.begin_attempt(other_ring);
+    const Worker asks(node1.socket_path(), 1);  // opens node 1's copy port
+    const auto one = copy_image(1, 5, 'z');
+    const UniqueFd peer =
+        open_peer_request("127.0.0.1", open_port(node1), node1.copy_key(), push_request("run", 1, 5, kWorkerWorld));
     REQUIRE(receive_frame(peer.get()).value("go", false));
-    send_copy(peer.get(), seven->fd(), kSlotBytes);
+    send_copy(peer.get(), one->fd(), kSlotBytes);
     REQUIRE(receive_frame(peer.get()).value("ok", false));
   }
   // Round 1: node 1 joined (a spare); node 0's buddy is node 1, which holds nothing of rank 0.
-  const MemoryAttempt round1{endpoint, 1, 0, 2, 2, 5, "127.0.0.1"};
+  MemoryAttempt round1 = round_of(endpoint, 1, 0);
+  round1.world_size = kWorkerWorld;  // one rank per node
+  round1.backed_first = 1;
+  round1.backed_count = 1;
   node0.begin_attempt(round1);
   MemoryAttempt as_node1 = round1;
   as_node1.node = 1;
+  as_node1.backed_first = 0;
   node1.begin_attempt(as_node1);
   Worker restarted(node0.socket_path(), 0);
   restarted.tell({{"op", "restored"}, {"step", 5}, {"source", "memory"}});
   using Replicas = std::vector<std::pair<int, int64_t>>;
-  for (int i = 0; i < 500 && replicas_of(node1) != Replicas{{0, 5}, {7, 5}}; ++i) std::this_thread::sleep_for(10ms);
-  CHECK(replicas_of(node1) == Replicas{{0, 5}, {7, 5}});  // before any new copy of this round
+  for (int i = 0; i < 500 && replicas_of(node1) != Replicas{{0, 5}, {1, 5}}; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(replicas_of(node1) == Replicas{{0, 5}, {1, 5}});  // before any new copy of this round
 
-  // Node 1's own rank 1 makes step 10 durable: rank 7's replica (an older ring's, older than 10) is freed,
+  // Node 1's own rank 1 makes step 10 durable: rank 1's replica (an older ring's, older than 10) is freed,
   // rank 0's (this round's) kept.
   Worker rank1(node1.socket_path(), 1);
   rank1.write_copy(10, 'b');
@@ -390,31 +524,35 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
   CHECK(node1.held_bytes() == 2 * kSlotBytes + 2 * kSlotBytes);  // rank 1's own two slots, rank 0's two replicas
 }
 
-TEST_CASE("copy port: with a join token only agents that prove it push or fetch, and the agent proves it back",
-          "[memory]") {
+TEST_CASE(
+    "copy port: with a join token only agents that prove it and the run's secret push or fetch, and the agent "
+    "proves it back",
+    "[memory][security]") {
   using namespace meshrun::launcher;
   meshrun::testing::TempDir dir;
-  MemoryKeeper guarded(dir.path() + "/guarded.sock", "meshrun-memory test", "run", "host", "secret");
-  MemoryKeeper open(dir.path() + "/open.sock", "meshrun-memory test", "run", "host");
-  const int port = guarded.inventory().port;
-  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, "", push_request("run", 1, 5)),
-                    Catch::Contains("requires the run's join token, and this agent has none"));
-  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, "wrong", push_request("run", 1, 5)),
-                    Catch::Contains("join token does not match"));
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
+  MemoryKeeper guarded(dir.path() + "/guarded.sock", "meshrun-memory test", "run", "host", "token");
+  guarded.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));
+  const Worker own(guarded.socket_path(), 2);
+  const int port = open_port(guarded);
+  REQUIRE(port > 0);
+  CHECK(guarded.copy_key() == std::string(kSecret) + ":token");
+  // The run's secret without the token (an agent started without it), or another token: refused.
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, kSecret, push_request("run", 1, 5)),
+                    Catch::Contains("refused the request"));
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, std::string(kSecret) + ":other", push_request("run", 1, 5)),
+                    Catch::Contains("refused the request"));
   CHECK(replicas_of(guarded).empty());
-  // An agent without a token cannot know it: a peer with one sends it nothing.
-  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", open.inventory().port, "secret", push_request("run", 1, 5)),
-                    Catch::Contains("requires no join token"));
   {
     const auto five = copy_image(1, 5, 'x');
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, "secret", push_request("run", 1, 5));
+    const UniqueFd peer = open_peer_request("127.0.0.1", port, guarded.copy_key(), push_request("run", 1, 5));
     REQUIRE(receive_frame(peer.get()).value("go", false));
     send_copy(peer.get(), five->fd(), kSlotBytes);
     CHECK(receive_frame(peer.get()).value("ok", false));
   }
   CHECK(replicas_of(guarded) == std::vector<std::pair<int, int64_t>>{{1, 5}});
 
-  // An agent that claims to require a token but cannot prove it (it answers with a made-up proof).
+  // An agent that cannot prove the key (it answers with a made-up proof) gets no copy and sends none.
   const UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -425,12 +563,12 @@ TEST_CASE("copy port: with a join token only agents that prove it push or fetch,
   REQUIRE(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   std::thread impostor([&] {
     const UniqueFd peer(::accept(listener.get(), nullptr, nullptr));
-    send_frame(peer.get(), {{"nonce", "0123"}, {"required", true}});
+    send_frame(peer.get(), {{"nonce", "0123"}});
     receive_frame(peer.get());
     send_frame(peer.get(), {{"proof", "made-up"}});
   });
-  CHECK_THROWS_WITH(
-      open_peer_request("127.0.0.1", ntohs(addr.sin_port), "secret", {{"op", "fetch"}, {"run", "run"}, {"rank", 1}}),
-      Catch::Contains("does not know the run's join token"));
+  CHECK_THROWS_WITH(open_peer_request("127.0.0.1", ntohs(addr.sin_port), guarded.copy_key(),
+                                      {{"op", "fetch"}, {"run", "run"}, {"rank", 1}}),
+                    Catch::Contains("does not know the run's secret"));
   impostor.join();
 }

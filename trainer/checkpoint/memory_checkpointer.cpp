@@ -68,9 +68,22 @@ std::unique_ptr<MemoryCheckpointer> MemoryCheckpointer::create(const TrainerConf
     made.reset(
         new MemoryCheckpointer(config, world, std::move(pieces), std::make_unique<AgentLink>(socket), training_step));
     made->unit_count_ = units.size();
-    why = made->say_hello(config, model);
   } catch (const std::exception& e) {
     why = e.what();
+  }
+  // The largest copy of any rank (ranks' shards differ: the last one's chunks end early): the buddy takes no
+  // larger push. One number per rank, agreed by every rank whatever happened above.
+  std::vector<double> sizes(static_cast<size_t>(world.world_size()), 0.0);
+  sizes[static_cast<size_t>(world.rank())] = made ? static_cast<double>(made->slot_bytes_) : 0.0;
+  const auto all = world.sum_over_ranks(std::move(sizes));
+  if (made && why.empty()) {
+    for (const double s : all)
+      made->largest_slot_bytes_ = std::max(made->largest_slot_bytes_, static_cast<uint64_t>(s));
+    try {
+      why = made->say_hello(config, model);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
   }
   const auto failure = world.first_failure(why);
   if (world.rank() == 0) {
@@ -123,6 +136,7 @@ std::string MemoryCheckpointer::say_hello(const TrainerConfig& config, ShardedMo
                       {"shard_count", world_size_},
                       {"layout", layout_},
                       {"slot_bytes", slot_bytes_},
+                      {"largest_slot_bytes", largest_slot_bytes_},  // the buddy takes no larger push of any rank
                       {"digest", digest_},
                       {"interval", config.checkpoint.memory_interval}};
   AgentReply reply = link_->request(hello);

@@ -112,6 +112,7 @@ class MemoryCheckpointer {
   uint64_t index_capacity_ = 0;
   uint64_t payload_bytes_ = 0;
   uint64_t slot_bytes_ = 0;
+  uint64_t largest_slot_bytes_ = 0;  // any rank's copy: every unit's whole chunk
   std::vector<Slot> slots_;
   std::vector<UniqueFd> slot_fds_;
   const std::atomic<int64_t>* pushed_step_ = nullptr;  // the control block: this rank's newest step on its buddy
