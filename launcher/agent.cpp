@@ -50,6 +50,8 @@ constexpr Ms kExpectedReportWait{10000};
 // A late rank (busy while the others wait for it) is judged again this often: one that stops moving is then
 // named hung within this of it; the late line itself is repeated far less often.
 constexpr Ms kLateRecheck{30000};
+// After an inquiry found the suspected wait over, the hook's next report (every 0.5 s) has caught up by then.
+constexpr Ms kResolvedQuiet{2000};
 constexpr Ms kLateRepeat{300000};
 
 std::string temp_folder(const std::string& prefix) {
@@ -349,7 +351,7 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
     progress.mark_hung(hang->local_rank);
     spdlog::info("suspected hang: rank {}: {}; gathering every rank's collective record", hang->rank, hang->reason);
     return conclude_hang(group, progress, rdzv, exchange,
-                         proto::HangRequest{group_rank_, hang->rank, hang->reason, hang->waited_s}, true);
+                         proto::HangRequest{group_rank_, hang->rank, hang->reason, hang->waited_s, hang->route}, true);
   }
   if (const auto request = exchange.poll(now)) {
     spdlog::info("another node suspects a hang (rank {}: {}); gathering this node's collective records", request->rank,
@@ -386,11 +388,19 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, Pro
   HangInquiry inquiry(
       progress, group, exchange,
       HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(), group.attempt_dir(), command_.executable});
-  const FallbackSuspect suspect{standing.rank, standing.reason};
+  const FallbackSuspect suspect{standing.rank, standing.reason,
+                                standing.route == proto::SuspicionRoute::kCollectiveWait};
   const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
                                             LatenessRule{standing.waited_s, options_.progress.busy_timeout_s});
   if (verdict.outcome == HangOutcome::kLate) {
     on_late(group, progress, exchange, verdict);
+    return std::nullopt;
+  }
+  if (verdict.outcome == HangOutcome::kResolved) {  // the hook's next report shows it; until then, no new suspicion
+    spdlog::info("hang inquiry: {}", verdict.line);
+    progress.clear_suspicion();
+    progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
+    exchange.next_inquiry();
     return std::nullopt;
   }
   say(requested_here

@@ -10,16 +10,30 @@
 
 namespace meshrun::proto {
 
+/// What made the agent suspect a hang.
+enum class SuspicionRoute {
+  kUnknown,
+  kCollectiveWait,  // a rank waited in a collective past its budget
+  kSilence,         // a rank that beats went silent past its budget
+  kStopped,         // a worker stopped by a signal
+};
+
+NLOHMANN_JSON_SERIALIZE_ENUM(SuspicionRoute, {{SuspicionRoute::kUnknown, "unknown"},
+                                              {SuspicionRoute::kCollectiveWait, "collective_wait"},
+                                              {SuspicionRoute::kSilence, "silence"},
+                                              {SuspicionRoute::kStopped, "stopped"}})
+
 struct HangRequest {
   int node = -1;        // the group rank of the agent that suspects
   int rank = -1;        // the rank that looked hung (-1: unknown)
   std::string reason;   // "waits in collective #21 of group 0 for 61.2 s (budget 60.5 s)"
   double waited_s = 0;  // how long that rank had waited in its collective, or been silent
+  SuspicionRoute route = SuspicionRoute::kUnknown;
 
   bool operator==(const HangRequest&) const = default;
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HangRequest, node, rank, reason, waited_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HangRequest, node, rank, reason, waited_s, route)
 
 /// The request as stored.
 inline std::string encode(const HangRequest& request) { return nlohmann::json(request).dump(); }

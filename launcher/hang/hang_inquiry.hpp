@@ -41,9 +41,10 @@ class HangInquiry {
   HangVerdict judge(const std::optional<FallbackSuspect>& suspect, const LatenessRule& lateness);
   /// Step 4: every node's ranks' stacks that arrived in time, by rank (also in <rank dir>/stack.txt).
   std::vector<RankStack> stacks();
-  /// Where judge() wrote a verdict of `outcome` and the records (<attempt dir>/hang.json or late.json).
+  /// Where judge() wrote a verdict of `outcome` and the records: <attempt dir>/hang.json for a hang,
+  /// late.json for an inquiry that left the job running (late or resolved).
   std::string verdict_file(HangOutcome outcome = HangOutcome::kHung) const {
-    return site_.attempt_dir + (outcome == HangOutcome::kLate ? "/late.json" : "/hang.json");
+    return site_.attempt_dir + (outcome == HangOutcome::kHung ? "/hang.json" : "/late.json");
   }
 
  private:

@@ -342,9 +342,9 @@ std::string short_ranks(const std::vector<int>& ranks, const RecordIndex& index)
   return plural_ranks(ranks) + " (" + joined + ")";
 }
 
-// "it is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14", or per rank when several.
-std::string activities_text(const std::vector<int>& ranks, const RecordIndex& index) {
-  if (ranks.size() == 1) return "it is " + describe(index.at(ranks.front())->activity);
+// "it is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14", or per rank when several (or `named`).
+std::string activities_text(const std::vector<int>& ranks, const RecordIndex& index, bool named = false) {
+  if (ranks.size() == 1 && !named) return "it is " + describe(index.at(ranks.front())->activity);
   std::string text;
   for (int r : ranks)
     text += fmt::format("{}rank {} is {}", text.empty() ? "" : ", ", r, describe(index.at(r)->activity));
@@ -366,9 +366,27 @@ std::string late_wait_text(const HangVerdict& v, const std::optional<FallbackSus
   }
 }
 
+// Every member inside one collective, none completing: a slow collective (a large transfer, a rank that only
+// just entered) while any member is busy, a stalled transport while all are idle.
+void apply_to_all_inside(HangVerdict& v, const RecordIndex& index, const LatenessRule& rule) {
+  std::vector<int> busy;
+  for (int m : v.waiting) {
+    const auto it = index.find(m);
+    if (it != index.end() && it->second->activity.liveness == Liveness::kBusy) busy.push_back(m);
+  }
+  if (busy.empty() || (rule.busy_timeout_s && rule.waited_s >= *rule.busy_timeout_s)) return;
+  v.outcome = HangOutcome::kLate;
+  v.line = fmt::format("{} is late: every rank entered it and it has not completed for {:.0f} s; {}",
+                       collective_text(v), v.waited_s, activities_text(busy, index, true));
+}
+
 void apply_lateness(HangVerdict& v, const RecordIndex& index, const LatenessRule& rule,
                     const std::optional<FallbackSuspect>& fallback) {
   v.waited_s = rule.waited_s;
+  if (v.kind == HangKind::kAllInside) {
+    apply_to_all_inside(v, index, rule);
+    return;
+  }
   if (!judged_by_activity(v.kind) || v.culprits.empty()) return;
   std::vector<int> busy, stuck;
   for (int c : v.culprits) {
@@ -405,7 +423,14 @@ void apply_lateness(HangVerdict& v, const RecordIndex& index, const LatenessRule
 
 }  // namespace
 
-std::string_view to_string(HangOutcome value) { return value == HangOutcome::kLate ? "late" : "hung"; }
+std::string_view to_string(HangOutcome value) {
+  switch (value) {
+    case HangOutcome::kLate: return "late";
+    case HangOutcome::kResolved: return "resolved";
+    case HangOutcome::kHung: break;
+  }
+  return "hung";
+}
 
 std::string_view to_string(HangKind value) {
   switch (value) {
@@ -425,6 +450,13 @@ HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional
   RecordIndex index;
   for (const auto& r : ranks) index[r.rank] = &r;
   HangVerdict v = judge(ranks, fallback, index);
+  if (v.kind == HangKind::kNoCollective && fallback && fallback->from_collective_wait) {
+    // The rank was waiting in a collective, and no rank waits in one now: it completed meanwhile (a late rank
+    // that caught up just as it was looked at again).
+    v.outcome = HangOutcome::kResolved;
+    v.line = "the wait in a collective that was suspected has ended";
+    return v;
+  }
   apply_lateness(v, index, lateness, fallback);
   name_suspect(v, index);
   add_notes(v, ranks);

@@ -41,8 +41,9 @@ std::string_view to_string(HangKind value);
 
 /// What the agents do with a verdict.
 enum class HangOutcome {
-  kHung,  // act: stop the attempt (restart or end)
-  kLate,  // every rank waited for is busy: say so, and let the job run
+  kHung,      // act: stop the attempt (restart or end)
+  kLate,      // every rank waited for is busy: say so, and let the job run
+  kResolved,  // the wait that was suspected ended before the records were read: nothing to say
 };
 
 std::string_view to_string(HangOutcome value);
@@ -70,6 +71,7 @@ struct HangVerdict {
 struct FallbackSuspect {
   int rank = -1;
   std::string reason;
+  bool from_collective_wait = false;  // it was found waiting in a collective: nothing open now means it ended
 };
 /// How busy culprits are treated: the same figures on every node (they travel in the standing request).
 struct LatenessRule {

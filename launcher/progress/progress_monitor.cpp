@@ -153,7 +153,7 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
     if (pid <= 0) continue;
     if (auto stopped = stopped_verdict(lr, pid, now)) {
       hung_ = lr;
-      return HangReport{lr, trackers_[lr].rank(), *stopped, last_step(lr)};
+      return HangReport{lr, trackers_[lr].rank(), *stopped, last_step(lr), 0, proto::SuspicionRoute::kStopped};
     }
     auto reason = silence_verdict(lr, now);
     if (!reason) continue;
@@ -174,8 +174,12 @@ std::optional<HangReport> ProgressMonitor::find_hang(const std::vector<pid_t>& p
     return stopped;
   }
   hung_ = silent_culprit;
-  return HangReport{*silent_culprit, trackers_[*silent_culprit].rank(), *silent_reason, last_step(*silent_culprit),
-                    seconds(now - trackers_[*silent_culprit].last_at())};
+  return HangReport{*silent_culprit,
+                    trackers_[*silent_culprit].rank(),
+                    *silent_reason,
+                    last_step(*silent_culprit),
+                    seconds(now - trackers_[*silent_culprit].last_at()),
+                    proto::SuspicionRoute::kSilence};
 }
 
 // A worker stopped right now, even for less than its own budget, is the better culprit than a rank found
@@ -188,10 +192,13 @@ std::optional<HangReport> ProgressMonitor::stopped_now(const std::vector<pid_t>&
     if (trackers_[lr].has_beaten())
       where = fmt::format(" after step {} ({})", last_step(lr), trackers_[lr].last().phase);
     hung_ = lr;
-    return HangReport{lr, trackers_[lr].rank(),
+    return HangReport{lr,
+                      trackers_[lr].rank(),
                       fmt::format("stopped by a signal (state T) for {:.1f} s{} while the other ranks wait ({})",
                                   seconds(now - *stopped_since_[lr]), where, context),
-                      last_step(lr)};
+                      last_step(lr),
+                      0,
+                      proto::SuspicionRoute::kStopped};
   }
   return std::nullopt;
 }
@@ -209,7 +216,7 @@ std::optional<HangReport> ProgressMonitor::find_collective_wait(const std::vecto
     const std::string reason = fmt::format("waits in collective #{} of group {} for {:.1f} s (budget {:.1f} s)",
                                            wait->seq, wait->group, waited, *budget);
     if (auto stopped = stopped_now(pids, now, fmt::format("rank {} {}", trackers_[lr].rank(), reason))) return stopped;
-    return HangReport{lr, trackers_[lr].rank(), reason, last_step(lr), waited};
+    return HangReport{lr, trackers_[lr].rank(), reason, last_step(lr), waited, proto::SuspicionRoute::kCollectiveWait};
   }
   return std::nullopt;
 }

@@ -17,6 +17,7 @@
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
 #include "launcher/progress/step_accountant.hpp"
+#include "proto/hang_request.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
@@ -31,6 +32,7 @@ struct HangReport {
   std::string reason;
   int64_t step = -1;    // the last step it beat (-1: it never beat)
   double waited_s = 0;  // how long it has waited in its collective, or been silent
+  proto::SuspicionRoute route = proto::SuspicionRoute::kUnknown;
 };
 
 /// A rank this node's agent judged late (busy while others wait for it): shown in status until it enters

@@ -374,11 +374,6 @@ TEST_CASE("several ranks never entered: the idle ones are hung, the busy ones on
   CHECK(v.line ==
         "rank 1 (node0) is late: no progress beat for 65.0 s (budget 64.0 s) after step 9 (train); it is busy (0.97 "
         "CPU, writing 19.8 MB/s) in save at train.py:14");
-  // Ranks that all entered and none completes are a transport fault, busy or not.
-  std::vector<RankRecord> inside = {rank_in_barrier(0, true), rank_in_barrier(1, true), rank_in_barrier(2, true)};
-  for (auto& r : inside) r.activity = busy_saving();
-  CHECK(judge_with(inside, LatenessRule{70, std::nullopt}).kind == HangKind::kAllInside);
-  CHECK(judge_with(inside, LatenessRule{70, std::nullopt}).outcome == HangOutcome::kHung);
 }
 
 TEST_CASE("hang requests travel as JSON, and another agent's text reads as an unknown rank", "[activity][json]") {
@@ -387,4 +382,36 @@ TEST_CASE("hang requests travel as JSON, and another agent's text reads as an un
   const auto old = proto::decode_hang_request("1 3 no progress beat for 9 s");
   CHECK(old.rank == -1);
   CHECK(old.reason == "1 3 no progress beat for 9 s");
+}
+
+TEST_CASE("every rank inside one collective: slow while a member is busy, a stalled transport while all are idle",
+          "[activity][verdict]") {
+  std::vector<RankRecord> inside = {rank_in_barrier(0, true), rank_in_barrier(1, true), rank_in_barrier(2, true)};
+  for (auto& r : inside) r.activity = idle_on_lock();
+  HangVerdict v = judge_with(inside, LatenessRule{70, std::nullopt});
+  CHECK(v.kind == HangKind::kAllInside);
+  CHECK(v.outcome == HangOutcome::kHung);
+  // Rank 1 entered last, having computed until then (or the transfer itself is large and moving): late.
+  inside[1].activity = busy_saving();
+  v = judge_with(inside, LatenessRule{70, std::nullopt});
+  CHECK(v.kind == HangKind::kAllInside);
+  CHECK(v.outcome == HangOutcome::kLate);
+  CHECK(v.line ==
+        "barrier #10 of group 0 (ranks 0-2) is late: every rank entered it and it has not completed for 70 s; rank 1 "
+        "is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14");
+  CHECK(judge_with(inside, LatenessRule{70, 60.0}).outcome == HangOutcome::kHung);  // past --hang-busy-timeout
+}
+
+TEST_CASE("a suspected wait that completed before the records were read is resolved, not a hang",
+          "[activity][verdict]") {
+  // Rank 0 was found waiting in a collective; by the time every record was read, nothing was open any more.
+  const std::vector<RankRecord> done = {rank_in_barrier(0, false), rank_in_barrier(1, false)};
+  HangVerdict v = judge_hang(done, FallbackSuspect{1, "waits in collective #10 of group 0 for 90.2 s", true}, {90, {}});
+  CHECK(v.outcome == HangOutcome::kResolved);
+  // The same records after a suspicion from silence: the silent rank is still judged.
+  v = judge_hang(done, FallbackSuspect{1, "no progress beat for 90.2 s", false}, {90, {}});
+  CHECK(v.kind == HangKind::kNoCollective);
+  CHECK(v.outcome == HangOutcome::kHung);  // its activity is unknown here
+  CHECK(proto::decode_hang_request(proto::encode(proto::HangRequest{0, 1, "x", 2, proto::SuspicionRoute::kSilence}))
+            .route == proto::SuspicionRoute::kSilence);
 }
