@@ -641,6 +641,9 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
   const bool participant = run->has_participant(node_id);
   if (run->closed && participant && attempt.round == run->round) feed_goodput(*run, attempt);
   if (ok && run->closed && participant) return finish_node(*run, it->second);
+  // Another node's workers already ended well: the job's work is done (its ranks ran in lockstep), so a node
+  // that leaves now, whatever its reason, ends with it rather than restarting a finished job.
+  if (run->closed && participant && run->finished_nodes > 0) return finish_node(*run, it->second);
   if (run->closed && participant) {
     invalidate(*run, RestartCause::kNodeLeft, fmt::format("{} left: {}", describe(it->second.request), reason),
                node_id);
@@ -678,11 +681,20 @@ int Membership::spare_count(const Run& run) {
 
 bool Membership::tick() {
   bool changed = false;
+  std::vector<std::string> ended;
   for (auto& [id, run] : runs_) {
     run.goodput.spares(spare_count(run), clock_.now());
     if (!run.fatal_error.empty()) continue;
     const bool run_changed = run.closed ? expire_waiting(run) || expire_participants(run) : tick_open_round(run);
     changed = changed || run_changed;
+    if (run.closed && run.finished_nodes > 0 && run.finished_nodes >= static_cast<int>(run.participants.size()))
+      ended.push_back(id);
+  }
+  for (const auto& id : ended) {  // every node finished (or was lost after the job ended well)
+    finished_.push_back(id);
+    completed_.push_back(id);
+    if (completed_.size() > kCompletedKept) completed_.pop_front();
+    runs_.erase(id);
   }
   return changed;
 }
@@ -708,9 +720,17 @@ bool Membership::expire_waiting(Run& run) {
 bool Membership::expire_participants(Run& run) {
   const auto now = clock_.now();
   for (const auto& node_id : run.participants) {
-    const Node& node = run.nodes.at(node_id);
+    Node& node = run.nodes.at(node_id);
     if (node.finished) continue;
     const double silent = to_seconds(now - node.last_seen);
+    if (silent > node.request.keep_alive_timeout_s && run.finished_nodes > 0) {
+      // Lost after another node's workers ended well: the job is done; the run ends once every node has.
+      node.finished = true;
+      ++run.finished_nodes;
+      run.last_event = fmt::format("{} went silent after the job ended well: counted as finished",
+                                   describe(node.request));
+      return true;
+    }
     if (silent > node.request.keep_alive_timeout_s) {
       invalidate(run, RestartCause::kNodeLost,
                  fmt::format("node {} on {} is dead: no heartbeat for {:.1f} s (keep-alive timeout {:.1f} s)",

@@ -1,17 +1,37 @@
 #!/usr/bin/env bash
-# Builds the request-decoder fuzzer with clang (build-fuzz/) and runs it for a bounded time.
+# Builds the fuzzers with clang (build-fuzz/, fuzz/CMakeLists.txt names them) and runs each for a bounded time:
+# the daemon's request decoder for SECONDS, the copy port's request, the hook's messages and the progress beats
+# for half that each.
 #   scripts/fuzz.sh [SECONDS]     (default 30)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_TO_RUN="${1:-30}"
 DIR="$ROOT/build-fuzz"
+TARGETS=(request_decoder_fuzzer copy_port_request_fuzzer hook_message_fuzzer beat_fuzzer)
 CC=clang CXX=clang++ cmake -S "$ROOT" -B "$DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHRUN_FUZZ=ON \
   -DMESHRUN_BUILD_TRAINER=OFF -DMESHRUN_BUILD_TESTS=OFF >/dev/null
-cmake --build "$DIR" --target request_decoder_fuzzer >/dev/null
-mkdir -p "$DIR/corpus"
-# Seed: a few valid requests, so the fuzzer starts from real framing.
-printf '\x00\xce\xf7\x85\x3c' > "$DIR/corpus/validate"
-printf '\x01\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v' > "$DIR/corpus/set"
-printf '\x06\x01\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0/k' > "$DIR/corpus/wait"
-"$DIR/bin/request_decoder_fuzzer" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -print_final_stats=1 \
-  "$DIR/corpus" 2>&1 | tail -n 12
+cmake --build "$DIR" --target "${TARGETS[@]}" >/dev/null
+# Seeds: a few valid inputs of each, so the fuzzers start from real framing.
+seed() {  # seed TARGET NAME BYTES (printf format)
+  mkdir -p "$DIR/corpus/$1"
+  # shellcheck disable=SC2059  # the bytes are a format on purpose
+  printf "$3" > "$DIR/corpus/$1/$2"
+}
+seed request_decoder_fuzzer validate '\x00\xce\xf7\x85\x3c'
+seed request_decoder_fuzzer set '\x01\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v'
+seed request_decoder_fuzzer wait '\x06\x01\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0/k'
+seed copy_port_request_fuzzer fetch '\x3e\0\0\0{"op":"fetch","run":"r","rank":0,"step":5,"client_nonce":"0a"}'
+seed copy_port_request_fuzzer push '\x2d\0\0\0{"op":"push","run":"r","rank":1,"bytes":8192}'
+seed hook_message_fuzzer status 'fr status 0:12:11 my:pg:3:3'
+seed hook_message_fuzzer frames 'fr frames {"frames": ["/t.py:14 in save"], "where": "save at t.py:14"}'
+seed hook_message_fuzzer arrivals 'fr arrivals 11 20 10 1795000000000000000 450000000 0'
+seed hook_message_fuzzer dump '{"fr":"on","groups":{"0":{"ranks":[0,1],"last_enqueued":5,"last_completed":4}},"entries":[{"group":"0","seq":5,"op":"all_reduce","frames":[["/t.py",8,"f"]]}]}'
+seed beat_fuzzer beat 'step=12 loss=2.5 tokens_per_s=1200 compute_s=0.04'
+seed beat_fuzzer phase 'step=12 phase=checkpoint'
+for target in "${TARGETS[@]}"; do
+  seconds=$SECONDS_TO_RUN
+  [ "$target" = request_decoder_fuzzer ] || seconds=$(((SECONDS_TO_RUN + 1) / 2))
+  echo "== $target, $seconds s"
+  "$DIR/bin/$target" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$DIR/corpus/$target" 2>&1 |
+    tail -n 12
+done

@@ -73,31 +73,7 @@ while read -r label floor; do
 done < "$FLOOR"
 
 # --- this run's outcome of each test that finished: passed, failed, skipped or notrun (the last run wins) ---
-awk '
-  function finish() {
-    if (notrun) outcome = "notrun"
-    else if (status == "failed") outcome = "failed"
-    else if (skipped) outcome = "skipped"
-    else if (status == "passed") outcome = "passed"
-    else outcome = "failed"
-    result[name] = outcome
-    name = ""
-  }
-  in_output { if ($0 == "<end of output>") in_output = 0; else if ($0 ~ /^[ \t]*SKIPPED: /) skipped = 1; next }
-  /^[0-9]+\/[0-9]+ Testing: / {
-    name = $0; sub(/^[0-9]+\/[0-9]+ Testing: /, "", name)
-    status = ""; skipped = 0; notrun = 0; rule = 0; next
-  }
-  name == "" { next }
-  index($0, "\"" name "\" start time:") == 1 { if ($0 ~ /start time: *$/) notrun = 1; next }
-  $0 == "Output:" { rule = 1; next }
-  rule { rule = 0; if ($0 ~ /^-+$/) { in_output = 1; next } }
-  $0 == "Test Passed." || $0 == "Test Pass Reason:" { status = "passed"; next }
-  $0 == "Test Failed." || $0 == "Test Fail Reason:" { status = "failed"; next }
-  /^Skip regular expression found/ { skipped = 1; next }
-  index($0, "\"" name "\" end time:") == 1 { finish() }
-  END { for (n in result) print result[n] "\t" n }
-' "$log" > "$scratch/outcomes"
+awk -f "$(dirname "${BASH_SOURCE[0]}")/ctest_log_outcomes.awk" "$log" > "$scratch/outcomes"
 declare -A outcome
 while IFS=$'\t' read -r result name; do outcome["$name"]=$result; done < "$scratch/outcomes"
 

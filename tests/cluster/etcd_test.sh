@@ -45,7 +45,7 @@ etcd_up() {
 # agent I ARGS...: meshrun on node I (1 worker), log in $W/node<I>.log.
 agent() {
   local i=$1; shift
-  mc_spawn "$i" "$W/node$i.log" env "$MARKER" PATH="$VENV_BIN:$PATH" "$MESHRUN" --rdzv-backend etcd-v3 \
+  mc_spawn "$i" "$W/node$i.log" env "$MARKER" PATH="$VENV_BIN:$PATH" ETCD_WORKER_HOLD_AT="${HOLD_AT:--1}" "$MESHRUN" --rdzv-backend etcd-v3 \
     --rdzv-endpoint "$ENDPOINTS" --rdzv-id "job$$" --nproc-per-node 1 --shutdown-timeout 2 --log-level info "$@" \
     "$HERE/etcd_worker.py" "$D" "$STEPS"
   A[$i]=$MC_PID
@@ -58,15 +58,21 @@ wait_step() {   # wait_step N: until the job checkpointed step N (<= 90 s)
   for _ in $(seq 900); do [ "$(cat "$D/ckpt" 2> /dev/null || echo 0)" -ge "$1" ] && return 0; sleep 0.1; done
   mc_fail "$SCENARIO: the job did not reach step $1"; return 1
 }
+wait_held() {   # wait_held RANKS: until that many ranks hold at HOLD_AT (<= 90 s); the fault is injected then
+  for _ in $(seq 900); do [ "$(mc_count_files "$D" '^held\.')" -ge "$1" ] && return 0; sleep 0.1; done
+  mc_fail "$SCENARIO: only $(mc_count_files "$D" '^held\.') of $1 ranks held at step $HOLD_AT"; return 1
+}
+release() { touch "$D/release"; }
 show_logs() { local i; for i in 0 1 2; do [ -f "$W/node$i.log" ] && { echo "--- node$i"; cat "$W/node$i.log"; }; done; }
 
 etcd_up
 case $SCENARIO in
   member)
-    STEPS=25
+    STEPS=25 HOLD_AT=5
     agent 0 --nnodes 3; agent 1 --nnodes 3; agent 2 --nnodes 3
-    wait_step 5
+    wait_held 3
     t0=$(mc_now); mc_kill9 "${E[0]}"; echo "killed etcd member e0 at step $(cat "$D/ckpt")"
+    release
     for i in 0 1 2; do expect_exit "$i" 0; done
     echo "job finished $(mc_elapsed "$t0") s after the member died"
     for r in 0 1 2; do
@@ -74,9 +80,9 @@ case $SCENARIO in
     done
     ;;
   rank0 | rank0node | rank0link)
-    STEPS=40
+    STEPS=40 HOLD_AT=5
     agent 0 --nnodes 2:3 --max-restarts 1; agent 1 --nnodes 2:3 --max-restarts 1; agent 2 --nnodes 2:3 --max-restarts 1
-    wait_step 5
+    wait_held 3
     mc_wait_for "$W/node0.log" "serving the workers' store" 5 > /dev/null || mc_fail "rank0: node0 is not node rank 0"
     t0=$(mc_now)
     case $SCENARIO in
@@ -84,6 +90,7 @@ case $SCENARIO in
       rank0node) mc_kill_node 0; echo "killed every process of node0 (node rank 0, its etcd member too) at step $(cat "$D/ckpt")" ;;
       rank0link) mc_link_down 0; echo "cut node0's link (node rank 0, its etcd member too) at step $(cat "$D/ckpt")" ;;
     esac
+    release
     for i in 1 2; do expect_exit "$i" 0; done
     if [ "$SCENARIO" = rank0link ]; then
       expect_exit 0 1   # cut off with its etcd member in the minority: it stops, naming the endpoints

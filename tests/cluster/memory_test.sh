@@ -11,6 +11,10 @@
 #   twofaults node1 is killed (as in buddy); rank 0's restored step goes to the spare, its new buddy, at once;
 #             then, once the new ring has copies of later steps, node2: the second restore is from memory too,
 #             rank 2's copy from node 0 (its buddy in either ring)
+#   slowrep   as buddy, with every push to a buddy slowed 1.5 s (MESHRUN_FAULT_SLOW_REPLICATION) and the job held
+#             after step 32, two steps after the copy of step 30, whose push is then still under way: every
+#             push's lag is reported ("... is on node N after X s", X >= 1.5), and the steps done again are at
+#             most K (5) plus that lag in steps
 #   hybrid    as buddy with two ranks per node and fsdp.strategy=HYBRID_SHARD (a shard group per node): the
 #             spare fetches both of node 1's ranks from node 2
 #   shrink    no spare: node2 is killed and the job goes on at 2 nodes; the 3-rank copies are resharded to 2
@@ -64,15 +68,18 @@ INTERVAL=$([ "$SCENARIO" = shrink ] && echo 5 || echo 20) run_reference "$REF"
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
 
 OUT=$W/job; mkdir -p "$OUT/hold"; RUN=job
-HOLD=(MESHRUN_TRAINER_HOLD_AFTER_STEP="$([ "$SCENARIO" = twofaults ] && echo 33,48 || echo 33):$OUT/hold")
+HELD_AT=33
+[ "$SCENARIO" = slowrep ] && HELD_AT=32
+HOLD=(MESHRUN_TRAINER_HOLD_AFTER_STEP="$([ "$SCENARIO" = twofaults ] && echo 33,48 || echo $HELD_AT):$OUT/hold")
+[ "$SCENARIO" = slowrep ] && HOLD+=(MESHRUN_FAULT_SLOW_REPLICATION=1.5)
 for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
-case $SCENARIO in own | shrink) spares=() ;; buddy | hybrid) spares=(3) ;; *) spares=(3 4) ;; esac
+case $SCENARIO in own | shrink) spares=() ;; buddy | hybrid | slowrep) spares=(3) ;; *) spares=(3 4) ;; esac
 for i in "${spares[@]}"; do
   agent "$i" $RUN "$OUT"
   mc_wait_for "$W/job-node$i.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node$i did not wait as a spare"
 done
-wait_held 33
+wait_held $HELD_AT
 case $SCENARIO in
   own)
     victim=$(ip netns pids "$(mc_ns 1)" | while read -r p; do
@@ -82,9 +89,9 @@ case $SCENARIO in
     release 33
     finishers=(0 1 2)
     ;;
-  buddy | hybrid)
+  buddy | hybrid | slowrep)
     mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
-    release 33
+    release $HELD_AT
     finishers=(0 2 3)
     ;;
   twofaults)
@@ -126,6 +133,20 @@ case $SCENARIO in
       mc_fail "$SCENARIO: ranks 2-3 were not restored from their buddy: $line"
     grep -q "memory: fetched rank 3's copy of step [0-9]* from node 2" "$W"/job-node3.log ||
       mc_fail "$SCENARIO: the spare does not say it fetched rank 3's copy from node 2"
+    ;;
+  slowrep)
+    echo "$line" | grep -q "from memory (2 rank(s) from their own agents, 1 from another node's" ||
+      mc_fail "$SCENARIO: rank 1 was not restored from its buddy: $line"
+    # The lag each push took, as the agents report it, and in steps at the job's fastest step time.
+    lag_s=$(grep -ho "memory: rank [0-9]*'s copy of step [0-9]* is on node [0-9]* ([a-z0-9]*) after [0-9.]* s" "$W"/job-node?.log |
+      awk '{ print $(NF - 1) }' | sort -g | tail -1)
+    [ -n "$lag_s" ] || mc_fail "$SCENARIO: no push reported its lag"
+    awk -v l="${lag_s:-0}" 'BEGIN { exit !(l >= 1.5) }' || mc_fail "$SCENARIO: the largest lag reported, ${lag_s} s, is under the 1.5 s injected"
+    fastest=$(grep -o '"step_time_s":[0-9.e-]*' "$OUT/metrics.jsonl" | cut -d: -f2 | sort -g | head -1)
+    lag_steps=$(awk -v l="${lag_s:-0}" -v f="${fastest:-1}" 'BEGIN { n = l / f; print (n == int(n)) ? n : int(n) + 1 }')
+    again=$(echo "$line" | grep -o "[0-9]* step(s) to do again" | grep -o "^[0-9]*")
+    echo "SLOWREP: ${again:-0} steps to do again; K 5, the lag ${lag_s} s = ${lag_steps} steps at ${fastest} s a step"
+    [ "${again:-0}" -le $((5 + lag_steps)) ] || mc_fail "$SCENARIO: ${again} steps to do again, more than K (5) + the lag (${lag_steps})"
     ;;
   shrink)
     echo "$line" | grep -q "from memory (resharded from 3 ranks to 2; 2 rank(s) fetched copies from other nodes)" ||

@@ -30,7 +30,7 @@ for _ in $(seq 100); do grep -q "listening" "$W/daemon.log" && break; sleep 0.1;
 
 # agent I RUN OUT: meshrun-trainer under meshrun on node I, in run RUN, writing to OUT; log in $W/node<I>.log.
 agent() {
-  mc_spawn "$1" "$W/node$1.log" env "$MARKER" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
+  mc_spawn "$1" "$W/node$1.log" env "$MARKER" OMP_NUM_THREADS=1 "${HOLD[@]}" "$MESHRUN" --rdzv-backend c10d \
     --rdzv-endpoint "node$DAEMON:$PORT" --rdzv-id "$2" --nnodes 2:3 --nproc-per-node 1 --max-restarts 3 \
     --log-level info --no-python "$TRAINER" \
     --config "$CONFIGS/tiny.json" --set "output.dir=\"$3\"" --set train.sample_tokens=0 \
@@ -38,6 +38,13 @@ agent() {
     --set "checkpoint.dir=\"$3/ck\"" --set checkpoint.interval=10 --set system.timeout_s=30
   A[$1]=$MC_PID
 }
+HOLD=()
+# wait_held STEP: every rank of the job holds after STEP (the trainer's test hook; <= 90 s); release STEP.
+wait_held() {
+  for _ in $(seq 900); do [ "$(mc_count_files "$OUT/hold" "^held\.$1\.")" -ge 3 ] && return 0; sleep 0.1; done
+  mc_fail "$SCENARIO: only $(mc_count_files "$OUT/hold" "^held\.$1\.") of 3 ranks held after step $1"
+}
+release() { touch "$OUT/hold/release.$1"; }
 status_json() { mc_on "$DAEMON" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json; }
 wait_spares() {   # wait_spares N: until the daemon's status counts N spares (<= 10 s)
   for _ in $(seq 100); do [ "$(status_json | jq '.runs[0].spares')" = "$1" ] && return 0; sleep 0.1; done
@@ -60,7 +67,9 @@ REF=$W/ref
 run_reference "$REF"
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
 
-OUT=$W/job; mkdir -p "$OUT"; RUN=job
+OUT=$W/job; mkdir -p "$OUT/hold"; RUN=job
+# The job holds after step 12 (and 20: twofaults' second fault) while a fault is injected: never a race.
+HOLD=(MESHRUN_TRAINER_HOLD_AFTER_STEP="$([ "$SCENARIO" = twofaults ] && echo 12,20 || echo 12):$OUT/hold")
 for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
 agent 3 $RUN "$OUT"   # joins a full round: the spare
@@ -85,8 +94,9 @@ check_ledger() {   # check_ledger NODE...: each prints the restart's recovery, t
 case $SCENARIO in
   spare | rank0)
     victim=1; [ "$SCENARIO" = rank0 ] && victim=0
-    wait_step "$OUT" 12
+    wait_held 12
     t0=$(mc_now); mc_kill_node $victim; echo "killed node$victim (node rank $victim) at step $(step "$OUT")"
+    release 12
     check_spare_took $victim
     survivors=(); for i in 0 1 2; do [ "$i" != "$victim" ] && survivors+=("$i"); done
     check_ledger "${survivors[@]}" 3
@@ -104,8 +114,9 @@ case $SCENARIO in
       mc_fail "$SCENARIO: the job did not keep its size"
     ;;
   linkcut)
-    wait_step "$OUT" 12
+    wait_held 12
     mc_link_down 2
+    release 12
     check_spare_took 2
     check_ledger 0 1 3
     mc_wait_for "$W/node2.log" "lost the rendezvous at node$DAEMON:$PORT" 60 > /dev/null ||
@@ -117,18 +128,22 @@ case $SCENARIO in
     [ "$loss" = "$REF_LOSS" ] || mc_fail "$SCENARIO: final loss $loss, without a fault $REF_LOSS"
     ;;
   twofaults)
-    wait_step "$OUT" 12
+    wait_held 12
     mc_kill_node 1
+    release 12
     check_spare_took 1
     mc_wait_for "$W/node3.log" "recovery of round 1: " 60 > /dev/null || mc_fail "$SCENARIO: no recovery after the first fault"
+    wait_held 20
     mc_kill_node 2
+    release 20
     check_shrunk 2 0 3
     ;;
   sparedies)
     mc_kill_node 3
     wait_spares 0 || mc_fail "$SCENARIO: the dead spare is still listed"
-    wait_step "$OUT" 12
+    wait_held 12
     mc_kill_node 1
+    release 12
     check_shrunk 1 0 2
     ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;

@@ -7,6 +7,7 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "rendezvous/http/metrics.hpp"
 #include "rendezvous/membership.hpp"
 
 using namespace meshrun;
@@ -333,6 +334,32 @@ TEST_CASE("a spare still waiting when the run ends is told it finished", "[membe
   CHECK(m.poll("other", b).status == proto::AwaitStatus::kFailed);  // never known: still an error
 }
 
+TEST_CASE("a node lost or failing after another's workers ended well ends the run well, and its spare with it",
+          "[membership][spares]") {
+  for (const bool lost : {true, false}) {
+    INFO((lost ? "lost: killed after the last step" : "left with a failure after the last step"));
+    FakeClock clock;
+    Membership m(clock);
+    const auto a = m.join(node("a", 2, 2, 1));
+    const auto b = m.join(node("b", 2, 2, 1));
+    REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+    REQUIRE(m.poll("job", b).status == proto::AwaitStatus::kAssigned);
+    const auto spare = m.join(node("c", 2, 2, 1));
+    REQUIRE(m.poll("job", spare).spare);
+    m.set_awaiting("job", spare, true);
+    m.leave("job", a, "all workers exited 0", true);  // a's workers ended well: the job's work is done
+    if (lost) {
+      clock.advance(seconds(60));  // b is killed before it could leave: silent past its keep-alive
+      m.tick();
+    } else {
+      m.leave("job", b, "rank 1 failed with exit code 1 at exit", false);
+    }
+    const auto reply = m.poll("job", spare);
+    CHECK(reply.status == proto::AwaitStatus::kFinished);  // never "fewer than the minimum of 2"
+    CHECK(m.status("job").empty());
+  }
+}
+
 TEST_CASE("status keeps a run's restarts with their causes, the latest ones and a count by cause", "[membership]") {
   FakeClock clock;
   Membership m(clock);
@@ -428,6 +455,15 @@ TEST_CASE("hangs are counted by the verdict's kind for status and /metrics", "[m
   const auto s = m.status("job").at(0);
   CHECK(s.hangs_by_kind == std::map<std::string, int64_t>{{"beats", 1}, {"never_entered", 1}, {"stopped", 1}});
   CHECK(nlohmann::json(s).at("hangs_by_kind").at("stopped") == 1);
+  // The same counts in /metrics, rendered from the status as the live view does.
+  rendezvous::http::LiveSnapshot snapshot;
+  snapshot.status.runs = m.status("job");
+  const std::string metrics = rendezvous::http::prometheus_text(snapshot, 0);
+  CHECK_THAT(metrics, Catch::Contains("# TYPE meshrun_hangs_total counter"));
+  for (const char* kind : {"beats", "never_entered", "stopped"}) {
+    CHECK_THAT(metrics, Catch::Contains(std::string("meshrun_hangs_total{run=\"job\",kind=\"") + kind + "\"} 1"));
+  }
+  CHECK_THAT(metrics, !Catch::Contains("kind=\"\"}"));
   hang.hang_kind = "mismatch";
   CHECK(nlohmann::json(hang).get<proto::FailureReport>().hang_kind == "mismatch");
 }

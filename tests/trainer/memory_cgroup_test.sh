@@ -6,6 +6,9 @@
 # The cgroup is v2's when this host's unified hierarchy has the memory controller, else v1's memory hierarchy.
 # Usage: memory_cgroup_test.sh MESHRUN TRAINER CONFIG_DIR   (root)
 MESHRUN=$1 TRAINER=$2 CONFIGS=$3
+# shellcheck source=../support/skip.sh
+source "$(dirname "$0")/../support/skip.sh"
+[ "$(id -u)" = 0 ] || skip_or_fail "making a memory cgroup needs root (running as uid $(id -u))"
 LIMIT=$((1280 * 1024 * 1024))
 W=$(mktemp -d)
 if grep -qw memory /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
@@ -36,8 +39,10 @@ code=$?
 [ "$code" = 0 ] || fail "the job exited $code"
 grep -q "checkpoint: copies in memory are off: rank [01]: the meshrun agent refused: copies in memory need .* GiB more on this node and it has .* GiB to spare (cgroup $REL $LIMIT_FILE 1.25 GiB; half is kept for training); storage checkpoints only" "$W/job.log" ||
   fail "no rank says the copies are off because of the cgroup's limit"
-grep -q "memory: rank [01]'s copies in memory refused: .*cgroup $REL $LIMIT_FILE" "$W/job.log" ||
-  fail "the agent does not say why it refused the copies"
+for rank in 0 1; do  # every rank's copies refused, each with the reason
+  grep -q "memory: rank $rank's copies in memory refused: .*cgroup $REL $LIMIT_FILE" "$W/job.log" ||
+    fail "the agent does not say why it refused rank $rank's copies"
+done
 grep -q "step *3 | loss" "$W/job.log" || fail "the job did not train to step 3"
 [ "$fails" = 0 ] || cat "$W/job.log"
 exit $fails

@@ -1,0 +1,27 @@
+// libFuzzer target: arbitrary bytes as what a peer sends the agents' copy port (launcher/memory/): the agent's
+// side reads them as a request frame (uint32 length, then JSON) and checks its proof of the run's secret. A
+// stranger's bytes must never crash the agent, make it read past a frame's limit, or pass the proof.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/unique_fd.hpp"
+#include "launcher/memory/peer_auth.hpp"
+#include "launcher/memory/peer_link.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return 0;
+  const meshrun::UniqueFd agent(pair[0]), peer(pair[1]);
+  meshrun::launcher::set_peer_deadlines(agent.get());
+  // The peer's whole stream, then its end: the agent reads no more than what was sent.
+  if (size > 0 && ::write(peer.get(), data, size) != static_cast<ssize_t>(size)) return 0;
+  ::shutdown(peer.get(), SHUT_WR);
+  try {
+    if (meshrun::launcher::accept_peer_request(agent.get(), "the run's secret")) __builtin_trap();  // no proof passes
+  } catch (const std::exception&) {
+  }
+  return 0;
+}
