@@ -13,7 +13,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const meshrun::proto::Beat beat = meshrun::proto::parse_beat(bytes);
     const meshrun::proto::Beat again = meshrun::proto::parse_beat(meshrun::proto::format_beat(beat));
     if (again.step != beat.step || again.phase != beat.phase) __builtin_trap();
-  } catch (const meshrun::ProtocolError&) {
-  }
+  } catch (const meshrun::ProtocolError&) {}
   return 0;
 }

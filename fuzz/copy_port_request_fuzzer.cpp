@@ -21,7 +21,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ::shutdown(peer.get(), SHUT_WR);
   try {
     if (meshrun::launcher::accept_peer_request(agent.get(), "the run's secret")) __builtin_trap();  // no proof passes
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   return 0;
 }

@@ -19,12 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)watch.oldest_wait();
       (void)watch.stack_motion({});
     }
-  } catch (const meshrun::ProtocolError&) {
-  }
+  } catch (const meshrun::ProtocolError&) {}
   meshrun::launcher::RankRecord record;
   try {
     meshrun::launcher::read_hook_dump(std::string(bytes), record);
-  } catch (const meshrun::ProtocolError&) {
-  }
+  } catch (const meshrun::ProtocolError&) {}
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/activity/activity_rule.hpp"
 #include "launcher/failure/root_cause.hpp"
 #include "launcher/hang/hang_exchange.hpp"
 #include "launcher/hang/hang_inquiry.hpp"
@@ -47,8 +49,10 @@ constexpr Ms kRootCauseSettle{500};
 // How long it waits for the report of the culprit a hang verdict named (its agent sends it right after the
 // verdict, before reading stacks).
 constexpr Ms kExpectedReportWait{10000};
-// A late rank (busy while the others wait for it) is judged again this often: one that stops moving is then
-// named hung within this of it; the late line itself is repeated far less often.
+// A late rank (busy while the others wait for it) is judged again after as long as the first judgment took
+// (the wait so far), between one activity window and kLateRecheck: one that stops moving is then named hung
+// within that of it, before a short collective timeout of the script's own ends the job. The late line
+// itself is repeated far less often.
 constexpr Ms kLateRecheck{30000};
 // After an inquiry found the suspected wait over, the hook's next report (every 0.5 s) has caught up by then.
 constexpr Ms kResolvedQuiet{2000};
@@ -463,7 +467,8 @@ void Agent::on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange&
     say(verdict.line);
     late_said_ = LateSaid{subject, now};
   }
-  auto recheck = now + kLateRecheck;
+  const Ms window{static_cast<int64_t>(kActivityWindowS * 1000)};
+  auto recheck = now + std::clamp(to_ms(verdict.waited_s), window, kLateRecheck);
   if (const auto& busy = options_.progress.busy_timeout_s) {
     recheck = std::min(recheck, now + std::max(Ms(1000), to_ms(*busy - verdict.waited_s)));
   }

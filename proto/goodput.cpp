@@ -48,13 +48,20 @@ PhaseKind phase_kind(std::string_view phase) {
 }
 
 double accounted_s(const GoodputReport& r) {
-  return r.productive_s + r.startup_s + r.checkpoint_s + r.other_phases_s + r.hang_wait_s + r.restarts_s +
+  return r.productive_s + r.startup_s + r.checkpoint_s + r.other_phases_s + r.stall_s + r.hang_wait_s + r.restarts_s +
          r.work_lost_s + r.shutdown_s + r.untold_s + r.in_progress_s;
 }
 
 std::string describe(const GoodputReport& r) {
-  char head[96];
-  std::snprintf(head, sizeof head, "goodput %.1f %% of %s", 100.0 * r.ratio, clock_text(r.wall_s).c_str());
+  char head[160];
+  if (r.measure == AccountMeasure::kNone && r.productive_s <= 0) {
+    // Nothing to time it by: saying 0.0 % would claim the job did nothing.
+    std::snprintf(head, sizeof head, "goodput unknown for %s (no step beats and no collectives to time it by)",
+                  clock_text(r.wall_s).c_str());
+  } else {
+    std::snprintf(head, sizeof head, "goodput %.1f %% of %s%s", 100.0 * r.ratio, clock_text(r.wall_s).c_str(),
+                  r.measure == AccountMeasure::kCollectives ? " (timed by its collectives: no step beats)" : "");
+  }
   std::vector<std::pair<double, std::string>> parts = {
       {r.restarts_s, "restarts " + span_text(r.restarts_s) + " (" + std::to_string(r.restarts) + ")"},
       {r.checkpoint_s, "checkpoints " + span_text(r.checkpoint_s)},
@@ -63,6 +70,7 @@ std::string describe(const GoodputReport& r) {
       {r.work_lost_s, "work lost " + span_text(r.work_lost_s) +
                           (r.recomputed_steps > 0 ? " (" + std::to_string(r.recomputed_steps) + " steps again)" : "")},
       {r.other_phases_s, "eval and other phases " + span_text(r.other_phases_s)},
+      {r.stall_s, "stalls " + span_text(r.stall_s)},
       {r.shutdown_s, "shutdown " + span_text(r.shutdown_s)},
   };
   std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -76,7 +84,7 @@ std::string describe(const GoodputReport& r) {
   if (!any) out += " none";
   if (r.untold_s >= 0.05) {
     out += "; " + span_text(r.untold_s) +
-           " ran without step beats (productive time not told: docs/progress.md#the-beat-format)";
+           " ran with neither step beats nor collectives to time it by (docs/daemon.md#the-goodput-ledger)";
   }
   if (r.spare_node_s >= 0.05) out += "; hot spares idle " + span_text(r.spare_node_s) + " (node-seconds)";
   return out;

@@ -100,6 +100,7 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
     window.push_back(compute / count);
     if (window.size() > kWindow) window.pop_front();
   }
+  ++counted_;
 }
 
 double ArrivalTiming::compute_s(int rank) const {

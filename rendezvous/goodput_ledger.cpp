@@ -69,6 +69,8 @@ void GoodputLedger::settle(const Attempt& a, TimePoint end, double proto::Goodpu
   into.recomputed_steps += a.account.recomputed_steps;
   into.checkpoint_s += a.account.checkpoint_s;
   into.other_phases_s += a.account.other_phases_s;
+  into.stall_s += a.account.stall_s;
+  into.measure = a.account.measure;
   into.*tail += to_seconds(end - std::clamp(*a.counted, opened, end));
 }
 

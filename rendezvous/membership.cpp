@@ -448,7 +448,7 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     auto ranks = hosted_ranks(*run);
     run->arrivals.update(ranks, run->world_size, clock_.now());
     for (auto& r : ranks) r.progress.arrival_compute_s = run->arrivals.compute_s(r.progress.rank);  // fresh figures
-    run->stragglers.update(ranks, fresh, straggler_threshold(*run));
+    run->stragglers.update(ranks, fresh, straggler_threshold(*run), run->arrivals.counted());
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
     if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);
@@ -727,8 +727,8 @@ bool Membership::expire_participants(Run& run) {
       // Lost after another node's workers ended well: the job is done; the run ends once every node has.
       node.finished = true;
       ++run.finished_nodes;
-      run.last_event = fmt::format("{} went silent after the job ended well: counted as finished",
-                                   describe(node.request));
+      run.last_event =
+          fmt::format("{} went silent after the job ended well: counted as finished", describe(node.request));
       return true;
     }
     if (silent > node.request.keep_alive_timeout_s) {

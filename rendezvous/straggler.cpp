@@ -67,13 +67,18 @@ proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double medi
 
 }  // namespace
 
-void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold) {
+void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
+                             int64_t arrival_probes) {
   const StragglerMeasure m = choose_measure(ranks);
   const double median = reference(ranks, m);
   const double exit_ratio = 1 + (threshold - 1) / 2;
   for (const auto& r : ranks) {
     if (fresh.count(r.progress.rank) == 0) continue;
     State& s = states_[r.progress.rank];
+    if (m == StragglerMeasure::kArrivals) {  // the figure is the same until another probe counts
+      if (arrival_probes == s.probe) continue;
+      s.probe = arrival_probes;
+    }
     const bool measured = threshold > 0 && median > 0 && counts(r.progress, m);
     const double ratio = measured ? measure(r.progress, m) / median : 0;
     const int64_t step = progress_mark(r.progress, m);

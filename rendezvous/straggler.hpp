@@ -31,13 +31,12 @@ struct HostedRank {
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold);
 
 /// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
-/// rank is named once its node's heartbeats found it over the threshold kConfirm times in a row *and* over
-/// at least kSteps of its steps, and cleared once they found it under the exit ratio (halfway between 1
-/// and the threshold), or not counted, kClear times in a row and over kSteps steps (collectives, for the
-/// arrivals measure). Counting steps as well
-/// as heartbeats keeps slow steps (a noisy median per heartbeat) from flapping and fast ones quick to name.
-/// A rank's state moves only on its own node's heartbeats (fresh figures), whatever the number of nodes.
-/// One per run, in the daemon.
+/// rank is named once kConfirm readings in a row found it over the threshold *and* over at least kSteps of its
+/// steps, and cleared once kClear readings in a row found it under the exit ratio (halfway between 1 and the
+/// threshold), or not counted, over kSteps steps (collectives, for the arrivals measure). A reading is its
+/// node's heartbeat (fresh figures) for the beat measures; for arrival times, a new counted probe (the figure
+/// changes only then: two heartbeats of one probe are one reading). Counting steps as well keeps slow steps (a
+/// noisy median per heartbeat) from flapping and fast ones quick to name. One per run, in the daemon.
 class StragglerFilter {
  public:
   static constexpr int kConfirm = 2;
@@ -45,7 +44,9 @@ class StragglerFilter {
   static constexpr int64_t kSteps = 20;
 
   /// Updates the ranks in `fresh` (the node that just sent its progress) against the whole run's.
-  void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold);
+  /// `arrival_probes`: how many arrival probes have been counted (ArrivalTiming::counted()).
+  void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
+              int64_t arrival_probes = 0);
   /// The named ranks, with their current figures.
   std::vector<proto::Straggler> named(const std::vector<HostedRank>& ranks, double threshold) const;
 
@@ -56,6 +57,7 @@ class StragglerFilter {
     int64_t over_from = 0;  // the rank's step when the streak began
     int64_t under_from = 0;
     bool named = false;
+    int64_t probe = -1;  // the arrival probe of the last reading
   };
   std::map<int, State> states_;
 };

@@ -29,6 +29,7 @@ ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>&
                                  int64_t steps_done)
     : policy_(policy),
       accountants_(ranks.size(), StepAccountant(steps_done)),
+      collective_accountants_(ranks.size()),
       watches_(ranks.size()),
       stopped_since_(ranks.size()),
       activity_(ranks.size()),
@@ -59,7 +60,10 @@ void ProgressMonitor::drain(Clock::time_point now) {
       try {
         if (is_hook_message(datagram)) {
           spdlog::debug("rank {}: {}", trackers_[lr].rank(), datagram);
-          watches_[lr].on_message(parse_hook_message(datagram), now, unix_time_ns());
+          const HookMessage message = parse_hook_message(datagram);
+          watches_[lr].on_message(message, now, unix_time_ns());
+          if (message.kind == HookMessage::Kind::kStatus)
+            collective_accountants_[lr].on_status(watches_[lr].completed(), now);
           continue;
         }
         const proto::Beat beat = proto::parse_beat(datagram);
@@ -79,11 +83,17 @@ proto::StepAccount ProgressMonitor::step_account(Clock::time_point now) const {
   for (const auto& a : accountants_) {
     if (a.started()) return a.account(now);
   }
-  return {};
+  for (const auto& a : collective_accountants_) {
+    if (a.started()) return a.account(now);
+  }
+  proto::StepAccount none;
+  none.measure = proto::AccountMeasure::kNone;
+  return none;
 }
 
 void ProgressMonitor::close_accounts(Clock::time_point now) {
   for (auto& a : accountants_) a.close(now);
+  for (auto& a : collective_accountants_) a.close();
 }
 
 void ProgressMonitor::watch_activity(const std::vector<pid_t>& pids, Clock::time_point now) {

@@ -14,6 +14,7 @@
 #include "launcher/activity/activity_monitor.hpp"
 #include "launcher/hang/collective_watch.hpp"
 #include "launcher/progress/beat_socket.hpp"
+#include "launcher/progress/collective_accountant.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
 #include "launcher/progress/step_accountant.hpp"
@@ -103,7 +104,8 @@ class ProgressMonitor {
   /// daemon's clock.
   std::vector<proto::RankProgress> summaries(Clock::time_point now,
                                              std::optional<OffsetEstimate> node_clock = std::nullopt) const;
-  /// How the node's first rank with step beats spent the attempt (an empty account when none beat a step).
+  /// How the node's first rank with step beats spent the attempt; for a script that beats no steps, as its
+  /// collectives tell it (CollectiveAccountant); an empty account when neither.
   proto::StepAccount step_account(Clock::time_point now) const;
   /// The workers ended: the accounts stop at `now`.
   void close_accounts(Clock::time_point now);
@@ -120,6 +122,7 @@ class ProgressMonitor {
   std::vector<BeatSocket> sockets_;
   std::vector<RankTracker> trackers_;
   std::vector<StepAccountant> accountants_;
+  std::vector<CollectiveAccountant> collective_accountants_;  // for ranks that beat no steps
   std::vector<CollectiveWatch> watches_;
   std::vector<std::optional<Clock::time_point>> stopped_since_;
   std::set<size_t> warned_bad_beat_;

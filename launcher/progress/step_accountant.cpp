@@ -37,6 +37,15 @@ void StepAccountant::on_beat(const proto::Beat& beat, Clock::time_point now, std
     add_phase(elapsed - steps_seconds);
     phase_ = proto::PhaseKind::kTrain;
   }
+  // A train interval far longer than its steps usually take is a stall (a wait the script named no phase for):
+  // the steps get their usual time, the stall the rest.
+  if (median_step_s && *median_step_s > 0) {
+    const double usual = *median_step_s * static_cast<double>(beat.step - step_);
+    if (steps_seconds > kStallFactor * usual + kStallSlackS) {
+      totals_.stall_s += steps_seconds - usual;
+      steps_seconds = usual;
+    }
+  }
   add_steps(step_, beat.step, steps_seconds);
   step_ = beat.step;
   mark_ = now;

@@ -129,7 +129,8 @@ void recovery_families(Exposition& e, const LiveSnapshot& s) {
             const std::pair<const char*, double> causes[] = {
                 {"startup", g.startup_s},     {"checkpoint", g.checkpoint_s}, {"other_phases", g.other_phases_s},
                 {"hang_wait", g.hang_wait_s}, {"restart", g.restarts_s},      {"work_lost", g.work_lost_s},
-                {"shutdown", g.shutdown_s},   {"untold", g.untold_s},         {"in_progress", g.in_progress_s}};
+                {"shutdown", g.shutdown_s},   {"untold", g.untold_s},         {"in_progress", g.in_progress_s},
+                {"stall", g.stall_s}};
             for (const auto& [cause, seconds] : causes) x.sample({{"run", r.run_id}, {"cause", cause}}, seconds);
           });
   per_run(e, s, "meshrun_spare_idle_node_seconds", "counter", "Node-seconds hot spares spent waiting",

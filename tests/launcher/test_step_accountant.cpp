@@ -1,7 +1,9 @@
-// StepAccountant: one rank's attempt split into productive steps, recomputed steps and phases, from beats.
+// StepAccountant: one rank's attempt split into productive steps, recomputed steps, phases and stalls, from
+// beats; CollectiveAccountant: the same from the collectives of a script that beats no steps.
 #include <catch2/catch.hpp>
 #include <chrono>
 
+#include "launcher/progress/collective_accountant.hpp"
 #include "launcher/progress/step_accountant.hpp"
 
 using namespace meshrun;
@@ -22,7 +24,7 @@ proto::Beat step(int64_t n, const std::string& phase = proto::kTrainPhase) {
 
 /// The figures must tile [first step, counted]: nothing lost, nothing counted twice.
 double covered(const proto::StepAccount& a) {
-  return a.productive_s + a.recomputed_s + a.checkpoint_s + a.other_phases_s;
+  return a.productive_s + a.recomputed_s + a.checkpoint_s + a.other_phases_s + a.stall_s;
 }
 
 }  // namespace
@@ -105,4 +107,47 @@ TEST_CASE("step account: nothing before the first step beat", "[progress][goodpu
   const auto a = acc.account(t0 + 1s);
   CHECK(a.first_step_age_s == -1);
   CHECK(a.counted_age_s == -1);
+}
+
+TEST_CASE("step account: a step interval far longer than usual is a stall, less the step's usual time",
+          "[progress][goodput]") {
+  StepAccountant acc;
+  acc.on_beat(step(1), t0, std::nullopt);
+  acc.on_beat(step(2), t0 + 1s, std::nullopt);
+  acc.on_beat(step(3), t0 + 2s, 1.0);
+  acc.on_beat(step(4), t0 + 4s, 1.0);   // twice as long: a slow step, not a stall
+  acc.on_beat(step(5), t0 + 12s, 1.0);  // 8 s: a wait the script named no phase for
+  const auto a = acc.account(t0 + 12s);
+  CHECK(a.stall_s == Approx(7.0));
+  CHECK(a.productive_s == Approx(5.0));
+  CHECK(covered(a) == Approx(12.0));
+}
+
+TEST_CASE("collective account: a script without beats is timed by its busiest group's rhythm, stalls apart",
+          "[progress][goodput]") {
+  using C = CollectiveAccountant;
+  C acc;
+  const auto at = [](double s) {
+    return t0 + std::chrono::duration_cast<C::Clock::duration>(std::chrono::duration<double>(s));
+  };
+  acc.on_status({{"0", 1}}, at(0));  // the collective that set the job up
+  CHECK_FALSE(acc.started());
+  acc.on_status({{"0", 2}}, at(3));  // its second: the first step
+  REQUIRE(acc.started());
+  for (int i = 1; i <= 10; ++i) acc.on_status({{"0", 2 + 5 * i}, {"1", 1}}, at(3 + 0.5 * i));  // 5 per 0.5 s report
+  acc.on_status({{"0", 52}}, at(8));   // unchanged: no completion, no gap
+  acc.on_status({{"0", 57}}, at(14));  // 6 s later: a stall (a rank-0 save), less the usual 0.5 s
+  acc.on_status({{"0", 62}}, at(14.5));
+  const auto a = acc.account(at(15));
+  CHECK(a.measure == proto::AccountMeasure::kCollectives);
+  CHECK(a.first_step_age_s == Approx(12));
+  CHECK(a.counted_age_s == Approx(0.5));
+  CHECK(acc.rhythm_s() == Approx(0.5));
+  CHECK(a.stall_s == Approx(5.5));
+  CHECK(a.productive_s == Approx(6.0));
+  CHECK(a.steps == 60);  // the busiest group's completions since the first step
+  CHECK(covered(a) == Approx(a.first_step_age_s - a.counted_age_s));
+  acc.close();
+  acc.on_status({{"0", 100}}, at(20));  // after the workers ended: ignored
+  CHECK(acc.account(at(20)).steps == 60);
 }

@@ -81,17 +81,41 @@ TEST_CASE("goodput: a node lost between heartbeats: the restart starts after the
   CHECK(proto::accounted_s(r) == Approx(25));
 }
 
-TEST_CASE("goodput: without step beats the running time is untold, not productive", "[goodput]") {
+TEST_CASE("goodput: with neither step beats nor collectives the running time is untold, and goodput unknown",
+          "[goodput]") {
   GoodputLedger ledger(t0);
   proto::AttemptMilestones m;
   m.round = 0;
-  m.first_step_age_s = 7;  // the second collective, 3 s in
+  m.first_step_age_s = 7;  // up 3 s in: a worker whose account has nothing to time it by
+  m.steps.measure = proto::AccountMeasure::kNone;
   ledger.milestones(0, m, t0 + 10s);
   const auto r = ledger.report(t0 + 30s, true);
   CHECK(r.startup_s == Approx(3));
   CHECK(r.untold_s == Approx(27));
   CHECK(r.productive_s == 0);
-  CHECK(proto::describe(r).find("without step beats") != std::string::npos);
+  CHECK_THAT(proto::describe(r), Catch::StartsWith("goodput unknown for 00:00:30 (no step beats and no collectives"));
+  CHECK(proto::describe(r).find("0.0 %") == std::string::npos);
+}
+
+TEST_CASE("goodput: a script without step beats is timed by its collectives, stalls apart", "[goodput]") {
+  GoodputLedger ledger(t0);
+  proto::AttemptMilestones m;
+  m.round = 0;
+  m.steps.measure = proto::AccountMeasure::kCollectives;
+  m.steps.first_step_age_s = 27;  // 3 s in
+  m.steps.counted_age_s = 1;      // until 29 s
+  m.steps.productive_s = 21;
+  m.steps.stall_s = 5;
+  m.steps.steps = 210;
+  ledger.milestones(0, m, t0 + 30s);
+  const auto r = ledger.report(t0 + 30s, true);
+  CHECK(r.productive_s == Approx(21));
+  CHECK(r.stall_s == Approx(5));
+  CHECK(r.shutdown_s == Approx(1));
+  CHECK(proto::accounted_s(r) == Approx(30));
+  CHECK(r.measure == proto::AccountMeasure::kCollectives);
+  CHECK_THAT(proto::describe(r), Catch::StartsWith("goodput 70.0 % of 00:00:30 (timed by its collectives: no step "
+                                                   "beats); badput: stalls 5.0s, start-up 3.0s, shutdown 1.0s"));
 }
 
 TEST_CASE("goodput: the account counted furthest is the reference, and two faults in a row", "[goodput]") {

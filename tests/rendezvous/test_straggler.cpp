@@ -73,3 +73,29 @@ TEST_CASE("straggler alerts do not flap on noise: named after confirmation, clea
   CHECK(beat(0.15).empty());
   CHECK(beat(0.15).size() == 1);
 }
+
+TEST_CASE("arrival-time stragglers: readings are probes, so two heartbeats of one probe never confirm", "[straggler]") {
+  StragglerFilter filter;
+  int64_t collectives = 0;
+  // One heartbeat after `probes` counted probes: rank 1's compute per collective is `slow` (rank 0's 0.10).
+  const auto beat = [&](double slow, int64_t probes) {
+    collectives += 30;
+    std::vector<HostedRank> ranks = {rank(0, 0.10), rank(1, 0.10)};
+    ranks[0].progress.arrival_compute_s = 0.10;
+    ranks[1].progress.arrival_compute_s = slow;
+    for (auto& r : ranks) r.progress.collectives = {{"0", collectives}};
+    filter.update(ranks, {0, 1}, 1.3, probes);
+    return filter.named(ranks, 1.3);
+  };
+  // Many heartbeats carrying the figure of one probe: one reading, never two in a row.
+  for (int i = 0; i < 6; ++i) CHECK(beat(0.2, 1).empty());
+  // The second probe over the threshold confirms it.
+  const auto named = beat(0.2, 2);
+  REQUIRE(named.size() == 1);
+  CHECK(named.front().rank == 1);
+  CHECK(named.front().measure == proto::StragglerMeasure::kArrivals);
+  // Back to normal: cleared only after kClear new probes, however many heartbeats repeat one of them.
+  for (int i = 0; i < 5; ++i) CHECK(beat(0.10, 3).size() == 1);
+  CHECK(beat(0.10, 4).size() == 1);
+  CHECK(beat(0.10, 5).empty());
+}

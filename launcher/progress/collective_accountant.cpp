@@ -1,0 +1,59 @@
+#include "launcher/progress/collective_accountant.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace meshrun::launcher {
+namespace {
+
+double seconds(CollectiveAccountant::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+std::optional<double> CollectiveAccountant::rhythm_s() const {
+  if (gaps_s_.empty()) return std::nullopt;
+  std::vector<double> sorted(gaps_s_.begin(), gaps_s_.end());
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
+void CollectiveAccountant::on_status(const std::map<std::string, int64_t>& completed, Clock::time_point now) {
+  if (closed_) return;
+  std::map<std::string, int64_t> moved;  // completions per group since the last report
+  for (const auto& [group, count] : completed) {
+    const int64_t before = completed_.count(group) > 0 ? completed_[group] : 0;
+    moved[group] = std::max<int64_t>(0, count - before);
+    completed_[group] = std::max(before, count);
+    if (busiest_.empty() || completed_[group] > completed_[busiest_]) busiest_ = group;
+  }
+  if (busiest_.empty() || moved[busiest_] == 0) return;
+  if (!mark_) {
+    if (completed_[busiest_] < 2) return;  // the first collective sets the job up
+    first_ = mark_ = now;
+    return;
+  }
+  const double gap = seconds(now - *mark_);
+  const auto rhythm = rhythm_s();
+  const double usual = rhythm.value_or(gap);
+  if (rhythm && gap > kStallFactor * usual + kStallSlackS) {
+    totals_.productive_s += usual;
+    totals_.stall_s += gap - usual;
+  } else {
+    totals_.productive_s += gap;
+  }
+  totals_.steps += moved[busiest_];
+  gaps_s_.push_back(gap);
+  if (gaps_s_.size() > kWindow) gaps_s_.pop_front();
+  mark_ = now;
+}
+
+proto::StepAccount CollectiveAccountant::account(Clock::time_point now) const {
+  proto::StepAccount a = totals_;
+  a.measure = proto::AccountMeasure::kCollectives;
+  if (!mark_) return a;
+  a.first_step_age_s = seconds(now - *first_);
+  a.counted_age_s = seconds(now - *mark_);
+  return a;
+}
+
+}  // namespace meshrun::launcher
