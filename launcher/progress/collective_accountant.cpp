@@ -19,6 +19,8 @@ std::optional<double> CollectiveAccountant::rhythm_s() const {
 
 void CollectiveAccountant::on_status(const std::map<std::string, int64_t>& completed, Clock::time_point now) {
   if (closed_) return;
+  const auto previous = last_report_;
+  last_report_ = now;
   std::map<std::string, int64_t> moved;  // completions per group since the last report
   for (const auto& [group, count] : completed) {
     const int64_t before = completed_.count(group) > 0 ? completed_[group] : 0;
@@ -29,7 +31,13 @@ void CollectiveAccountant::on_status(const std::map<std::string, int64_t>& compl
   if (busiest_.empty() || moved[busiest_] == 0) return;
   if (!mark_) {
     if (completed_[busiest_] < 2) return;  // the first collective sets the job up
-    first_ = mark_ = now;
+    // The second completed between the report before and this one: the midpoint, so that the half report
+    // the account cannot see is neither lost nor counted twice on average.
+    const Clock::duration since =
+        previous ? std::min<Clock::duration>(now - *previous, kReportEvery) : Clock::duration{};
+    first_ = now - since / 2;
+    totals_.productive_s += seconds(now - *first_);
+    mark_ = now;
     return;
   }
   const double gap = seconds(now - *mark_);

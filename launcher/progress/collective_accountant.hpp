@@ -4,7 +4,8 @@
 // completed. At that rhythm the time is productive; a gap far longer than the rhythm (kStallFactor times it,
 // and kStallSlackS more) is a stall, less its usual part: a save or an evaluation the others waited out, a data
 // wait, a hang before its verdict. The account starts at the rank's second completed collective (the first
-// after the one that set the job up, as the attempt clock dates a first step).
+// after the one that set the job up, as the attempt clock dates a first step), dated halfway between the report
+// that shows it and the one before.
 // Collectives cannot tell a step done again after a restart from a new one: all of them count as productive.
 #pragma once
 
@@ -25,6 +26,8 @@ class CollectiveAccountant {
   /// A gap is a stall beyond kStallFactor x the rhythm plus kStallSlackS: a step twice as long as usual is not.
   static constexpr double kStallFactor = 3;
   static constexpr double kStallSlackS = 1;
+  /// How often the hook reports (at most what the account's start is dated back).
+  static constexpr std::chrono::milliseconds kReportEvery{500};
   /// Gaps kept for the rhythm's median.
   static constexpr size_t kWindow = 20;
 
@@ -42,8 +45,9 @@ class CollectiveAccountant {
   bool closed_ = false;
   std::map<std::string, int64_t> completed_;  // per group, as last reported
   std::string busiest_;                       // the group with the most completions
-  std::optional<Clock::time_point> first_;    // the account's start
-  std::optional<Clock::time_point> mark_;     // the last report with completions of the busiest group
+  std::optional<Clock::time_point> last_report_;
+  std::optional<Clock::time_point> first_;  // the account's start
+  std::optional<Clock::time_point> mark_;   // the last report with completions of the busiest group
   std::deque<double> gaps_s_;
   proto::StepAccount totals_;
 };

@@ -3,9 +3,9 @@ and bench/chaos.sh: the ledger must agree with what the script itself measured.
 
     goodput_truth_job.py OUT STEPS [--beats]
 
-Each step is compute (a fixed amount of matrix work) then an all_reduce, timed by the script from its start to
-the end of its all_reduce with time.monotonic(); steps follow each other with nothing in between, so the time
-in steps is the job's productive time. Rank 0 appends "ATTEMPT STEP START END" for every step that ended to
+Each step is compute (a fixed amount of matrix work), an all_reduce, rank 0's note of where the job is and the
+beat, timed by the script from its start to its end with time.monotonic(); steps follow each other with nothing
+in between but the line that records them, so the time in steps is the job's productive time. Rank 0 appends "ATTEMPT STEP START END" for every step that ended to
 OUT/steps. Inside the run:
   - at STEPS/4 every rank stalls 5 s without a collective (a data wait);
   - at STEPS/2 rank 0 saves for 4 s while the others wait in barrier() (with --beats, every rank beats
@@ -66,14 +66,15 @@ def main():
             x = (x @ a).tanh()
         grad.copy_(x.flatten()[:256])
         dist.all_reduce(grad)
-        end = time.monotonic()
-        if log:
-            log.write(f"{attempt} {step} {start:.6f} {end:.6f}\n")
-            log.flush()
+        if log:  # the job's own checkpoint of where it is: part of the step's work
             with open(resume + ".tmp", "w") as f:
                 f.write(str(step + 1))
             os.replace(resume + ".tmp", resume)
         beat(step + 1)
+        end = time.monotonic()
+        if log:
+            log.write(f"{attempt} {step} {start:.6f} {end:.6f}\n")
+            log.flush()
     dist.destroy_process_group()
 
 
