@@ -580,10 +580,10 @@ void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
                     "straggler: rank %d on %s computes %.1f ms between collectives, %.2fx the run's median "
                     "(%.1f ms; the others wait for it: from when each rank entered its collectives)",
                     s.rank, s.host.c_str(), s.seconds * 1e3, s.seconds / s.median_seconds, s.median_seconds * 1e3);
-    } else {
-      std::snprintf(line, sizeof line,
-                    "straggler: rank %d on %s takes %.3f s per step, %.2fx the run's median (%.3f s)", s.rank,
-                    s.host.c_str(), s.seconds, s.seconds / s.median_seconds, s.median_seconds);
+    } else {  // compute_s from its beats, or its step time
+      std::snprintf(line, sizeof line, "straggler: rank %d on %s %s %.3f s per step, %.2fx the run's median (%.3f s)",
+                    s.rank, s.host.c_str(), s.measure == proto::StragglerMeasure::kCompute ? "computes" : "takes",
+                    s.seconds, s.seconds / s.median_seconds, s.median_seconds);
     }
     say(line);
   }

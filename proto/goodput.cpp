@@ -56,7 +56,7 @@ std::string describe(const GoodputReport& r) {
   char head[160];
   if (r.measure == AccountMeasure::kNone && r.productive_s <= 0) {
     // Nothing to time it by: saying 0.0 % would claim the job did nothing.
-    std::snprintf(head, sizeof head, "goodput unknown for %s (no step beats and no collectives to time it by)",
+    std::snprintf(head, sizeof head, "goodput unknown for %s (no step beats, and too few collectives to time it by)",
                   clock_text(r.wall_s).c_str());
   } else {
     std::snprintf(head, sizeof head, "goodput %.1f %% of %s%s", 100.0 * r.ratio, clock_text(r.wall_s).c_str(),
@@ -84,7 +84,7 @@ std::string describe(const GoodputReport& r) {
   if (!any) out += " none";
   if (r.untold_s >= 0.05) {
     out += "; " + span_text(r.untold_s) +
-           " ran with neither step beats nor collectives to time it by (docs/daemon.md#the-goodput-ledger)";
+           " ran with no step beats and too few collectives to time it by (docs/daemon.md#the-goodput-ledger)";
   }
   if (r.spare_node_s >= 0.05) out += "; hot spares idle " + span_text(r.spare_node_s) + " (node-seconds)";
   return out;

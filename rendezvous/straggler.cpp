@@ -93,7 +93,10 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     } else {
       s.under = 0;
     }
-    if (!s.named && s.over >= kConfirm && step - s.over_from >= kSteps) s.named = true;
+    // An arrival figure is already the median of the last probes (ArrivalTiming::kWindow): over the threshold,
+    // it is confirmed by more than one probe of several collectives each.
+    const bool confirmed = m == StragglerMeasure::kArrivals || (s.over >= kConfirm && step - s.over_from >= kSteps);
+    if (!s.named && s.over > 0 && confirmed) s.named = true;
     if (s.named && s.under >= kClear && step - s.under_from >= kSteps) s.named = false;
   }
 }

@@ -32,11 +32,12 @@ std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ran
 
 /// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
 /// rank is named once kConfirm readings in a row found it over the threshold *and* over at least kSteps of its
-/// steps, and cleared once kClear readings in a row found it under the exit ratio (halfway between 1 and the
-/// threshold), or not counted, over kSteps steps (collectives, for the arrivals measure). A reading is its
-/// node's heartbeat (fresh figures) for the beat measures; for arrival times, a new counted probe (the figure
-/// changes only then: two heartbeats of one probe are one reading). Counting steps as well keeps slow steps (a
-/// noisy median per heartbeat) from flapping and fast ones quick to name. One per run, in the daemon.
+/// steps (for arrival times, once a reading does: that figure is already the median of the last probes, two
+/// of which must be slow), and cleared once kClear readings in a row found it under the exit ratio (halfway
+/// between 1 and the threshold), or not counted, over kSteps steps (collectives, for the arrivals measure). A
+/// reading is its node's heartbeat (fresh figures) for the beat measures; for arrival times, a new counted
+/// probe (the figure changes only then: two heartbeats of one probe are one reading). Counting steps as well keeps slow
+/// steps (a noisy median per heartbeat) from flapping and fast ones quick to name. One per run, in the daemon.
 class StragglerFilter {
  public:
   static constexpr int kConfirm = 2;

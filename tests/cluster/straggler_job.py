@@ -1,30 +1,77 @@
-# A plain PyTorch Gloo loop with no beats and no meshrun code, for the straggler tests
-# (tests/cluster/straggler_test.sh) and bench/progress.sh:
-#   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR]
-# Each step every rank computes for STEP_MS ms (a busy loop: real compute, not a sleep), SLOW_RANK for
-# FACTOR times as long, then all-reduces twice (two collectives per step, like a model in two buckets).
+# A plain PyTorch Gloo loop with no meshrun code, for the straggler tests (tests/cluster/straggler_test.sh)
+# and bench/progress.sh:
+#   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats]
+# Each step every rank computes for STEP_MS ms, SLOW_RANK for FACTOR times as long, then all-reduces twice
+# (two collectives per step, like a model in two buckets). The compute is a busy loop (real compute, not a
+# sleep) that runs for that long by the clock, or with --work a fixed amount of work calibrated at the start
+# to take that long, so that a CPU limit set while it runs makes the step longer. --beats: every rank beats
+# each step it ends, with its compute time (docs/progress.md); without, nothing but its collectives.
 # Every rank writes OUT/done.<rank> at a clean end.
 import os
+import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-out, steps, step_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-slow_rank = int(sys.argv[4]) if len(sys.argv) > 4 else -1
-factor = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
+flags = {a for a in sys.argv[1:] if a.startswith("--")}
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+out, steps, step_ms = args[0], int(args[1]), float(args[2])
+slow_rank = int(args[3]) if len(args) > 3 else -1
+factor = float(args[4]) if len(args) > 4 else 1.0
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 busy_s = step_ms / 1000 * (factor if rank == slow_rank else 1.0)
 grads = [torch.ones(1024), torch.ones(256)]
-for _ in range(steps):
+beats = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK) if "--beats" in flags else None
+
+
+def work(n):
+    x = 0.0
+    for i in range(n):
+        x = x * 0.999 + i
+    return x
+
+
+def calibrate(seconds):  # iterations of work() that take `seconds` here, now
+    n, took = 1000, 0.0
+    while took < 0.2:
+        n *= 2
+        start = time.perf_counter()
+        work(n)
+        took = time.perf_counter() - start
+    return max(1, int(n * seconds / took))
+
+
+half_work = 0
+if "--work" in flags:  # the same work on every rank: the mean of their calibrations (one may have met a busy core)
+    n = torch.tensor([float(calibrate(step_ms / 1000 / 2))])
+    dist.all_reduce(n)
+    half_work = int(n.item() / dist.get_world_size() * (factor if rank == slow_rank else 1.0))
+
+
+def compute_half():
+    if half_work:
+        work(half_work)
+        return
     until = time.perf_counter() + busy_s / 2
+    while time.perf_counter() < until:
+        pass
+
+
+for step in range(steps):
+    compute_s = 0.0
     for g in grads:
-        while time.perf_counter() < until:  # half the compute before each bucket's reduction
-            pass
+        start = time.perf_counter()
+        compute_half()  # half the compute before each bucket's reduction
+        compute_s += time.perf_counter() - start
         dist.all_reduce(g)
-        until = time.perf_counter() + busy_s / 2
+    if beats is not None:
+        try:
+            beats.sendto(f"step={step + 1} compute_s={compute_s:.6f}".encode(), os.environ["MESHRUN_PROGRESS"])
+        except (KeyError, OSError):
+            pass
 dist.barrier()
 open(os.path.join(out, f"done.{rank}"), "w").close()
 dist.destroy_process_group()

@@ -8,6 +8,10 @@
 #            rank 1 look late at every collective), and status shows node1's clock +7 s from the daemon's.
 #   healthy  node1's worker alone runs 5 s behind (its agent does not: the worker's offset from its agent
 #            is measured too); equal compute over 300 steps: no straggler line on either node.
+#   throttled / throttled_beats   equal work on both ranks (a fixed amount per step, not a clock), then
+#            rank 0's worker is put in a CPU cgroup limited to half a core while it runs: both agents name
+#            rank 0, never rank 1, from arrival times (no beats) or from the beats' compute_s; the seconds
+#            from the limit to the first straggler line are printed (docs/benchmarks.md has the figures).
 # Usage: straggler_test.sh SCENARIO MESHRUN VENV_BIN   (root; exits 77 when namespaces cannot be made)
 SCENARIO=$1 MESHRUN=$2 VENV_BIN=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -92,6 +96,76 @@ PY
     expect_exit 0 0 180; expect_exit 1 0 60
     [ "$(mc_count_files "$D" '^done\.')" = 2 ] || mc_fail "$SCENARIO: $(mc_count_files "$D" '^done\.') of 2 ranks ended cleanly"
     grep -q "straggler" "$W"/node?.log && mc_fail "$SCENARIO: a straggler was named: $(grep -h straggler "$W"/node?.log | head -3)" ;;
+  throttled | throttled_beats)
+    JOB=("$HERE/straggler_job.py" "$D" 100000 40 --work)
+    field=arrival_compute_s
+    [ "$SCENARIO" = throttled_beats ] && JOB+=(--beats) field=compute_s
+    agent 0 -- --rdzv-conf http_port=$((PORT + 1)) "${JOB[@]}"
+    agent 1 -- "${JOB[@]}"
+    measured=""
+    for _ in $(seq 120); do  # both ranks have a figure of the route under test
+      status_json > "$W/status.json"
+      FIELD=$field "$VENV_BIN/python" - "$W/status.json" 2> /dev/null << 'PY' && { measured=1; break; }
+import json, os, sys
+ranks = [r for run in json.load(open(sys.argv[1]))["runs"] for n in run["nodes"] for r in n.get("ranks", [])]
+figures = {r["rank"]: r.get(os.environ["FIELD"], 0) for r in ranks}
+sys.exit(0 if len(figures) == 2 and min(figures.values()) > 0 else 1)
+PY
+      sleep 0.5
+    done
+    [ -n "$measured" ] || mc_fail "$SCENARIO: the ranks never got a $field figure"
+    worker=$(ip netns pids "$(mc_ns 0)" | while read -r p; do
+      tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -q "python.*straggler_job.py" && echo "$p"; done | head -1)
+    [ -n "$worker" ] || mc_fail "$SCENARIO: no worker found on node0"
+    grep -q "straggler" "$W"/node?.log && mc_fail "$SCENARIO: a straggler was named before any limit: $(grep -h straggler "$W"/node?.log | head -2)"
+    # Half a core for rank 0's worker: cgroup v2's cpu.max where the unified hierarchy has the cpu
+    # controller, else v1's CFS quota.
+    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
+      CG=/sys/fs/cgroup/meshrun-throttle-$$
+      grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+      mkdir -p "$CG" && echo "50000 100000" > "$CG/cpu.max"
+    else
+      CG=/sys/fs/cgroup/cpu/meshrun-throttle-$$
+      mkdir -p "$CG" && echo 100000 > "$CG/cpu.cfs_period_us" && echo 50000 > "$CG/cpu.cfs_quota_us"
+    fi || mc_fail "$SCENARIO: cannot make a CPU cgroup at $CG"
+    echo "$worker" > "$CG/cgroup.procs" || mc_fail "$SCENARIO: cannot move rank 0's worker ($worker) into $CG"
+    limited=$(date +%s.%N)
+    named="" line="computes [0-9.]* ms between collectives"
+    [ "$SCENARIO" = throttled_beats ] && line="computes [0-9.]* s per step"
+    for _ in $(seq 600); do   # <= 60 s
+      grep -q "^meshrun: straggler: rank 0 on node0 $line" "$W/node0.log" "$W/node1.log" && { named=$(date +%s.%N); break; }
+      sleep 0.1
+    done
+    [ -n "$named" ] && echo "THROTTLED $SCENARIO: rank 0 named $(awk -v a="$limited" -v b="$named" 'BEGIN { printf "%.1f", b - a }') s after its limit"
+    [ -n "$named" ] || mc_fail "$SCENARIO: rank 0 was not named a straggler within 60 s of its CPU limit"
+    grep -h "straggler" "$W"/node?.log | sed "s/^/SEEN: /" | head -4
+    grep -q "^meshrun: straggler: rank 1" "$W"/node?.log && mc_fail "$SCENARIO: rank 1 was named a straggler"
+    # The hosted daemon's /metrics: the straggler flag on rank 0 alone, the arrival figures (without beats),
+    # and the hangs family (none here: its TYPE line, no sample).
+    mc_on 0 "$VENV_BIN/python" -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://node0:$((PORT + 1))/metrics', timeout=10).read().decode())" > "$W/metrics.txt" ||
+      mc_fail "$SCENARIO: no /metrics from the hosted daemon"
+    "$VENV_BIN/python" - "$W/metrics.txt" "$SCENARIO" << 'PY' || mc_fail "$SCENARIO: /metrics does not show the straggler: $(grep -E 'straggler|arrival|hangs' "$W/metrics.txt")"
+import re, sys
+text, scenario = open(sys.argv[1]).read(), sys.argv[2]
+def value(family, rank):
+    m = re.search(family + r'\{[^}]*rank="' + str(rank) + r'"\} ([0-9.e+-]+)', text)
+    return float(m.group(1)) if m else None
+problems = []
+if value("meshrun_rank_straggler", 0) != 1 or value("meshrun_rank_straggler", 1) != 0:
+    problems.append("meshrun_rank_straggler is not 1 for rank 0 and 0 for rank 1")
+arrival = [value("meshrun_rank_arrival_compute_seconds", r) for r in (0, 1)]
+if scenario == "throttled" and not (arrival[0] and arrival[1] and arrival[0] > 1.3 * arrival[1]):
+    problems.append(f"meshrun_rank_arrival_compute_seconds {arrival}: rank 0's not above 1.3x rank 1's")
+if "# TYPE meshrun_hangs_total counter" not in text:
+    problems.append("no meshrun_hangs_total family")
+print("METRICS", {"straggler": [value("meshrun_rank_straggler", r) for r in (0, 1)], "arrival_compute_s": arrival})
+for p in problems:
+    print("FAILED:", p)
+sys.exit(1 if problems else 0)
+PY
+    kill -TERM "${A[0]}" "${A[1]}" 2> /dev/null
+    mc_wait_exit "${A[0]}" 60; mc_wait_exit "${A[1]}" 60
+    for _ in $(seq 50); do rmdir "$CG" 2> /dev/null && break; sleep 0.1; done ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
 esac
 mc_expect_gone "MC_JOB=$RUN" 20 && echo "$SCENARIO: no process of the job left on any node"

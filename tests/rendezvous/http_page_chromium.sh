@@ -3,7 +3,8 @@
 # daemon whose run has a hung rank (progress_agent flags rank 1 hung, rank 2 slow), lets the page's script
 # poll the daemon (virtual time: the page's one-second timer fires several times while fetches are
 # waited for), dumps the DOM, and the DOM must show the run, its ranks, HUNG on the hung rank's row,
-# STRAGGLER on the slow one's, and LATE with its late line on the late one's. Without Chromium: skipped outside CI, failed under CI=true.
+# STRAGGLER on the slow one's, LATE with its late line on the late one's, the node's clock offset and the
+# ranks' arrival figure column. Without Chromium: skipped outside CI, failed under CI=true.
 #   http_page_chromium.sh DAEMON PROGRESS_AGENT
 set -euo pipefail
 DAEMON="$1" AGENT="$2"
@@ -69,6 +70,8 @@ grep -Eq '<tr class="late" data-rank="3" title="rank 3 \(node-a\) is late: [^"]*
 grep -q '<div class="late-line">rank 3 (node-a) is late: it has not entered barrier #10' "$dom" ||
   { show; fail "rank 3's late line is not on the page"; }
 grep -q '<path d="M' "$dom" || { show; fail "no curve was drawn"; }
+grep -q '<td data-clock="node-a">+2.5 ms ± 0.3</td>' "$dom" || { show; fail "node-a's clock offset is not on the page"; }
+grep -q '<th>between coll. s</th>' "$dom" || { show; fail "the ranks' arrival figure column is not on the page"; }
 grep -q '<b>root cause</b> (round 0, the first of 1 failure(s)): rank 1 on ' "$dom" ||
   { show; fail "the root cause (rank 1, hung) is not on the page"; }
 grep -q 'block_forever (progress_agent.py:30)' "$dom" || { show; fail "the hung rank's stack is not on the page"; }

@@ -152,13 +152,17 @@ TEST_CASE("stragglers: ranks without beats are judged on their arrival figures",
   beating.progress.compute_s = 0.5;
   CHECK(find_stragglers({make(0, 0.030, 100), beating}, 1.3).at(0).measure == proto::StragglerMeasure::kArrivals);
 
-  // Hysteresis counts collectives for this measure: named after kConfirm probes over kSteps of them.
+  // The figure is already a median of probes: named at the first reading over; cleared after kClear probes
+  // under the exit ratio and kSteps collectives.
   StragglerFilter filter;
   filter.update({make(0, 0.030, 100), make(1, 0.020, 100)}, {0, 1}, 1.3, 1);
-  filter.update({make(0, 0.030, 110), make(1, 0.020, 110)}, {0, 1}, 1.3, 2);
-  CHECK(filter.named({make(0, 0.030, 110), make(1, 0.020, 110)}, 1.3).empty());
-  filter.update({make(0, 0.030, 125), make(1, 0.020, 125)}, {0, 1}, 1.3, 3);
-  const auto named = filter.named({make(0, 0.030, 125), make(1, 0.020, 125)}, 1.3);
+  const auto named = filter.named({make(0, 0.030, 100), make(1, 0.020, 100)}, 1.3);
   REQUIRE(named.size() == 1);
   CHECK(named[0].rank == 0);
+  filter.update({make(0, 0.021, 110), make(1, 0.020, 110)}, {0, 1}, 1.3, 2);
+  filter.update({make(0, 0.021, 115), make(1, 0.020, 115)}, {0, 1}, 1.3, 3);
+  filter.update({make(0, 0.021, 120), make(1, 0.020, 120)}, {0, 1}, 1.3, 4);
+  CHECK(filter.named({make(0, 0.021, 120), make(1, 0.020, 120)}, 1.3).size() == 1);  // 10 collectives only
+  filter.update({make(0, 0.021, 140), make(1, 0.020, 140)}, {0, 1}, 1.3, 5);
+  CHECK(filter.named({make(0, 0.021, 140), make(1, 0.020, 140)}, 1.3).empty());
 }

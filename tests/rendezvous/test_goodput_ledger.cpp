@@ -93,7 +93,8 @@ TEST_CASE("goodput: with neither step beats nor collectives the running time is 
   CHECK(r.startup_s == Approx(3));
   CHECK(r.untold_s == Approx(27));
   CHECK(r.productive_s == 0);
-  CHECK_THAT(proto::describe(r), Catch::StartsWith("goodput unknown for 00:00:30 (no step beats and no collectives"));
+  CHECK_THAT(proto::describe(r),
+             Catch::StartsWith("goodput unknown for 00:00:30 (no step beats, and too few collectives"));
   CHECK(proto::describe(r).find("0.0 %") == std::string::npos);
 }
 

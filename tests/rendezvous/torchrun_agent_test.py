@@ -103,7 +103,8 @@ def main():
                         # may die on the lost store before it prints its summary (seen in CI). Our daemon
                         # outlives the agents, so under it the summary must be there.
                         if store == "meshrun-rendezvous":
-                            problems.append(f"{store}, fail: no agent reported the worker's exit code 3")
+                            problems.append(f"{store}, fail: no agent reported the worker's exit code 3: "
+                                            + " ||| ".join(o[-1500:] for o in outputs))
                         else:
                             print(f"{store}, fail: no agent printed exit code 3 (the store died with its host "
                                   "agent first)")
