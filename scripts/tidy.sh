@@ -3,19 +3,25 @@
 # (run scripts/setup.sh first). Trainer files that include LibTorch's headers take minutes each on 2 cores:
 # they are checked only with --all; the trainer's other files (ninja's recorded dependencies name no torch
 # header) are checked always. The suite runs this as lint.tidy.
-#   scripts/tidy.sh [--all] [-j N] [-p BUILD_DIR]
+# A unit whose inputs are those of a unit found clean before (tests/tidy_clean.txt: a key over clang-tidy's
+# version, .clang-tidy, the compile command and every file the compiler read; scripts/tidy_record.py) is not
+# checked again; --every checks them all; --record rewrites tests/tidy_clean.txt after a clean run (commit it).
+#   scripts/tidy.sh [--all] [--every] [--record] [-j N] [-p BUILD_DIR]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="$(nproc)"
 BUILD="$ROOT/build"
-ALL=0
+ALL=0 EVERY=0 RECORD=0
+RECORD_FILE="$ROOT/tests/tidy_clean.txt"
 DIRS=(common proto rendezvous launcher diagnostics tools)
 while (($#)); do
   case "$1" in
     --all) ALL=1 ;;
+    --every) EVERY=1 ;;
+    --record) RECORD=1 ;;
     -j) JOBS="$2"; shift ;;
     -p) BUILD="$2"; shift ;;
-    *) echo "tidy.sh: unknown option '$1' (use --all, -j N or -p BUILD_DIR)" >&2; exit 2 ;;
+    *) echo "tidy.sh: unknown option '$1' (use --all, --every, --record, -j N or -p BUILD_DIR)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -38,5 +44,26 @@ if ((ALL)); then
 else
   mapfile -t -O "${#files[@]}" files < <(torch_free_trainer_sources)
 fi
-echo "tidy.sh: ${#files[@]} translation units"
-run-clang-tidy -quiet -p "$BUILD" -j "$JOBS" "${files[@]/#/$ROOT/}"
+# Each unit's key; the units to check are those whose key no clean run recorded.
+PYTHON=python3; [ -x "$ROOT/.venv/bin/python" ] && PYTHON="$ROOT/.venv/bin/python"
+mapfile -t keyed < <("$PYTHON" "$ROOT/scripts/tidy_record.py" keys "$BUILD" "$ROOT" "${files[@]}")
+declare -A clean=()
+if ((!EVERY)) && [ -f "$RECORD_FILE" ]; then
+  while read -r key; do [ -n "$key" ] && clean[$key]=1; done < <(grep -v '^#' "$RECORD_FILE")
+fi
+check=() keys=()
+for line in "${keyed[@]}"; do
+  file=${line% *} key=${line##* }
+  [ "$key" != - ] && keys+=("$key")
+  [ "$key" != - ] && [ -n "${clean[$key]:-}" ] && continue
+  check+=("$file")
+done
+echo "tidy.sh: ${#files[@]} translation units, $((${#files[@]} - ${#check[@]})) unchanged since a clean run (tests/tidy_clean.txt), ${#check[@]} to check"
+if ((${#check[@]})); then
+  run-clang-tidy -quiet -p "$BUILD" -j "$JOBS" "${check[@]/#/$ROOT/}"
+fi
+if ((RECORD)); then
+  { echo "# scripts/tidy.sh --record: keys of the translation units clang-tidy found clean (scripts/tidy_record.py)"
+    printf '%s\n' "${keys[@]}" | sort -u; } > "$RECORD_FILE"
+  echo "tidy.sh: recorded ${#keys[@]} clean units in $RECORD_FILE"
+fi
