@@ -1,6 +1,6 @@
 """What clang-tidy last found clean, so that lint.tidy checks only translation units whose inputs changed.
 
-A translation unit's key is a SHA-256 over everything clang-tidy reads for it: clang-tidy's version, the
+A translation unit's key is a SHA-256 over everything clang-tidy reads for it: clang-tidy's version line, the
 repository's .clang-tidy, the unit's compile command, and the path and content of every file the compiler read
 for it (ninja's dependency log: the source, our headers, the system's and LibTorch's). Paths inside the
 repository and the build folder are written relative to them, so that a clone elsewhere computes the same
@@ -53,7 +53,8 @@ def main():
     def portable(text):  # this clone's paths written relative to it
         return text.replace(build, "<build>").replace(root, "<root>")
 
-    version = subprocess.run(["clang-tidy", "--version"], capture_output=True, text=True).stdout
+    # The version line alone: the rest names this machine's CPU, which does not change what clang-tidy finds.
+    version = subprocess.run(["clang-tidy", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     head = hashlib.sha256((version + open(os.path.join(root, ".clang-tidy")).read()).encode()).hexdigest()
     commands = {os.path.realpath(os.path.join(e["directory"], e["file"])): e["command"]
                 for e in json.load(open(os.path.join(build, "compile_commands.json")))}
