@@ -46,7 +46,11 @@ else
 fi
 # Each unit's key; the units to check are those whose key no clean run recorded.
 PYTHON=python3; [ -x "$ROOT/.venv/bin/python" ] && PYTHON="$ROOT/.venv/bin/python"
-mapfile -t keyed < <("$PYTHON" "$ROOT/scripts/tidy_record.py" keys "$BUILD" "$ROOT" "${files[@]}")
+keys_out=$("$PYTHON" "$ROOT/scripts/tidy_record.py" keys "$BUILD" "$ROOT" "${files[@]}") ||
+  { echo "tidy.sh: scripts/tidy_record.py failed (above)" >&2; exit 2; }
+mapfile -t keyed <<< "$keys_out"
+((${#keyed[@]} == ${#files[@]})) ||
+  { echo "tidy.sh: ${#keyed[@]} keys for ${#files[@]} translation units (scripts/tidy_record.py)" >&2; exit 2; }
 declare -A clean=()
 if ((!EVERY)) && [ -f "$RECORD_FILE" ]; then
   while read -r key; do [ -n "$key" ] && clean[$key]=1; done < <(grep -v '^#' "$RECORD_FILE")
