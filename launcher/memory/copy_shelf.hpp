@@ -46,7 +46,7 @@ class CopyShelf {
   /// not the rank's newest committed one. Busy while another copy of the rank is in flight.
   LendResult lend(int rank, int64_t step);
   /// The lent `slot` now holds a complete copy of `step` (its header checked). Returns why not otherwise.
-  std::string seal(int rank, int slot, int64_t step);
+  [[nodiscard]] std::string seal(int rank, int slot, int64_t step);
   /// Every rank sealed `step`. A commit for a step no slot of the rank holds is a no-op.
   void commit(int rank, int64_t step);
   /// Every rank's copy of `step` reached its buddy: it stays until a newer step is durable.

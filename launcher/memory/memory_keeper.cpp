@@ -460,12 +460,12 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
     why = own_.at(rank)->slots[static_cast<size_t>(slot)]->check();
     if (why.empty() && (header.step != step || header.rank != rank)) why = "it holds another step or rank";
   }
+  if (why.empty()) why = shelf_.seal(rank, slot, step);
   if (!why.empty()) {
     shelf_.on_disconnect(rank);  // the lent slot: torn
     return "rank " + std::to_string(rank) + "'s copy of step " + std::to_string(step) + " from node " +
            std::to_string(from.node) + ": " + why;
   }
-  shelf_.seal(rank, slot, step);
   shelf_.commit(rank, step);
   shelf_.durable(rank, step);  // the step the run restarts from: kept until a newer one is on every buddy
   spdlog::info("memory: fetched rank {}'s copy of step {} from node {} ({})", rank, step, from.node, from.host);
