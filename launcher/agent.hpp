@@ -5,9 +5,14 @@
 //     a worker failed                        -> stop the rest, print the summary; restarts left?
 //                                                yes: report the failure, re-rendezvous, next attempt
 //                                                no:  leave, exit with that worker's code
-//     a worker hung (progress/, HangPolicy)  -> read its stack, stop the group, print the summary with the
-//                                                stack; then as a failure, reported with the cause "hung"
+//     others wait for a rank (progress/)    -> every node posts its ranks' records (hang/HangExchange) and
+//                                                judges them alike: a stuck culprit is hung (its agent reports
+//                                                it, every node prints the grouped stacks, then as a failure
+//                                                with the cause "hung"); a busy one is late (one line, judged
+//                                                again later; hung only past --hang-busy-timeout)
 //     heartbeat says "restart" (other node)  -> stop the group; restarts left? re-rendezvous : exit 1
+//     a spare (round full)                   -> wait, heartbeating, until a round takes it or the run ends
+//                                                (ended well: exit 0)
 //     heartbeat says "fail" (run failed)      -> stop the group, exit 1 with the daemon's reason
 //     keep_alive_max_attempt heartbeats fail  -> stop the group, exit 1 naming the endpoint (daemon gone)
 //     SIGINT/SIGTERM/SIGHUP/SIGQUIT          -> forward, grace period, SIGKILL, leave, exit 128+signal

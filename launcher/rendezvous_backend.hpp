@@ -44,7 +44,8 @@ class RendezvousBackend {
   /// The reports of the latest failing round, earliest first (empty when unreachable).
   virtual std::vector<proto::FailureReport> failures() = 0;
   /// Leaves the run; `attempt`: this node's last milestones (its final step account). Returns the run's goodput
-  /// ledger as the node leaves, when the backend keeps one (the daemon does; etcd does not yet).
+  /// ledger as the node leaves: the daemon's for the whole run; under etcd, the one this agent kept as its node
+  /// saw the run (docs/daemon.md#the-goodput-ledger).
   virtual std::optional<proto::GoodputReport> leave(const std::string& reason, bool ok,
                                                     const proto::AttemptMilestones& attempt) = 0;
   /// After this node succeeded: returns once no other node needs this one any more (it serves their
