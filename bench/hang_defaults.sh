@@ -37,13 +37,19 @@ run_job() {
   fi
   local t0 t1 rc
   t0=$(date +%s.%N)
+  # At the cap, the launcher and every worker of the job: torchrun killed alone leaves its workers running,
+  # holding the log's pipe open.
+  local args=("$JOB" "$(row_of "$row")" "$(seconds_of "$row")" "$out/out")
+  (sleep "$CAP"; pkill -KILL -f "${args[*]}") &
+  local cap_pid=$!
   set -o pipefail
-  PATH="$VENV_BIN:$PATH" timeout -s KILL "$CAP" "${cmd[@]}" "$JOB" "$(row_of "$row")" "$(seconds_of "$row")" "$out/out" 2>&1 |
+  PATH="$VENV_BIN:$PATH" "${cmd[@]}" "${args[@]}" 2>&1 |
     while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done > "$out/log"
   rc=$?
   set +o pipefail
   t1=$(date +%s.%N)
-  pkill -KILL -f "$JOB $(row_of "$row") " 2> /dev/null  # whatever torchrun left behind at the cap
+  kill "$cap_pid" 2> /dev/null
+  pkill -KILL -f "${args[*]}" 2> /dev/null  # whatever is left
   local fault late hang outcome
   fault=$(cat "$out/out/fault" 2> /dev/null)
   late=$(grep -m1 " meshrun: .* is late: " "$out/log" | cut -d' ' -f1)
