@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "launcher/progress/stall_rule.hpp"
+
 namespace meshrun::launcher {
 namespace {
 
@@ -41,14 +43,9 @@ void CollectiveAccountant::on_status(const std::map<std::string, int64_t>& compl
     return;
   }
   const double gap = seconds(now - *mark_);
-  const auto rhythm = rhythm_s();
-  const double usual = rhythm.value_or(gap);
-  if (rhythm && gap > kStallFactor * usual + kStallSlackS) {
-    totals_.productive_s += usual;
-    totals_.stall_s += gap - usual;
-  } else {
-    totals_.productive_s += gap;
-  }
+  const StallSplit split = split_stall(gap, rhythm_s().value_or(0));
+  totals_.productive_s += split.work_s;
+  totals_.stall_s += split.stall_s;
   totals_.steps += moved[busiest_];
   gaps_s_.push_back(gap);
   if (gaps_s_.size() > kWindow) gaps_s_.pop_front();

@@ -1,8 +1,8 @@
 // CollectiveAccountant: how one rank of a script that beats no steps spends its attempt (proto::StepAccount),
 // read from its collectives alone (meshrun's hook reports each process group's completed count every 0.5 s).
 // The busiest group's completions set the job's rhythm: the median time between the reports that show some
-// completed. At that rhythm the time is productive; a gap far longer than the rhythm (kStallFactor times it,
-// and kStallSlackS more) is a stall, less its usual part: a save or an evaluation the others waited out, a data
+// completed. At that rhythm the time is productive; a gap far longer than the rhythm is a stall (stall_rule.hpp),
+// less its usual part: a save or an evaluation the others waited out, a data
 // wait, a hang before its verdict. The account starts at the rank's second completed collective (the first
 // after the one that set the job up, as the attempt clock dates a first step), dated halfway between the report
 // that shows it and the one before.
@@ -23,9 +23,6 @@ namespace meshrun::launcher {
 class CollectiveAccountant {
  public:
   using Clock = std::chrono::steady_clock;
-  /// A gap is a stall beyond kStallFactor x the rhythm plus kStallSlackS: a step twice as long as usual is not.
-  static constexpr double kStallFactor = 3;
-  static constexpr double kStallSlackS = 1;
   /// How often the hook reports (at most what the account's start is dated back).
   static constexpr std::chrono::milliseconds kReportEvery{500};
   /// Gaps kept for the rhythm's median.

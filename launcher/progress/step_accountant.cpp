@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "launcher/progress/stall_rule.hpp"
+
 namespace meshrun::launcher {
 namespace {
 
@@ -39,12 +41,10 @@ void StepAccountant::on_beat(const proto::Beat& beat, Clock::time_point now, std
   }
   // A train interval far longer than its steps usually take is a stall (a wait the script named no phase for):
   // the steps get their usual time, the stall the rest.
-  if (median_step_s && *median_step_s > 0) {
-    const double usual = *median_step_s * static_cast<double>(beat.step - step_);
-    if (steps_seconds > kStallFactor * usual + kStallSlackS) {
-      totals_.stall_s += steps_seconds - usual;
-      steps_seconds = usual;
-    }
+  if (median_step_s) {
+    const StallSplit split = split_stall(steps_seconds, *median_step_s * static_cast<double>(beat.step - step_));
+    totals_.stall_s += split.stall_s;
+    steps_seconds = split.work_s;
   }
   add_steps(step_, beat.step, steps_seconds);
   step_ = beat.step;

@@ -8,8 +8,8 @@
 //                 after the phase).
 // Beats before the first step (meshrun-trainer's "load", "ready") belong to the restart's ledger, not here.
 // A fault inside a phase counts as that phase until the fault: a save that hangs looks like a long save.
-// A train interval far longer than the steps it covers usually take (kStallFactor x, plus kStallSlackS) is a
-// stall: the steps get their usual time, the rest is badput (the same rule CollectiveAccountant applies).
+// A train interval far longer than the steps it covers usually take is a stall (stall_rule.hpp): the steps get
+// their usual time, the rest is badput.
 #pragma once
 
 #include <chrono>
@@ -24,8 +24,6 @@ namespace meshrun::launcher {
 class StepAccountant {
  public:
   using Clock = std::chrono::steady_clock;
-  static constexpr double kStallFactor = 3;
-  static constexpr double kStallSlackS = 1;
 
   /// `steps_done`: the highest step the run finished before this attempt (-1: none).
   explicit StepAccountant(int64_t steps_done = -1) : steps_done_(steps_done) {}
