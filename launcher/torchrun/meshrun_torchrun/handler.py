@@ -7,11 +7,11 @@ package, and two things torch's handler does not do:
   - a fresh store for the workers in every round. Workers do not use the etcd store: torch gives them a
     TCPStore served by the agent of node rank 0 (MASTER_ADDR/MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True)
     and, in torch 2.15, do not prefix their keys per attempt, counting on "a new TCPStore for every retry"
-    (torch/distributed/rendezvous.py). torch's handler builds that server once, in the first round, and hands the same address
-    to every later round: a restarted attempt reads the Gloo addresses the failed one left
-    (docs/daemon.md, "torchrun's own agent"), and when node rank 0 is lost the survivors are sent to a
-    store that is gone. Here, the handler's cached server and address are dropped before every round, so
-    node rank 0 of each round serves a new server and publishes it in that round's keys. (When a torch
+    (torch/distributed/rendezvous.py). torch's handler builds that server once, in the first round, and
+    hands the same address to every later round: a restarted attempt reads the Gloo addresses the failed
+    one left (docs/daemon.md, "torchrun's own agent"), and when node rank 0 is lost the survivors are sent
+    to a store that is gone. Here, the handler's cached server and address are dropped before every round,
+    so node rank 0 of each round serves a new server and publishes it in that round's keys. (When a torch
     version lacks those two attributes, torch's own behaviour is kept.)
 """
 from __future__ import annotations
