@@ -4,8 +4,10 @@
 # also sees the torch of .venv (a .pth file, so nothing is downloaded), and from that venv's bin/:
 # `meshrun --version` says the project version, `meshrun --standalone --nproc-per-node 2` runs a real
 # PyTorch DDP job (ddp_job.py asserts the averaged gradients and an all_reduce), man finds the page through
-# PATH, and the installed meshrun-rendezvous serves torch.distributed.TCPStore clients. Prints the time from
-# `pip install` to the job's end.
+# PATH, the installed meshrun-rendezvous serves torch.distributed.TCPStore clients, and stock torchrun (the
+# venv's `python -m torch.distributed.run`) finds `--rdzv-backend etcd-v3` in the wheel through its
+# torchrun.handlers entry point: two agents run the DDP job through a real etcd (Debian's etcd-server) and
+# leave no key in it. Prints the time from `pip install` to the job's end.
 #   wheel_test.sh DIST_DIR VERSION PYTHON    (PYTHON: .venv's, with torch and auditwheel)
 set -euo pipefail
 DIST="$1" VERSION="$2" PYTHON="$3"
@@ -14,11 +16,16 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # shellcheck source=../support/skip.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
 WORK="$(mktemp -d)"
-DAEMON_PID=""
-cleanup() { [ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null; rm -rf "$WORK"; }
+DAEMON_PID="" ETCD_PID=""
+cleanup() {
+  [ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null
+  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null && wait "$ETCD_PID" 2>/dev/null
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 "$PYTHON" -c 'import torch, auditwheel' 2>/dev/null || fail "$PYTHON lacks torch or auditwheel: run scripts/setup.sh"
+[ -x /usr/bin/etcd ] || fail "/usr/bin/etcd is missing: install etcd-server (scripts/setup.sh does)"
 shopt -s nullglob
 wheels=("$DIST"/meshrun-"$VERSION"-*.whl)
 [ "${#wheels[@]}" -eq 1 ] || fail "expected one meshrun-$VERSION wheel in $DIST, found ${#wheels[@]} (run scripts/build_packages.sh)"
@@ -39,6 +46,11 @@ wheel = zipfile.ZipFile(sys.argv[1])
 metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
 requires = [l for l in wheel.read(metadata).decode().splitlines() if l.startswith("Requires-Dist")]
 assert not requires, f"the wheel requires {requires}: it must need nothing (no torch)"
+names = wheel.namelist()
+for module in ("plugin", "handler", "etcd_client", "rendezvous_backend", "store", "run_session", "options"):
+    assert f"meshrun_torchrun/{module}.py" in names, f"the wheel lacks meshrun_torchrun/{module}.py"
+points = wheel.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+assert "[torchrun.handlers]" in points and "etcd-v3 = meshrun_torchrun.plugin:handler_creator" in points, points
 PY
 
 # --- a fresh venv that imports .venv's torch through a .pth file ---
@@ -112,7 +124,44 @@ assert b.check(["packaging/key"]) and not b.check(["packaging/absent"])
 print(f"TCPStore: set/get/add/check against the installed meshrun-rendezvous on port {port}")
 PY
 
+# --- stock torchrun with --rdzv-backend etcd-v3, the handler in the wheel, through a real etcd ---
+read -r etcd_port peer_port < <("$PYTHON" -c 'import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
+/usr/bin/etcd --name wheel --data-dir "$WORK/etcd" \
+  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+  --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+  --initial-cluster "wheel=http://127.0.0.1:$peer_port" >"$WORK/etcd.log" 2>&1 &
+ETCD_PID=$!
+for _ in $(seq 100); do curl -sf --max-time 1 "http://127.0.0.1:$etcd_port/health" >/dev/null && break; sleep 0.1; done
+curl -sf --max-time 1 "http://127.0.0.1:$etcd_port/health" >/dev/null || fail "etcd did not start: $(tail -5 "$WORK/etcd.log")"
+mkdir "$WORK/out-etcd"
+agents=()
+for node in 0 1; do
+  (cd "$WORK" && PATH="$bin:$PATH" python -m torch.distributed.run --nnodes 2 --nproc-per-node 1 \
+     --rdzv-backend etcd-v3 --rdzv-endpoint "127.0.0.1:$etcd_port" --rdzv-id wheel --local-addr 127.0.0.1 \
+     "$HERE/ddp_job.py" "$WORK/out-etcd" >"$WORK/torchrun$node.log" 2>&1) &
+  agents+=($!)
+done
+for node in 0 1; do
+  wait "${agents[$node]}" || fail "torchrun --rdzv-backend etcd-v3 (agent $node) exited $?: $(tail -20 "$WORK/torchrun$node.log")"
+done
+"$PYTHON" - "$WORK/out-etcd" "$WORK/venv" <<'PY'
+import json, os, sys
+out, venv = sys.argv[1], sys.argv[2]
+for r in range(2):
+    seen = json.load(open(os.path.join(out, f"rank{r}.json")))
+    assert seen["rank"] == r and seen["world"] == 2 and seen["local_rank"] == 0, seen
+    assert seen["grad"] == [3.0] * 4 and seen["all_reduce"] == 3.0, seen
+    assert os.path.realpath(seen["prefix"]) == os.path.realpath(venv), f"rank {r} ran under {seen['prefix']}"
+PY
+left="$(curl -s -X POST "http://127.0.0.1:$etcd_port/v3/kv/range" -d '{"key":"AA==","range_end":"AA==","count_only":true}')"
+[[ "$left" != *'"count"'* ]] || fail "the torchrun job left keys in etcd: $left"
+echo "torchrun --rdzv-backend etcd-v3 (the wheel's handler): 2 agents, DDP job done, no key left in etcd $("/usr/bin/etcd" --version | head -1 | cut -d' ' -f3)"
+
 "$WORK/venv/bin/python" -m pip uninstall -y -q meshrun
 [ ! -e "$bin/meshrun" ] && [ ! -e "$WORK/venv/share/man/man1/meshrun.1.gz" ] || fail "pip uninstall left meshrun's files behind"
+[ ! -e "$venv_site/meshrun_torchrun" ] || fail "pip uninstall left $venv_site/meshrun_torchrun behind"
 [ -z "$man_missing" ] || skip_or_fail "man is not installed (apt-get install man-db; scripts/setup.sh does): man cannot find the page"
 echo "1 passed, 0 failed"
