@@ -26,6 +26,7 @@
 #include "launcher/signal_set.hpp"
 #include "launcher/workers/job_token.hpp"
 #include "launcher/workers/orphan_watchdog.hpp"
+#include "launcher/workers/standby_pool.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_group.hpp"
 #include "proto/join_auth.hpp"
@@ -57,12 +58,33 @@ constexpr Ms kLateRecheck{30000};
 // After an inquiry found the suspected wait over, the hook's next report (every 0.5 s) has caught up by then.
 constexpr Ms kResolvedQuiet{2000};
 constexpr Ms kLateRepeat{300000};
+// Standbys start at an attempt's first step, or this long after its workers started when it has none yet: until
+// then the workers' own start-up (their imports) has the cores.
+constexpr Ms kStandbyDelay{10000};
+constexpr Ms kStandbyCheckEvery{1000};
 
 std::string temp_folder(const std::string& prefix) {
   const char* tmp = std::getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) throw Error("cannot create a temporary folder " + templ + " (set TMPDIR)");
   return templ;
+}
+
+// "round 1: local ranks 0-1 started from standby workers": the restarts that skipped a fresh interpreter.
+void say_standby_starts(const WorkerGroup& group) {
+  std::vector<int> ranks;
+  for (const auto& w : group.workers()) {
+    if (w.from_standby) ranks.push_back(w.local_rank);
+  }
+  if (ranks.empty()) return;
+  std::string text = "round " + std::to_string(group.attempt()) + ": local rank";
+  text += ranks.size() > 1 ? "s " : " ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) text += ',';
+    text += std::to_string(ranks[i]);
+  }
+  text += " started from standby workers (their interpreter and imports were ready)";
+  say(text);
 }
 
 // Every mark this node's attempt reached, its step account included, as ages at `now`.
@@ -116,6 +138,10 @@ int Agent::run() {
                       rdzv.hostname(), options_.rdzv_conf.token);
   memory_socket_ = memory.socket_path();
   memory_ = &memory;
+  std::optional<StandbyPool> standbys = make_standbys();
+  standbys_ = standbys ? &*standbys : nullptr;
+  // A hot spare waits with nothing to run: its standbys are what the round that takes it starts from.
+  if (standbys_ != nullptr) rdzv.on_spare([this] { standbys_->fill([this](int lr) { return standby_env(lr); }); });
   for (;;) {
     std::optional<proto::Assignment> assignment;
     try {
@@ -137,7 +163,20 @@ int Agent::run() {
       group_rank_ = assignment->group_rank;
       group_world_size_ = assignment->group_world_size;
       memory.begin_attempt(memory_attempt(*assignment));
-      WorkerGroup group(group_spec(*assignment, rdzv, progress));
+      const GroupSpec spec = group_spec(*assignment, rdzv, progress);
+      settings_ = spec.settings;
+      // A standby still importing is waited for (never longer than a fresh worker's start): beat meanwhile.
+      std::optional<HeartbeatKeeper> beating;
+      if (standbys_ != nullptr)
+        beating.emplace(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s),
+                        progress.summaries(std::chrono::steady_clock::now()));
+      WorkerGroup group(spec);
+      beating.reset();
+      say_standby_starts(group);
+      if (pending_root_cause_) {  // the last attempt's, named once this one's workers are running
+        print_root_cause(rdzv, pending_root_cause_->round, pending_root_cause_->result);
+        pending_root_cause_.reset();
+      }
       HangExchange exchange(
           Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
           assignment->round, assignment->group_rank, assignment->group_world_size);
@@ -153,8 +192,12 @@ int Agent::run() {
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
-    if (assignment->group_world_size > 1) print_root_cause(rdzv, assignment->round, result);
+    // The job's first failure across nodes is named after a settle time for late reports; a restart does not wait
+    // for it: it is named once the next attempt's workers run.
+    const bool several = assignment->group_world_size > 1;
+    if (several && !restarts(result)) print_root_cause(rdzv, assignment->round, result);
     if (const auto exit_code = conclude(result, rdzv)) return *exit_code;
+    if (several) pending_root_cause_ = PendingRootCause{assignment->round, result};
   }
 }
 
@@ -210,6 +253,49 @@ void Agent::make_log_root(const std::string& run_id) {
   }
 }
 
+std::optional<StandbyPool> Agent::make_standbys() const {
+  if (!options_.standby) return std::nullopt;
+  if (const auto refusal = StandbyPool::refusal(command_)) {
+    if (options_.max_restarts > 0) say("no standby workers: " + *refusal + "; restarts start them afresh");
+    return std::nullopt;
+  }
+  // torch._dynamo is what DDP, FSDP and torch.compile import on first use (about as long as torch itself).
+  std::vector<std::string> modules{"torch", "torch._dynamo"};
+  for (const auto& m : options_.preload) {
+    if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
+  }
+  return std::make_optional<StandbyPool>(StandbySettings{.command = command_,
+                                                         .modules = std::move(modules),
+                                                         .folder = progress_root_ + "/standby",
+                                                         .local_world_size = options_.nproc_per_node,
+                                                         .child_sigmask = signals_.original_mask()});
+}
+
+std::vector<std::string> Agent::standby_env(int local_rank) const {
+  AttemptSettings settings;
+  if (settings_) {
+    settings = *settings_;
+  } else {  // a spare before its first round: what is known of every round
+    settings.local_world_size = options_.nproc_per_node;
+    settings.job_token = job_token_;
+    settings.memory_socket = memory_socket_;
+  }
+  WorkerSlot slot;
+  slot.local_rank = local_rank;
+  return WorkerEnvironment(base_env_, std::move(settings)).for_worker(slot);
+}
+
+void Agent::keep_standbys(const AttemptClock& attempt) {
+  const auto now = std::chrono::steady_clock::now();
+  if (standbys_ == nullptr || now < next_standby_check_) return;
+  next_standby_check_ = now + kStandbyCheckEvery;
+  standbys_->poll();
+  if (restarts_used_ >= options_.max_restarts) return;  // no restart can come: nothing would take them
+  const proto::AttemptMilestones m = attempt.milestones(now);
+  if (m.first_step_age_s < 0 && m.spawned_age_s * 1000 < static_cast<double>(kStandbyDelay.count())) return;
+  standbys_->fill([this](int lr) { return standby_env(lr); });
+}
+
 void Agent::make_progress_root() {
   progress_root_ = temp_folder("meshrun-progress-");
   if (options_.progress.mode == HangPolicy::Mode::kOff) return;  // no hang detection: workers see no hook
@@ -261,6 +347,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
   spec.hostname = rdzv.hostname();
   spec.child_sigmask = signals_.original_mask();
   spec.progress_sockets = progress.socket_paths();
+  spec.standbys = standbys_;
   return spec;
 }
 
@@ -276,6 +363,7 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
     const auto signals = group.wait(signals_, std::min(monitor, until_beat), progress.fds());
     progress.drain(Clock::now());
     if (!attempt.settled()) attempt.observe(progress.summaries(Clock::now()), Clock::now());
+    keep_standbys(attempt);
     if (auto r = on_signals(group, signals, rdzv)) return *r;
     if (auto r = on_worker_exits(group, rdzv)) return *r;
     if (Clock::now() >= next_hang_check) {
@@ -615,6 +703,17 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, int64_t round, const Attem
     std::this_thread::sleep_for(Ms(50));
   }
   std::fputs(format_root_cause(failures).c_str(), stderr);
+}
+
+bool Agent::restarts(const AttemptResult& result) const {
+  using Kind = AttemptResult::Kind;
+  switch (result.kind) {
+    case Kind::kScaleUp: return true;
+    case Kind::kWorkerFailed:
+    case Kind::kWorkerHung:
+    case Kind::kRemoteRestart: return restarts_used_ < options_.max_restarts;
+    default: return false;
+  }
 }
 
 std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBackend& rdzv) {

@@ -28,6 +28,7 @@
 
 #include "launcher/cli/options.hpp"
 #include "launcher/workers/worker_command.hpp"
+#include "launcher/workers/worker_env.hpp"
 #include "proto/hang_request.hpp"
 #include "proto/rendezvous_messages.hpp"
 
@@ -44,6 +45,7 @@ class HangExchange;
 struct HangVerdict;
 class ProgressMonitor;
 class SignalSet;
+class StandbyPool;
 class WorkerGroup;
 struct GroupSpec;
 struct MemoryAttempt;
@@ -86,6 +88,13 @@ class Agent {
 
   void make_log_root(const std::string& run_id);
   void make_progress_root();
+  /// The standby workers, unless --no-standby or the workers are not Python (said once where restarts may come).
+  std::optional<StandbyPool> make_standbys() const;
+  /// Starts the standbys a restart would take, once this attempt no longer needs the cores to start (its first
+  /// step, or kStandbyDelay), and only while a restart may still come.
+  void keep_standbys(const AttemptClock& attempt);
+  /// The environment a standby starts with: its worker's, for the attempt settings known now.
+  std::vector<std::string> standby_env(int local_rank) const;
   GroupSpec group_spec(const proto::Assignment& assignment, const RendezvousBackend& rdzv,
                        const ProgressMonitor& progress) const;
   /// What the memory keeper needs of a round: its store, this node's place and address.
@@ -122,6 +131,8 @@ class Agent {
   void print_root_cause(RendezvousBackend& rdzv, int64_t round, const AttemptResult& result);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
   std::optional<int> conclude(const AttemptResult& result, RendezvousBackend& rdzv);
+  /// Whether conclude() will take the agent to the next round.
+  bool restarts(const AttemptResult& result) const;
 
   const LaunchOptions& options_;
   WorkerCommand command_;
@@ -138,6 +149,9 @@ class Agent {
   std::string progress_root_;  // the workers' progress sockets (short path: a socket name is <108 bytes)
   std::string hook_dir_;       // meshrun's Python hook (empty: --hang-timeout off)
   const ProgressMonitor* progress_ = nullptr;
+  StandbyPool* standbys_ = nullptr;          // owned by run(); nullptr when off
+  std::optional<AttemptSettings> settings_;  // the current attempt's (standby_env)
+  std::chrono::steady_clock::time_point next_standby_check_{};
   int group_rank_ = 0;                // this node in the current attempt
   int group_world_size_ = 1;          // the attempt's, for the heartbeats sent while stopping
   std::vector<int> straggler_ranks_;  // as last reported by the daemon
@@ -145,8 +159,13 @@ class Agent {
     std::string subject;  // the late ranks and the collective (a new subject is said at once)
     std::chrono::steady_clock::time_point at{};
   };
-  LateSaid late_said_;                     // the last late line printed
-  int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
+  LateSaid late_said_;            // the last late line printed
+  int64_t recovery_printed_ = 0;  // the last round whose recovery ledger was printed
+  struct PendingRootCause {
+    int64_t round = 0;
+    AttemptResult result;
+  };
+  std::optional<PendingRootCause> pending_root_cause_;  // a failed attempt's, named once the next one runs
   proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
   std::chrono::steady_clock::time_point last_attempt_at_{};  // ... as ages at this moment
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,

@@ -195,6 +195,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
     if (check_signals()) return std::nullopt;
     // A spare says so once (it may wait for hours); a joiner reports its progress every few seconds.
     const bool note = reply.spare ? !told_spare : std::chrono::steady_clock::now() >= next_note;
+    if (reply.spare && !told_spare) became_spare();
     told_spare = reply.spare;
     if (note) {
       std::fprintf(stderr, "meshrun: %s\n", describe_waiting(reply).c_str());

@@ -3,6 +3,7 @@
 //   EtcdRendezvous (etcd-v3)       an etcd cluster; the agent of node rank 0 serves the workers' store
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,17 @@ class RendezvousBackend {
   /// (MESHRUN_RDZV_ENDPOINT, and messages).
   virtual std::string endpoint_text() const = 0;
   virtual const std::string& hostname() const = 0;
+
+  /// `hook` runs when join() learns that this node waits as a hot spare (once per wait); nullptr clears it.
+  void on_spare(std::function<void()> hook) { spare_hook_ = std::move(hook); }
+
+ protected:
+  void became_spare() const {
+    if (spare_hook_) spare_hook_();
+  }
+
+ private:
+  std::function<void()> spare_hook_;
 };
 
 }  // namespace meshrun::launcher

@@ -446,6 +446,8 @@ struct RawFlags {
   std::string hang_timeout = "auto", hang_busy_timeout = "off";
   std::optional<double> shutdown_timeout;
   bool no_evict = false;
+  bool no_standby = false;
+  std::string preload;
 };
 
 // The options whose presence matters (PET_* variables count as given, as in torchrun).
@@ -581,6 +583,13 @@ void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
                   "or hung here or elsewhere): the workers' peers are gone, so nothing collective can finish. At "
                   "most --shutdown-timeout, which signals, ends and scale-ups keep")
       ->default_str("3");
+  app_.add_flag("--no-standby", raw.no_standby,
+                "Start every worker as a fresh interpreter: by default, a job that may restart keeps one standby "
+                "Python per local rank with torch imported, and a restart's workers start from them "
+                "(docs/multi-node.md#standby-workers)");
+  app_.add_option(
+      "--preload", raw.preload,
+      "Comma-separated modules the standby workers import besides torch and torch._dynamo (e.g. transformers)");
   app_.add_flag("--no-evict", raw.no_evict,
                 "Keep a hang verdict's suspect node in the job: by default it makes way for a hot spare when one "
                 "waits (docs/multi-node.md#hot-spares)");
@@ -727,11 +736,32 @@ void convert_shutdown_timeouts(const RawFlags& raw, const EnvLookup& env, Launch
   if (o.fault_stop_timeout_s < 0) throw UsageError("--fault-stop-timeout must not be negative");
 }
 
+// --preload: dotted Python module names, comma-separated.
+std::vector<std::string> parse_preload(const std::string& text) {
+  std::vector<std::string> modules;
+  for (const auto& item : split(text, ',')) {
+    const std::string module = trim(item);
+    if (module.empty()) continue;
+    const bool valid = std::all_of(module.begin(), module.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.';
+    });
+    if (!valid || module.front() == '.' || module.back() == '.' ||
+        std::isdigit(static_cast<unsigned char>(module.front())) != 0) {
+      throw UsageError("--preload '" + text + "': '" + module +
+                       "' is not a module name (dotted Python identifiers, comma-separated)");
+    }
+    modules.push_back(module);
+  }
+  return modules;
+}
+
 void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOptions& o) {
   o.signals_to_handle = raw.signals.empty() ? default_forwarded_signals() : parse_signal_list(raw.signals);
   if (!raw.signals.empty()) o.signals_to_handle_text = raw.signals;  // torchrun passes its flag on as given
   convert_shutdown_timeouts(raw, env, o);
   o.evict_suspects = !raw.no_evict;
+  o.standby = !raw.no_standby;
+  o.preload = parse_preload(raw.preload);
   parse_hang_timeout(raw.hang_timeout, o.progress);
   o.progress.busy_timeout_s = parse_busy_timeout(raw.hang_busy_timeout);
   require_positive(o.progress.floor_s, "--hang-floor");

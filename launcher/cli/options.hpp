@@ -87,6 +87,8 @@ struct LaunchOptions {
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
   double fault_stop_timeout_s = 3;       // ... when a fault stops them (capped by shutdown_timeout_s)
   bool evict_suspects = true;            // a hang verdict's suspect node makes way for a spare (--no-evict)
+  bool standby = true;                   // keep standby workers for restarts (--no-standby)
+  std::vector<std::string> preload;      // modules a standby imports besides torch (--preload)
   HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
   bool virtual_local_rank = false;       // LOCAL_RANK=0 and one CUDA device per worker

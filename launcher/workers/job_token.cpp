@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -58,12 +59,18 @@ std::vector<pid_t> processes_with_token(const std::string& token) {
   return found;
 }
 
-size_t kill_processes_with_token(const std::string& token, std::chrono::milliseconds limit) {
+size_t kill_processes_with_token(const std::string& token, std::chrono::milliseconds limit,
+                                 const std::vector<pid_t>& spared) {
   std::set<pid_t> killed;
   const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto scan = [&] {
+    auto found = processes_with_token(token);
+    std::erase_if(found, [&](pid_t pid) { return std::find(spared.begin(), spared.end(), pid) != spared.end(); });
+    return found;
+  };
   // Until a scan finds none: new ones (a parent forking as it dies) and the killed ones still exiting. A
   // zombie's environment reads empty, so one that died but is not reaped yet no longer counts.
-  for (auto found = processes_with_token(token); !found.empty(); found = processes_with_token(token)) {
+  for (auto found = scan(); !found.empty(); found = scan()) {
     for (pid_t pid : found) {
       ::kill(pid, SIGKILL);
       killed.insert(pid);

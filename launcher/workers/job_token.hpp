@@ -23,7 +23,9 @@ std::string make_job_token();
 std::vector<pid_t> processes_with_token(const std::string& token);
 
 /// SIGKILLs them until none is left (new ones a dying parent forked, and the killed ones until they are
-/// gone), for up to `limit`. Returns how many it killed.
-size_t kill_processes_with_token(const std::string& token, std::chrono::milliseconds limit);
+/// gone), for up to `limit`, sparing `spared` (standby workers, which carry the token before they are workers).
+/// Returns how many it killed.
+size_t kill_processes_with_token(const std::string& token, std::chrono::milliseconds limit,
+                                 const std::vector<pid_t>& spared = {});
 
 }  // namespace meshrun::launcher

@@ -68,6 +68,7 @@ WorkerCommand build_worker_command(const LaunchOptions& o, const std::string& pa
     }
     cmd.executable = *found;
   }
+  if (python) cmd.python = PythonRun{.flags = {"-u"}, .module = o.module, .target = o.entrypoint, .args = o.args};
   cmd.argv.push_back(o.entrypoint);
   cmd.argv.insert(cmd.argv.end(), o.args.begin(), o.args.end());
   return cmd;

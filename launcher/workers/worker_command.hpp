@@ -18,9 +18,18 @@ class EntrypointError : public UsageError {
   int exit_code() const noexcept override { return 127; }
 };
 
+/// What a Python worker runs, as its argv spells it: `python FLAGS [-m] TARGET ARGS...`.
+struct PythonRun {
+  std::vector<std::string> flags;  // the interpreter's own ("-u")
+  bool module = false;             // -m TARGET
+  std::string target;              // the script's path as given, or the module's name
+  std::vector<std::string> args;
+};
+
 struct WorkerCommand {
-  std::string executable;         // path handed to execve
-  std::vector<std::string> argv;  // argv[0] included
+  std::string executable;           // path handed to execve
+  std::vector<std::string> argv;    // argv[0] included
+  std::optional<PythonRun> python;  // set when the worker is a Python interpreter meshrun runs the script under
 };
 
 /// .py entrypoints, -m and --run-path run under `<python> -u`; --no-python and anything else run directly.

@@ -12,6 +12,7 @@
 
 #include "launcher/signal_set.hpp"
 #include "launcher/workers/job_token.hpp"
+#include "launcher/workers/standby_pool.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -135,6 +136,13 @@ void start_worker(const GroupStart& g, Worker& w) {
   UniqueFd child_out, child_err;
   plan_stream(g, w, 1, prefix, child_out, s.stdout_fd);
   plan_stream(g, w, 2, prefix, child_err, s.stderr_fd);
+  if (spec.standbys != nullptr) {
+    if (auto standby = spec.standbys->take(lr, s)) {
+      w.process.emplace(std::move(*standby));
+      w.from_standby = true;
+      return;
+    }
+  }
   w.process.emplace(WorkerProcess::spawn(s));
 }
 
@@ -145,7 +153,8 @@ WorkerGroup::WorkerGroup(const GroupSpec& spec)
       attempt_dir_(spec.attempt_dir),
       role_(spec.settings.role),
       hostname_(spec.hostname),
-      job_token_(spec.settings.job_token) {
+      job_token_(spec.settings.job_token),
+      standbys_(spec.standbys) {
   const GroupStart start(spec);
   workers_.resize(static_cast<size_t>(spec.settings.local_world_size));
   try {
@@ -262,7 +271,10 @@ void WorkerGroup::finish() {
     if (was_running) w.exit_time = std::chrono::system_clock::now();
   }
   // What the workers spawned and left (a setsid'd child outside their process groups, a daemon).
-  if (!job_token_.empty()) kill_processes_with_token(job_token_, kLeftoverSweep);
+  if (!job_token_.empty()) {
+    kill_processes_with_token(job_token_, kLeftoverSweep,
+                              standbys_ != nullptr ? standbys_->pids() : std::vector<pid_t>{});
+  }
   // The pipes have no writers left: read what remains.
   for (size_t i = 0; i < workers_.size(); ++i) {
     drain_output(i);

@@ -27,6 +27,7 @@
 namespace meshrun::launcher {
 
 class SignalSet;
+class StandbyPool;
 
 /// Everything needed to start one attempt's workers.
 struct GroupSpec {
@@ -47,6 +48,7 @@ struct GroupSpec {
   // <attempt_dir>/filtered_stdout.log / filtered_stderr.log (empty: no file).
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
+  StandbyPool* standbys = nullptr;  // warm interpreters to start the workers from (nullptr: none)
 };
 
 struct Worker {
@@ -60,6 +62,7 @@ struct Worker {
   std::unique_ptr<OutputPump> out;
   std::unique_ptr<OutputPump> err;
   std::chrono::system_clock::time_point exit_time;
+  bool from_standby = false;  // a standby became this worker (launcher/workers/)
 };
 
 class WorkerGroup {
@@ -105,7 +108,8 @@ class WorkerGroup {
   std::string attempt_dir_;
   std::string role_;
   std::string hostname_;
-  std::string job_token_;  // what the workers' leftovers carry (job_token.hpp)
+  std::string job_token_;            // what the workers' leftovers carry (job_token.hpp)
+  StandbyPool* standbys_ = nullptr;  // their pids carry the token too, and are spared
   bool finished_ = false;
 };
 

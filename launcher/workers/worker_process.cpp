@@ -81,8 +81,9 @@ WorkerProcess WorkerProcess::spawn(const SpawnSpec& spec) {
     if (stdin_fd >= 0) child_dup(stdin_fd, 0);
     child_dup(spec.stdout_fd, 1);
     child_dup(spec.stderr_fd, 2);
+    if (spec.control_fd >= 0) child_dup(spec.control_fd, 3);
     // Nothing else of the launcher's (daemon sockets, other workers' pipes) leaks into the worker.
-    ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    ::syscall(SYS_close_range, spec.control_fd >= 0 ? 4U : 3U, ~0U, CLOSE_RANGE_CLOEXEC);
     ::execve(spec.executable.c_str(), argv.data(), envp.data());
     child_fail(report[1]);
   }

@@ -52,6 +52,7 @@ struct SpawnSpec {
   int stdout_fd = 1;
   int stderr_fd = 2;
   sigset_t child_sigmask{};  // the mask the worker starts with (the launcher's original one)
+  int control_fd = -1;       // >= 0: also given to the child, as fd 3 (a standby's socket to its agent)
 };
 
 class WorkerProcess {
