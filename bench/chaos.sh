@@ -1,8 +1,9 @@
 #!/bin/bash
 # Chaos: a fault of a random kind every EVERY seconds for DURATION seconds against one meshrun job, then
-# the job's goodput ledger (docs/daemon.md#the-goodput-ledger) beside an independent stopwatch of its
-# productive time, computed from the job's own log (bench/chaos_job.py: every step's and checkpoint's end,
-# by the job's clock). Root; network namespaces; not part of ctest.
+# the job's goodput ledger (docs/daemon.md#the-goodput-ledger) beside the job's own timing of its work
+# (bench/chaos_job.py times every step's start and end; each step counts once, the first time it is done, as
+# redone steps are work lost). BEATS=0 runs the job without beats (the ledger then times it by its
+# collectives). Root; network namespaces; not part of ctest.
 #   nodes:  a standalone meshrun-rendezvous on node 4; agents on nodes 0-3 with --nnodes 2:3 (three train,
 #           one waits as a hot spare); a node whose agent ended is started again and joins as a spare
 #   faults: worker  kill -9 of one training worker
@@ -11,7 +12,7 @@
 #                   its agent either gives up on the rendezvous (it is started again once the link is
 #                   back) or hears, once the link is back, that it was declared dead and re-joins
 #           hang    SIGSTOP of one training worker (meshrun's stopped-worker verdict after --hang-floor)
-#   bench/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=100 CKPT_SECONDS=0.5)
+#   bench/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=100 CKPT_SECONDS=0.5 BEATS=1)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
@@ -19,7 +20,8 @@ RDZV=${RDZV:-$ROOT/build/bin/meshrun-rendezvous}
 VENV_BIN=$ROOT/.venv/bin
 JOB=$ROOT/bench/chaos_job.py
 DURATION=${DURATION:-900} EVERY=${EVERY:-60} SEED=${SEED:-1} HANG_FLOOR=${HANG_FLOOR:-10}
-CKPT_EVERY=${CKPT_EVERY:-100} CKPT_SECONDS=${CKPT_SECONDS:-0.5}
+CKPT_EVERY=${CKPT_EVERY:-100} CKPT_SECONDS=${CKPT_SECONDS:-0.5} BEATS=${BEATS:-1}
+JOB_FLAGS=(); [ "$BEATS" = 0 ] && JOB_FLAGS=(--no-beats)
 source "$ROOT/tests/cluster/cluster.sh"
 mc_init 5
 W=$MC_DIR/chaos; mkdir -p "$W"; chmod 777 "$W"
@@ -34,7 +36,7 @@ UNTIL=$(awk -v t="$(mc_now)" -v d="$DURATION" 'BEGIN { printf "%.0f", t + d + 20
 agent() {   # agent I: (again) an agent on node I, its log appended to node<I>.log
   mc_spawn "$1" "$W/node$1.part" env PATH="$VENV_BIN:$PATH" OMP_NUM_THREADS=1 "$MESHRUN" --rdzv-backend c10d \
     --rdzv-endpoint "node$DAEMON_NODE:$PORT" --rdzv-id chaos --nnodes 2:3 --nproc-per-node 1 --max-restarts 1000 \
-    --hang-floor "$HANG_FLOOR" --log-dir "$W/logs$1" "$JOB" "$W" "$UNTIL" "$CKPT_EVERY" "$CKPT_SECONDS"
+    --hang-floor "$HANG_FLOOR" --log-dir "$W/logs$1" "$JOB" "$W" "$UNTIL" "$CKPT_EVERY" "$CKPT_SECONDS" "${JOB_FLAGS[@]}"
   AGENT[$1]=$MC_PID
 }
 status_json() { mc_on "$DAEMON_NODE" "$RDZV" status --endpoint "127.0.0.1:$PORT" --json 2> /dev/null; }
@@ -97,20 +99,12 @@ for i in 0 1 2 3; do jq -e '.ended' "$W/logs$i/chaos/goodput.json" > /dev/null 2
 ledger=$(jq -c . "$W/logs$last/chaos/goodput.json")
 echo "ledger: $(grep -h "meshrun: goodput" "$W/node$last.log" | tail -1 | sed 's/^meshrun: //')"
 echo "$ledger" | jq -r '"  wall \(.wall_s) s = productive \(.productive_s) + start-up \(.startup_s) + checkpoints \(.checkpoint_s) + other phases \(.other_phases_s) + hang waits \(.hang_wait_s) + restarts \(.restarts_s) (\(.restarts)) + work lost \(.work_lost_s) + shutdown \(.shutdown_s) + untold \(.untold_s) + in progress \(.in_progress_s); hot spares idle \(.spare_node_s) node-s"'
-# The stopwatch: a step's interval counts when the step follows the previous one in the same attempt and
-# is new (above every step logged before); checkpoint time inside it is taken out.
+# The job's own timing: the sum of every step's duration (its start to its end, by the job's clock), each step
+# number counted the first time it was done (a step done again after a restart is work lost, not goodput).
 awk -v ledger="$(echo "$ledger" | jq -r '.productive_s')" -v wall="$(echo "$ledger" | jq -r '.wall_s')" '
-  $1 == "ckpt" { ck_start[++nck] = $3; ck_end[nck] = $4; next }
-  $1 == "step" { n = $2; t = $3; r = $4
-    if (seen && r == pr && n == pn + 1) {
-      iv = t - pt
-      for (k = 1; k <= nck; k++) if (ck_start[k] >= pt && ck_end[k] <= t) iv -= ck_end[k] - ck_start[k]
-      if (n > high) { productive += iv }
-    }
-    if (n > high) high = n
-    seen = 1; pn = n; pt = t; pr = r }
+  $1 == "step" { n = $2; if (!(n in done)) { done[n] = 1; productive += $4 - $3; steps++ } }
   END {
-    printf "stopwatch (the job'"'"'s own log): productive %.1f s; the ledger says %.1f s (%+.1f %%); steps %d\n",
-           productive, ledger, 100 * (ledger - productive) / productive, high
-    printf "goodput: ledger %.1f %%, stopwatch %.1f %% of the ledger'"'"'s wall time\n", 100 * ledger / wall, 100 * productive / wall
+    printf "the job'"'"'s own timing: productive %.1f s in %d steps; the ledger says %.1f s (%+.1f s, %+.2f %% of the wall time)\n",
+           productive, steps, ledger, ledger - productive, 100 * (ledger - productive) / wall
+    printf "goodput: ledger %.1f %%, the job'"'"'s own %.1f %% of the ledger'"'"'s wall time\n", 100 * ledger / wall, 100 * productive / wall
   }' "$W/steps.log"

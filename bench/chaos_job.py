@@ -1,12 +1,13 @@
 # The training job of bench/chaos.sh, a PyTorch Gloo DDP loop that beats its steps and checkpoints to its
-# agent (docs/progress.md; the only meshrun-specific lines are the beats) and keeps its own stopwatch:
-# rank 0 appends to OUT/steps.log
-#   "step <n> <unix time at its end> <restart count>"      after every step
-#   "ckpt <n> <unix time at its start> <unix time at its end>" around every checkpoint
-# from which the bench computes productive time independently of meshrun. It trains until UNTIL (unix
-# time), every rank agreeing on the stop through the step's all-reduce, and resumes from its last
-# checkpoint after a restart. A checkpoint takes at least CKPT_SECONDS (a shared file system's latency).
-#   chaos_job.py OUT UNTIL CKPT_EVERY CKPT_SECONDS
+# agent (docs/progress.md; the only meshrun-specific lines are the beats, and --no-beats drops them) and times
+# its own work: rank 0 appends to OUT/steps.log
+#   "step <n> <unix time at its start> <unix time at its end> <restart count>"   after every step
+#   "ckpt <n> <unix time at its start> <unix time at its end>"                   around every checkpoint
+# from which the bench computes productive time independently of meshrun (the steps' own durations, each step
+# counted once). It trains until UNTIL (unix time), every rank agreeing on the stop through the step's
+# all-reduce, and resumes from its last checkpoint after a restart. A checkpoint takes at least CKPT_SECONDS
+# (a shared file system's latency).
+#   chaos_job.py OUT UNTIL CKPT_EVERY CKPT_SECONDS [--no-beats]
 import os
 import socket
 import sys
@@ -18,9 +19,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 out, until, ckpt_every, ckpt_seconds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 _beat = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
+beats = "--no-beats" not in sys.argv[5:]
 
 
 def beat(step, **fields):
+    if not beats:
+        return
     try:
         text = " ".join([f"step={step}"] + [f"{k}={v}" for k, v in fields.items()])
         _beat.sendto(text.encode(), os.environ["MESHRUN_PROGRESS"])
@@ -48,6 +52,7 @@ if os.path.exists(ckpt):
 restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 while True:
     step += 1
+    step_start = time.time()
     loss = model(torch.randn(64, 256)).pow(2).mean()
     opt.zero_grad()
     loss.backward()
@@ -56,7 +61,7 @@ while True:
     dist.all_reduce(stop, op=dist.ReduceOp.MAX)
     time.sleep(0.05)  # the rest of a step's work
     if rank == 0:
-        log(f"step {step} {time.time():.3f} {restart}")
+        log(f"step {step} {step_start:.3f} {time.time():.3f} {restart}")
     beat(step, loss=f"{loss.item():.4f}")
     if step % ckpt_every == 0:
         beat(step, phase="checkpoint")

@@ -1,11 +1,12 @@
 # A plain PyTorch Gloo loop with no meshrun code, for the straggler tests (tests/cluster/straggler_test.sh)
 # and bench/progress.sh:
-#   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats]
+#   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats] [--for=SECONDS]
 # Each step every rank computes for STEP_MS ms, SLOW_RANK for FACTOR times as long, then all-reduces twice
 # (two collectives per step, like a model in two buckets). The compute is a busy loop (real compute, not a
 # sleep) that runs for that long by the clock, or with --work a fixed amount of work calibrated at the start
 # to take that long, so that a CPU limit set while it runs makes the step longer. --beats: every rank beats
 # each step it ends, with its compute time (docs/progress.md); without, nothing but its collectives.
+# --for=SECONDS: as many steps as fit in that time (the ranks agree every 50 steps, in one more all-reduce).
 # Every rank writes OUT/done.<rank> at a clean end.
 import os
 import socket
@@ -15,7 +16,8 @@ import time
 import torch
 import torch.distributed as dist
 
-flags = {a for a in sys.argv[1:] if a.startswith("--")}
+flags = {a.split("=")[0] for a in sys.argv[1:] if a.startswith("--")}
+run_for_s = next((float(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--for=")), None)
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 out, steps, step_ms = args[0], int(args[1]), float(args[2])
 slow_rank = int(args[3]) if len(args) > 3 else -1
@@ -60,6 +62,17 @@ def compute_half():
         pass
 
 
+started = time.monotonic()
+
+
+def time_is_up(step):
+    if run_for_s is None or (step + 1) % 50:
+        return False
+    up = torch.tensor([1.0 if time.monotonic() - started >= run_for_s else 0.0])
+    dist.all_reduce(up)  # every rank stops after the same step
+    return up.item() > 0
+
+
 for step in range(steps):
     compute_s = 0.0
     for g in grads:
@@ -72,6 +85,8 @@ for step in range(steps):
             beats.sendto(f"step={step + 1} compute_s={compute_s:.6f}".encode(), os.environ["MESHRUN_PROGRESS"])
         except (KeyError, OSError):
             pass
+    if time_is_up(step):
+        break
 dist.barrier()
 open(os.path.join(out, f"done.{rank}"), "w").close()
 dist.destroy_process_group()

@@ -8,6 +8,12 @@
 #            rank 1 look late at every collective), and status shows node1's clock +7 s from the daemon's.
 #   healthy  node1's worker alone runs 5 s behind (its agent does not: the worker's offset from its agent
 #            is measured too); equal compute over 300 steps: no straggler line on either node.
+#   healthy_both   five healthy minutes on both routes at once, on the defaults: two jobs side by side, one
+#            with beats and one without, each with equal work per step (a fixed amount, not a clock) on its two
+#            ranks, so that each job's cores are shared with the other's busy processes (4 busy ranks, 2 cores):
+#            no straggler line on any of the four agents, and every rank has its route's figure. Not in the
+#            suite yet: on 2 cores (every core shared by two busy ranks) the arrival route names a rank 1.3-1.6x
+#            for a few seconds at a time, while the beats route's compute_s stays equal (issue 39).
 #   throttled / throttled_beats   equal work on both ranks (a fixed amount per step, not a clock), then
 #            rank 0's worker is put in a CPU cgroup limited to half a core while it runs: both agents name
 #            rank 0, never rank 1, from arrival times (no beats) or from the beats' compute_s; the seconds
@@ -32,7 +38,7 @@ agent() {
   local i=$1; shift
   local prefix=()
   while [ "$1" != "--" ]; do prefix+=("$1"); shift; done; shift
-  mc_spawn "$i" "$W/node$i.log" env MC_JOB=$RUN PATH="$VENV_BIN:$PATH" "${prefix[@]}" "$MESHRUN" \
+  mc_spawn "$i" "$W/node$i${LOG_SUFFIX:-}.log" env MC_JOB=$RUN PATH="$VENV_BIN:$PATH" "${prefix[@]}" "$MESHRUN" \
     --rdzv-backend c10d --rdzv-endpoint "node0:$PORT" --rdzv-id "$RUN" --nnodes 2 --nproc-per-node 1 \
     --max-restarts 0 "$@"
   A[$i]=$MC_PID
@@ -96,6 +102,34 @@ PY
     expect_exit 0 0 180; expect_exit 1 0 60
     [ "$(mc_count_files "$D" '^done\.')" = 2 ] || mc_fail "$SCENARIO: $(mc_count_files "$D" '^done\.') of 2 ranks ended cleanly"
     grep -q "straggler" "$W"/node?.log && mc_fail "$SCENARIO: a straggler was named: $(grep -h straggler "$W"/node?.log | head -3)" ;;
+  healthy_both)
+    mkdir -p "$D/nobeats" "$D/beats"
+    RUN=strag_nobeats
+    agent 0 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for=300
+    agent 1 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for=300
+    RUN=strag_beats PORT=$((PORT + 2)) LOG_SUFFIX=_beats
+    A2=("${A[@]}")
+    agent 0 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for=300
+    agent 1 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for=300
+    # Both jobs get their route's figure on both ranks (the measure is on, not idle), read once a minute.
+    for _ in 1 2 3 4; do
+      sleep 60
+      for port in $((PORT - 2)):arrival_compute_s $PORT:compute_s; do
+        mc_on 0 "$RDZV_BIN" status --endpoint "node0:${port%%:*}" --json > "$W/status.json" 2> /dev/null
+        "$VENV_BIN/python" - "$W/status.json" "${port#*:}" << 'PY' || mc_fail "$SCENARIO: no ${port#*:} for both ranks"
+import json, sys
+ranks = [r for run in json.load(open(sys.argv[1]))["runs"] for n in run["nodes"] for r in n.get("ranks", [])]
+figures = {r["rank"]: r.get(sys.argv[2], 0) for r in ranks}
+print(sys.argv[2], {k: round(v * 1e3, 1) for k, v in figures.items()}, "ms")
+sys.exit(0 if len(figures) == 2 and min(figures.values()) > 0 else 1)
+PY
+      done
+    done
+    for pid in "${A2[@]}" "${A[@]}"; do mc_wait_exit "$pid" 180; [ "$MC_RC" = 0 ] || mc_fail "$SCENARIO: an agent exited $MC_RC"; done
+    for job in nobeats beats; do
+      [ "$(mc_count_files "$D/$job" '^done\.')" = 2 ] || mc_fail "$SCENARIO: $job: not every rank ended cleanly"
+    done
+    grep -h "straggler" "$W"/node*.log && mc_fail "$SCENARIO: a straggler was named on a healthy job" ;;
   throttled | throttled_beats)
     JOB=("$HERE/straggler_job.py" "$D" 100000 40 --work)
     field=arrival_compute_s
