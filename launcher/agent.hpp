@@ -127,12 +127,22 @@ class Agent {
   void report_recovery(const proto::HeartbeatReply& beat);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
   void report_stragglers(const std::vector<proto::Straggler>& stragglers);
-  /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed.
-  void print_root_cause(RendezvousBackend& rdzv, int64_t round, const AttemptResult& result);
+  // The job's first failure across nodes, to be named once late reports had their settle time.
+  struct PendingRootCause {
+    int64_t round = 0;
+    bool wanted = false;  // the attempt ended in a failure (here, elsewhere, or the run's)
+    std::chrono::steady_clock::time_point settled_at{};
+    int expected_rank = -1;  // a hang's culprit, whose report is waited for until expected_by
+    std::chrono::steady_clock::time_point expected_by{};
+  };
+  PendingRootCause root_cause_of(int64_t round, const AttemptResult& result) const;
+  /// Prints it once it is due (true), or nothing yet (false); one query of the rendezvous when due.
+  bool try_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
+  /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed, waiting
+  /// (beating) until it is due.
+  void print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
   std::optional<int> conclude(const AttemptResult& result, RendezvousBackend& rdzv);
-  /// Whether conclude() will take the agent to the next round.
-  bool restarts(const AttemptResult& result) const;
 
   const LaunchOptions& options_;
   WorkerCommand command_;
@@ -159,13 +169,8 @@ class Agent {
     std::string subject;  // the late ranks and the collective (a new subject is said at once)
     std::chrono::steady_clock::time_point at{};
   };
-  LateSaid late_said_;            // the last late line printed
-  int64_t recovery_printed_ = 0;  // the last round whose recovery ledger was printed
-  struct PendingRootCause {
-    int64_t round = 0;
-    AttemptResult result;
-  };
-  std::optional<PendingRootCause> pending_root_cause_;  // a failed attempt's, named once the next one runs
+  LateSaid late_said_;                     // the last late line printed
+  int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
   proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
   std::chrono::steady_clock::time_point last_attempt_at_{};  // ... as ages at this moment
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,

@@ -29,6 +29,8 @@ constexpr long kPriorPssKb = 512 * 1024;
 constexpr int kDeathsToTurnOff = 2;
 constexpr size_t kMaxReadyMessage = 4096;
 constexpr size_t kStderrTail = 400;
+// A standby's imports keep one core busy for a few seconds: started beside a job only when one sat idle.
+constexpr double kIdleCoresNeeded = 0.9;
 
 void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
 
@@ -81,12 +83,18 @@ StandbyPool::StandbyPool(StandbySettings settings)
 
 StandbyPool::~StandbyPool() = default;  // each WorkerProcess kills its standby's group and reaps it
 
-void StandbyPool::fill(const std::function<std::vector<std::string>(int)>& env_for) {
+void StandbyPool::fill(const std::function<std::vector<std::string>(int)>& env_for, Pace pace) {
   poll();
+  const auto idle = idle_.since_last();  // read on every call: the next call's figure spans one call's interval
   if (!off_reason_.empty()) return;
   long missing = 0;
-  for (const auto& s : standbys_) missing += s.process ? 0 : 1;
+  bool importing = false;
+  for (const auto& s : standbys_) {
+    missing += s.process ? 0 : 1;
+    importing = importing || (s.process && !s.ready);
+  }
   if (missing == 0) return;
+  if (pace == Pace::kIntoIdleCores && (importing || !idle || *idle < kIdleCoresNeeded)) return;
   const MemoryRoom room = memory_room(read_text_file);
   const long each_kb = pss_kb_ > 0 ? pss_kb_ : kPriorPssKb;
   const auto need = static_cast<uint64_t>(missing * each_kb) * 1024;
@@ -100,7 +108,14 @@ void StandbyPool::fill(const std::function<std::vector<std::string>(int)>& env_f
     return;
   }
   for (size_t lr = 0; lr < standbys_.size(); ++lr) {
-    if (!standbys_[lr].process) start(static_cast<int>(lr), env_for(static_cast<int>(lr)));
+    if (standbys_[lr].process) continue;
+    try {
+      start(static_cast<int>(lr), env_for(static_cast<int>(lr)));
+    } catch (const SpawnError& e) {  // the job goes on; its restarts start fresh interpreters
+      turn_off(std::string("a standby could not be started: ") + e.what());
+      return;
+    }
+    if (pace == Pace::kIntoIdleCores) return;
   }
 }
 
@@ -170,26 +185,30 @@ bool StandbyPool::await_ready(Standby& s, int wait_ms) {
   }
 }
 
-void StandbyPool::drop(Standby& s, const std::string& why, bool turn_off) {
+void StandbyPool::drop(Standby& s, const std::string& why, bool failed) {
   if (!s.process) return;
-  std::string words = s.warm_err.valid() ? last_words(s.warm_err.get()) : "";
-  s.process->reap();
+  const std::string words = s.warm_err.valid() ? last_words(s.warm_err.get()) : "";
+  discard(s);
+  if (failed) {
+    turn_off("a standby could not start: " + why);
+  } else if (++deaths_ >= kDeathsToTurnOff) {
+    turn_off("a standby died: " + why + (words.empty() ? "" : ": " + words));
+  }
+}
+
+void StandbyPool::discard(Standby& s) {
+  if (s.process) s.process->reap();
   s.process.reset();
   s.control.reset();
   s.warm_err.reset();
   s.ready.reset();
-  if (turn_off || ++deaths_ >= kDeathsToTurnOff) {
-    if (!off_reason_.empty()) return;
-    off_reason_ = why + (words.empty() || turn_off ? "" : ": " + words);
-    say("standby workers off: a standby " + (turn_off ? std::string("could not start: ") : "died: ") + off_reason_ +
-        "; restarts start fresh interpreters (--no-standby says so from the start)");
-    for (auto& other : standbys_) {
-      if (other.process) {
-        other.process->reap();
-        other.process.reset();
-      }
-    }
-  }
+}
+
+void StandbyPool::turn_off(const std::string& reason) {
+  if (!off_reason_.empty()) return;
+  off_reason_ = reason;
+  say("standby workers off: " + reason + "; restarts start fresh interpreters (--no-standby says so from the start)");
+  for (auto& s : standbys_) discard(s);
 }
 
 void StandbyPool::say_ready_once(const proto::StandbyReady& ready) {
@@ -222,10 +241,8 @@ std::optional<WorkerProcess> StandbyPool::take(int local_rank, const SpawnSpec& 
                                   .cwd = current_folder()};
   if (!send_order(s, spawn, order)) return std::nullopt;
   std::optional<WorkerProcess> worker = std::move(s.process);
-  s.process.reset();
-  s.control.reset();
-  s.warm_err.reset();
-  s.ready.reset();
+  s.process.reset();  // a moved-from optional still holds a (moved-from) process
+  discard(s);
   return worker;
 }
 

@@ -5,8 +5,9 @@
 // A standby's life:  fill() --spawn--> importing --StandbyReady ok--> ready --take()--> a worker (leaves the pool)
 //                                          |  failed import: the pool turns off, says why once
 //                                          +- died (OOM, killed): dropped; two such deaths turn the pool off
-// A standby started before its modules are imported is still taken: take() waits for its ready message, which is
-// never later than a fresh interpreter's would be. It runs the script as `python -u script.py` would
+// Beside a running job standbys start one at a time, each into an idle core (Pace::kIntoIdleCores); a hot spare
+// starts them all at once. A standby started before its modules are imported is still taken: take() waits for its ready
+// message, which is never later than a fresh interpreter's would be. It runs the script as `python -u script.py` would
 // (launcher/workers/python/_meshrun_standby.py); its warm-up output is replayed on the worker's streams.
 // Standbys carry the job token (the worker they become passes it on), so the leftover sweep spares pids().
 #pragma once
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
+#include "launcher/workers/idle_cores.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_process.hpp"
 #include "proto/standby_messages.hpp"
@@ -45,9 +47,12 @@ class StandbyPool {
   StandbyPool(const StandbyPool&) = delete;
   StandbyPool& operator=(const StandbyPool&) = delete;
 
-  /// Starts a standby for every local rank without one, with `env_for(local_rank)`; nothing once the pool is off
-  /// or when the standbys would not fit in memory (said once).
-  void fill(const std::function<std::vector<std::string>(int local_rank)>& env_for);
+  /// How fill() starts standbys: all at once (a hot spare, which has nothing else to run), or one at a time into
+  /// an idle core (beside a running job: a standby's imports take a core for seconds, never the job's).
+  enum class Pace { kAllNow, kIntoIdleCores };
+  /// Starts standbys for the local ranks without one, with `env_for(local_rank)`, at `pace`; nothing once the pool
+  /// is off or when the standbys would not fit in memory (said once).
+  void fill(const std::function<std::vector<std::string>(int local_rank)>& env_for, Pace pace);
   /// Reads the standbys' messages and notices the dead, without waiting.
   void poll();
   /// The standby of `local_rank` becomes the worker `spawn` describes (its streams, environment, argv); nullopt when
@@ -69,7 +74,10 @@ class StandbyPool {
   void start(int local_rank, std::vector<std::string> env);
   /// Reads its ready message: waits up to `wait` for it. False when the standby is gone or failed (dropped).
   bool await_ready(Standby& s, int wait_ms);
-  void drop(Standby& s, const std::string& why, bool turn_off);
+  /// A standby gone or unusable: discarded; `failed` (its imports failed) turns the pool off, as do repeated deaths.
+  void drop(Standby& s, const std::string& why, bool failed);
+  void discard(Standby& s);
+  void turn_off(const std::string& reason);
   void say_ready_once(const proto::StandbyReady& ready);
   bool send_order(Standby& s, const SpawnSpec& spawn, const proto::StandbyOrder& order);
 
@@ -81,6 +89,7 @@ class StandbyPool {
   long pss_kb_ = 0;  // the largest a ready standby measured
   bool said_ready_ = false;
   bool said_memory_ = false;
+  IdleCores idle_;
 };
 
 }  // namespace meshrun::launcher

@@ -14,6 +14,10 @@
 #            no straggler line on any of the four agents, and every rank has its route's figure. Not in the
 #            suite yet: on 2 cores (every core shared by two busy ranks) the arrival route names a rank 1.3-1.6x
 #            for a few seconds at a time, while the beats route's compute_s stays equal (issue 39).
+#   healthy_jitter   one healthy job for HEALTHY_S seconds (default 300) on the route HEALTHY_ROUTE (beats or
+#            arrivals), equal work per step on its two ranks, the cores shared with another busy process (a
+#            spinning Python, not part of the job): no straggler line on either agent, and both ranks have their
+#            route's figure (bench/straggler_healthy.sh runs it for 30 minutes).
 #   throttled / throttled_beats   equal work on both ranks (a fixed amount per step, not a clock), then
 #            rank 0's worker is put in a CPU cgroup limited to half a core while it runs: both agents name
 #            rank 0, never rank 1, from arrival times (no beats) or from the beats' compute_s; the seconds
@@ -130,6 +134,34 @@ PY
       [ "$(mc_count_files "$D/$job" '^done\.')" = 2 ] || mc_fail "$SCENARIO: $job: not every rank ended cleanly"
     done
     grep -h "straggler" "$W"/node*.log && mc_fail "$SCENARIO: a straggler was named on a healthy job" ;;
+  healthy_jitter)
+    seconds=${HEALTHY_S:-300} route=${HEALTHY_ROUTE:-beats}
+    JOB=("$HERE/straggler_job.py" "$D" 1000000 40 --work --for="$seconds")
+    field=arrival_compute_s
+    [ "$route" = beats ] && JOB+=(--beats) field=compute_s
+    mc_spawn 0 "$W/spinner.log" "$VENV_BIN/python" -c "while True: pass"   # in a node: the cleanup ends it
+    SPINNER=$MC_PID
+    agent 0 -- "${JOB[@]}"
+    agent 1 -- "${JOB[@]}"
+    for _ in $(seq $((seconds / 60))); do   # both ranks have their route's figure, read once a minute
+      sleep 60
+      status_json > "$W/status.json"
+      "$VENV_BIN/python" - "$W/status.json" "$field" << 'PY' || mc_fail "$SCENARIO: no $field for both ranks"
+import json, sys
+ranks = [r for run in json.load(open(sys.argv[1]))["runs"] for n in run["nodes"] for r in n.get("ranks", [])]
+figures = {r["rank"]: r.get(sys.argv[2], 0) for r in ranks}
+print(sys.argv[2], {k: round(v * 1e3, 1) for k, v in figures.items()}, "ms")
+sys.exit(0 if len(figures) == 2 and min(figures.values()) > 0 else 1)
+PY
+    done
+    expect_exit 0 0 180; expect_exit 1 0 60
+    kill "$SPINNER"
+    [ "$(mc_count_files "$D" '^done\.')" = 2 ] || mc_fail "$SCENARIO: not every rank ended cleanly"
+    if grep -h "straggler" "$W"/node?.log; then
+      mc_fail "$SCENARIO: a straggler was named on a healthy job ($route, $seconds s)"
+    else
+      echo "HEALTHY $route: no straggler line in $seconds s"
+    fi ;;
   throttled | throttled_beats)
     JOB=("$HERE/straggler_job.py" "$D" 100000 40 --work)
     field=arrival_compute_s

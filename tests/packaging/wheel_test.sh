@@ -17,9 +17,13 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
 WORK="$(mktemp -d)"
 DAEMON_PID="" ETCD_PID=""
+# Never fails: under `set -e` a killed process's status from `wait` (143) would become the script's.
 cleanup() {
-  [ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null
-  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null && wait "$ETCD_PID" 2>/dev/null
+  if [ -n "$DAEMON_PID" ]; then kill "$DAEMON_PID" 2>/dev/null || true; fi
+  if [ -n "$ETCD_PID" ]; then
+    kill "$ETCD_PID" 2>/dev/null || true
+    wait "$ETCD_PID" 2>/dev/null || true
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
