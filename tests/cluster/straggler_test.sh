@@ -53,6 +53,16 @@ expect_exit() {   # expect_exit NODE RC SECS
 }
 show_logs() { local i; for i in 0 1; do [ -f "$W/node$i.log" ] && { echo "--- node$i"; cat "$W/node$i.log"; }; done; }
 status_json() { mc_on 0 "$RDZV_BIN" status --endpoint "node0:$PORT" --json 2> /dev/null; }
+both_ranks_have() {   # both_ranks_have FIELD PORT: both ranks of the daemon on node0:PORT show FIELD > 0 (printed)
+  mc_on 0 "$RDZV_BIN" status --endpoint "node0:$2" --json > "$W/status.json" 2> /dev/null
+  "$VENV_BIN/python" - "$W/status.json" "$1" << 'PY'
+import json, sys
+ranks = [r for run in json.load(open(sys.argv[1]))["runs"] for n in run["nodes"] for r in n.get("ranks", [])]
+figures = {r["rank"]: r.get(sys.argv[2], 0) for r in ranks}
+print(sys.argv[2], {k: round(v * 1e3, 1) for k, v in figures.items()}, "ms")
+sys.exit(0 if len(figures) == 2 and min(figures.values()) > 0 else 1)
+PY
+}
 
 case $SCENARIO in
   skewed)
@@ -119,14 +129,7 @@ PY
     for _ in 1 2 3 4; do
       sleep 60
       for port in $((PORT - 2)):arrival_compute_s $PORT:compute_s; do
-        mc_on 0 "$RDZV_BIN" status --endpoint "node0:${port%%:*}" --json > "$W/status.json" 2> /dev/null
-        "$VENV_BIN/python" - "$W/status.json" "${port#*:}" << 'PY' || mc_fail "$SCENARIO: no ${port#*:} for both ranks"
-import json, sys
-ranks = [r for run in json.load(open(sys.argv[1]))["runs"] for n in run["nodes"] for r in n.get("ranks", [])]
-figures = {r["rank"]: r.get(sys.argv[2], 0) for r in ranks}
-print(sys.argv[2], {k: round(v * 1e3, 1) for k, v in figures.items()}, "ms")
-sys.exit(0 if len(figures) == 2 and min(figures.values()) > 0 else 1)
-PY
+        both_ranks_have "${port#*:}" "${port%%:*}" || mc_fail "$SCENARIO: no ${port#*:} for both ranks"
       done
     done
     for pid in "${A2[@]}" "${A[@]}"; do mc_wait_exit "$pid" 180; [ "$MC_RC" = 0 ] || mc_fail "$SCENARIO: an agent exited $MC_RC"; done
@@ -145,14 +148,7 @@ PY
     agent 1 -- "${JOB[@]}"
     for _ in $(seq $((seconds / 60))); do   # both ranks have their route's figure, read once a minute
       sleep 60
-      status_json > "$W/status.json"
-      "$VENV_BIN/python" - "$W/status.json" "$field" << 'PY' || mc_fail "$SCENARIO: no $field for both ranks"
-import json, sys
-ranks = [r for run in json.load(open(sys.argv[1]))["runs"] for n in run["nodes"] for r in n.get("ranks", [])]
-figures = {r["rank"]: r.get(sys.argv[2], 0) for r in ranks}
-print(sys.argv[2], {k: round(v * 1e3, 1) for k, v in figures.items()}, "ms")
-sys.exit(0 if len(figures) == 2 and min(figures.values()) > 0 else 1)
-PY
+      both_ranks_have "$field" "$PORT" || mc_fail "$SCENARIO: no $field for both ranks"
     done
     expect_exit 0 0 180; expect_exit 1 0 60
     kill "$SPINNER"
