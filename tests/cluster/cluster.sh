@@ -195,6 +195,26 @@ EOF2
 
 # ---- faults ----
 mc_kill9() { kill -9 "$1"; }
+# mc_etcd_up DIR: a 3-member etcd cluster on nodes 0-2 (data and logs in DIR), healthy within 30 s or the test
+# ends; the members' pids in E[0..2] (the caller's array).
+mc_etcd_up() {
+  local i cluster="" dir=$1
+  for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://$(mc_ip "$i"):2380"; done
+  for i in 0 1 2; do
+    mc_spawn "$i" "$dir/etcd$i.log" etcd --name "e$i" --data-dir "$dir/etcd$i" \
+      --listen-client-urls "http://$(mc_ip "$i"):2379" --advertise-client-urls "http://$(mc_ip "$i"):2379" \
+      --listen-peer-urls "http://$(mc_ip "$i"):2380" --initial-advertise-peer-urls "http://$(mc_ip "$i"):2380" \
+      --initial-cluster "$cluster" --initial-cluster-token "$MC_TAG" --initial-cluster-state new
+    E[$i]=$MC_PID
+  done
+  for _ in $(seq 150); do
+    local healthy=0
+    for i in 0 1 2; do mc_on "$i" curl -sf --max-time 1 "http://$(mc_ip "$i"):2379/health" > /dev/null && healthy=$((healthy + 1)); done
+    [ "$healthy" = 3 ] && { echo "etcd: 3 members healthy ($(etcd --version | head -1))"; return 0; }
+    sleep 0.2
+  done
+  echo "FAILED: etcd cluster not healthy after 30 s"; tail -5 "$dir"/etcd*.log; exit 1
+}
 mc_kill_node() { ip netns pids "$(mc_ns "$1")" | xargs -r kill -9; }   # the whole node: every process in it
 mc_stop() { kill -STOP "$1"; }
 mc_cont() { kill -CONT "$1"; }

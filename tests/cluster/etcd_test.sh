@@ -23,24 +23,7 @@ MARKER="MC_JOB=etcd$$"
 ENDPOINTS="$(mc_ip 0):2379,$(mc_ip 1):2379,$(mc_ip 2):2379"
 declare -a A E   # agent and etcd pid per node
 
-etcd_up() {
-  local i cluster=""
-  for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://$(mc_ip "$i"):2380"; done
-  for i in 0 1 2; do
-    mc_spawn "$i" "$W/etcd$i.log" etcd --name "e$i" --data-dir "$W/etcd$i" \
-      --listen-client-urls "http://$(mc_ip "$i"):2379" --advertise-client-urls "http://$(mc_ip "$i"):2379" \
-      --listen-peer-urls "http://$(mc_ip "$i"):2380" --initial-advertise-peer-urls "http://$(mc_ip "$i"):2380" \
-      --initial-cluster "$cluster" --initial-cluster-token "$MC_TAG" --initial-cluster-state new
-    E[$i]=$MC_PID
-  done
-  for _ in $(seq 150); do
-    local healthy=0
-    for i in 0 1 2; do mc_on "$i" curl -sf --max-time 1 "http://$(mc_ip "$i"):2379/health" > /dev/null && healthy=$((healthy + 1)); done
-    [ "$healthy" = 3 ] && { echo "etcd: 3 members healthy"; return 0; }
-    sleep 0.2
-  done
-  echo "FAILED: etcd cluster not healthy after 30 s"; tail -5 "$W"/etcd*.log; exit 1
-}
+etcd_up() { mc_etcd_up "$W"; }
 
 # agent I ARGS...: meshrun on node I (1 worker), log in $W/node<I>.log.
 agent() {

@@ -37,24 +37,7 @@ ENDPOINTS="$(mc_ip 0):2379,$(mc_ip 1):2379,$(mc_ip 2):2379"
 CONF=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=2,lease_ttl=5,read_timeout=10
 declare -a A E   # torchrun agent and etcd member pid per node
 
-etcd_up() {
-  local i cluster=""
-  for i in 0 1 2; do cluster+="${cluster:+,}e$i=http://$(mc_ip "$i"):2380"; done
-  for i in 0 1 2; do
-    mc_spawn "$i" "$W/etcd$i.log" etcd --name "e$i" --data-dir "$W/etcd$i" \
-      --listen-client-urls "http://$(mc_ip "$i"):2379" --advertise-client-urls "http://$(mc_ip "$i"):2379" \
-      --listen-peer-urls "http://$(mc_ip "$i"):2380" --initial-advertise-peer-urls "http://$(mc_ip "$i"):2380" \
-      --initial-cluster "$cluster" --initial-cluster-token "$MC_TAG" --initial-cluster-state new
-    E[$i]=$MC_PID
-  done
-  for _ in $(seq 150); do
-    local healthy=0
-    for i in 0 1 2; do mc_on "$i" curl -sf --max-time 1 "http://$(mc_ip "$i"):2379/health" > /dev/null && healthy=$((healthy + 1)); done
-    [ "$healthy" = 3 ] && { echo "etcd: 3 members healthy ($(etcd --version | head -1))"; return 0; }
-    sleep 0.2
-  done
-  echo "FAILED: etcd cluster not healthy after 30 s"; tail -5 "$W"/etcd*.log; exit 1
-}
+etcd_up() { mc_etcd_up "$W"; }
 
 probe() { mc_on 1 env PYTHONPATH="$SITE" "$VENV_BIN/python" "$HERE/torchrun_etcd_probe.py" "$@"; }
 
