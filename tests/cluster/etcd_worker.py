@@ -37,3 +37,4 @@ for step in range(first, steps):
 dist.barrier()
 with open(os.path.join(out, f"done.{rank}"), "w") as f:
     f.write(f"{world} {os.environ['TORCHELASTIC_RESTART_COUNT']} {first}\n")
+dist.destroy_process_group()  # joins Gloo's threads before Python finalizes (pytorch#190489)

@@ -37,4 +37,8 @@ with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
     json.dump({"rank": rank, "world": world, "grad": grad.flatten().tolist(),
                "weight": model.weight.detach().flatten().tolist(), "all_reduce": total.item(),
                "prefix": sys.prefix, "local_rank": int(os.environ["LOCAL_RANK"])}, f)
+# DDP holds the process group: drop it first so that destroy_process_group() really destroys the group and
+# joins Gloo's threads. Left alive, a Gloo thread can free the last collective's tensors while Python is
+# finalizing and abort the worker ("terminate called without an active exception", pytorch#190489).
+del ddp, optimizer
 dist.destroy_process_group()
