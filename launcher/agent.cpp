@@ -150,9 +150,13 @@ int Agent::run() {
       assignment = rdzv.join();
     } catch (const RunFinished& e) {
       say(std::string(e.what()) + " while this node waited as a hot spare: it was not needed");
+      flush_root_cause(rdzv);
       return 0;
     }
-    if (!assignment) return 128 + rdzv.interrupted_by();
+    if (!assignment) {
+      flush_root_cause(rdzv);
+      return 128 + rdzv.interrupted_by();
+    }
     spdlog::info("round {}: node {} of {}, ranks {}..{} of {}", assignment->round, assignment->group_rank,
                  assignment->group_world_size, assignment->rank_offset,
                  assignment->rank_offset + options_.nproc_per_node - 1, assignment->world_size);
@@ -190,10 +194,11 @@ int Agent::run() {
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
-    // The job's first failure across nodes, named after a settle time for late reports. (Naming it after the
-    // restart instead saves that time, but then cluster.memory.twofaults restores from storage: the memory
-    // copies' inventory of the next round misses a copy without it; issue 40's note.)
-    if (assignment->group_world_size > 1) print_root_cause(rdzv, root_cause_of(assignment->round, result));
+    // The job's first failure across nodes, named after a settle time for late reports. A restart does not
+    // wait for it: the next attempt prints it once due (poll_root_cause); a run's end prints it first.
+    flush_root_cause(rdzv);
+    if (assignment->group_world_size > 1) pending_root_cause_ = root_cause_of(assignment->round, result);
+    if (!will_restart(result)) flush_root_cause(rdzv);
     if (const auto exit_code = conclude(result, rdzv)) return *exit_code;
   }
 }
@@ -361,6 +366,7 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
     progress.drain(Clock::now());
     if (!attempt.settled()) attempt.observe(progress.summaries(Clock::now()), Clock::now());
     keep_standbys(attempt);
+    poll_root_cause(rdzv);
     if (auto r = on_signals(group, signals, rdzv)) return *r;
     if (auto r = on_worker_exits(group, rdzv)) return *r;
     if (Clock::now() >= next_hang_check) {
@@ -711,6 +717,34 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& ca
   HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), {});
   while (!keeper.with_rendezvous([&](RendezvousBackend& r) { return try_root_cause(r, cause); })) {
     std::this_thread::sleep_for(Ms(50));
+  }
+}
+
+bool Agent::will_restart(const AttemptResult& result) const {
+  using Kind = AttemptResult::Kind;
+  const bool failed =
+      result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung || result.kind == Kind::kRemoteRestart;
+  return failed && restarts_used_ < options_.max_restarts;
+}
+
+void Agent::poll_root_cause(RendezvousBackend& rdzv) {
+  if (!pending_root_cause_) return;
+  try {
+    if (try_root_cause(rdzv, *pending_root_cause_)) pending_root_cause_.reset();
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot name the last failure's root cause: {}", e.what());
+    pending_root_cause_.reset();
+  }
+}
+
+void Agent::flush_root_cause(RendezvousBackend& rdzv) {
+  if (!pending_root_cause_) return;
+  const PendingRootCause cause = *pending_root_cause_;
+  pending_root_cause_.reset();
+  try {
+    print_root_cause(rdzv, cause);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot name the last failure's root cause: {}", e.what());
   }
 }
 

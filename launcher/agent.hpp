@@ -141,6 +141,12 @@ class Agent {
   /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed, waiting
   /// (beating) until it is due.
   void print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
+  /// Whether `conclude` will restart after `result` (a failure with --max-restarts left).
+  bool will_restart(const AttemptResult& result) const;
+  /// The root cause a restart left to name while the next attempt runs: printed once due (non-blocking).
+  void poll_root_cause(RendezvousBackend& rdzv);
+  /// Prints the root cause still pending, waiting until it is due; never throws (the run may be over).
+  void flush_root_cause(RendezvousBackend& rdzv);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
   std::optional<int> conclude(const AttemptResult& result, RendezvousBackend& rdzv);
 
@@ -176,6 +182,7 @@ class Agent {
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.
   int restarts_used_ = 0;
+  std::optional<PendingRootCause> pending_root_cause_;  // a restart's, named during the next attempt
 };
 
 }  // namespace meshrun::launcher

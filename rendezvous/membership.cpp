@@ -163,11 +163,22 @@ std::string Membership::join(const proto::JoinRequest& request) {
 void Membership::maybe_close(Run& run) {
   if (run.closed) return;
   const int count = static_cast<int>(run.participants.size());
-  // With spares in, max nodes may be there before every survivor is back: wait for the survivors known
-  // alive (heard since the restart), not for silent ones (dead, most likely: the spares replace them).
-  const bool live_survivor_due = std::any_of(run.survivors.begin(), run.survivors.end(),
-                                             [](const auto& s) { return s.second.heard_since_restart; });
-  if (count >= run.max_nodes && !live_survivor_due) return close_round(run);
+  // With spares in, max nodes may be there before every survivor is back: wait for the survivors that may
+  // be alive (heard since the restart, or still connected and within their keep-alive: its workers may
+  // not have failed yet), not for gone ones (connection closed, or silent: the spares replace them).
+  const auto now = clock_.now();
+  const bool live_survivor_due = std::any_of(run.survivors.begin(), run.survivors.end(), [now](const auto& s) {
+    const Survivor& survivor = s.second;
+    return survivor.heard_since_restart ||
+           (!survivor.disconnected && to_seconds(now - survivor.last_seen) <= survivor.keep_alive_timeout_s);
+  });
+  // Survivors first: a node new to the round (a spare, a late joiner) takes no seat while one of them may
+  // still come back, nor does the last call close the round without it.
+  const bool newcomer =
+      run.round > 0 && std::any_of(run.participants.begin(), run.participants.end(),
+                                   [&](const auto& id) { return run.nodes.at(id).previous_rank < 0; });
+  if (live_survivor_due && (count >= run.max_nodes || newcomer)) return;
+  if (count >= run.max_nodes) return close_round(run);
   if (count < run.min_nodes) return;
   // Re-rendezvous after a restart: close as soon as every survivor is back.
   if (run.round > 0 && run.survivors.empty()) return close_round(run);
@@ -239,6 +250,7 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
       survivor.last_seen = node.last_seen;
       survivor.keep_alive_timeout_s = node.request.keep_alive_timeout_s;
       survivor.previous_rank = node.group_rank;
+      survivor.disconnected = node.disconnected;
       // A node that reported its own workers' failure in this round is alive (stopping them): the next
       // round waits for it, as for one heard from after the restart, before spares fill its place.
       const auto& reports = run.failures.reports();
@@ -419,6 +431,19 @@ void Membership::set_awaiting(const std::string& run_id, const std::string& node
   it->second.last_seen = clock_.now();
 }
 
+void Membership::connection_closed(const std::string& run_id, const std::string& node_id) {
+  Run* run = find_run(run_id);
+  if (run == nullptr) return;
+  if (auto it = run->nodes.find(node_id); it != run->nodes.end()) {
+    it->second.disconnected = true;
+  } else if (const auto retired = run->retired.find(node_id); retired != run->retired.end()) {
+    if (auto survivor = run->survivors.find(retired->second); survivor != run->survivors.end())
+      survivor->second.disconnected = true;
+  }
+  ++version_;
+  maybe_close(*run);  // a round that waited for it as a survivor
+}
+
 proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std::string& node_id,
                                             std::vector<proto::RankProgress> progress, proto::ClockReading clock,
                                             const proto::AttemptMilestones& attempt) {
@@ -482,7 +507,13 @@ void Membership::heard_from_survivor(Run& run, const std::string& node_id) {
 void Membership::record_failure(const std::string& run_id, const std::string& node_id, proto::FailureReport failure,
                                 int64_t now_unix_ms, const proto::AttemptMilestones& attempt) {
   Run* run = find_run(run_id);
-  if (run == nullptr || run->nodes.count(node_id) == 0) return;
+  if (run == nullptr) return;
+  if (run->nodes.count(node_id) == 0) {
+    // A node of the last round whose own workers failed after the restart began: alive, and its report
+    // belongs to the root cause of the round it names.
+    if (run->retired.count(node_id) == 0) return;
+    heard_from_survivor(*run, node_id);
+  }
   failure.node_id = node_id;
   if (run->closed) {
     if (attempt.round == run->round) feed_goodput(*run, attempt);
@@ -543,10 +574,13 @@ std::optional<proto::FailureReport> Membership::hung_elsewhere(const Run& run, c
 void Membership::report_failure(const std::string& run_id, const std::string& node_id, const std::string& reason,
                                 RestartCause cause) {
   Run* run = find_run(run_id);
-  if (run == nullptr || !run->closed) return;
+  if (run == nullptr) return;
   auto it = run->nodes.find(node_id);
-  if (it == run->nodes.end()) return;
-  if (!run->has_participant(node_id)) return;  // already restarting
+  if (it == run->nodes.end()) {
+    heard_from_survivor(*run, node_id);  // a node of the last round: the restart began, and it is alive
+    return;
+  }
+  if (!run->closed || !run->has_participant(node_id)) return;  // already restarting
   const char* what = cause == RestartCause::kHung ? "hung worker" : "worker failure";
   std::string text =
       fmt::format("{} on node {} ({}): {}", what, it->second.group_rank, it->second.request.host, reason);
@@ -637,7 +671,14 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
   Run* run = find_run(run_id);
   if (run == nullptr) return std::nullopt;
   auto it = run->nodes.find(node_id);
-  if (it == run->nodes.end()) return std::nullopt;
+  if (it == run->nodes.end()) {
+    // A node of the last round that gives up instead of re-joining: the next round does not wait for it.
+    if (const auto retired = run->retired.find(node_id); retired != run->retired.end()) {
+      run->survivors.erase(retired->second);
+      maybe_close(*run);
+    }
+    return std::nullopt;
+  }
   const bool participant = run->has_participant(node_id);
   if (run->closed && participant && attempt.round == run->round) feed_goodput(*run, attempt);
   if (ok && run->closed && participant) return finish_node(*run, it->second);

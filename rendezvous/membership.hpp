@@ -42,6 +42,9 @@ class Membership {
   bool settled(const std::string& run_id, const std::string& node_id) const;
   /// Marks a node as blocked in an await (it is alive while it waits).
   void set_awaiting(const std::string& run_id, const std::string& node_id, bool awaiting);
+  /// The connection the node awaits on closed: its agent is gone (a round no longer waits for it as a
+  /// survivor; its keep-alive still decides when it is lost).
+  void connection_closed(const std::string& run_id, const std::string& node_id);
   /// `progress`: the node's ranks as its agent sees them (kept for status and straggler detection);
   /// `clock`: how far the node's clock is from the daemon's (status only).
   /// `attempt`: how far the node's workers got (times the phases of the restart that started them).
@@ -83,7 +86,8 @@ class Membership {
     TimePoint joined_at;
     TimePoint last_seen;
     bool awaiting = false;
-    bool finished = false;  // left successfully: no more heartbeats expected
+    bool finished = false;      // left successfully: no more heartbeats expected
+    bool disconnected = false;  // the connection it awaits on closed: its agent is gone
     int group_rank = -1;
     int previous_rank = -1;                     // a survivor's node rank in the last round (kept when free)
     int rank_offset = 0;                        // global rank of its local rank 0, set when the round closes
@@ -98,6 +102,7 @@ class Membership {
     int rejoins_expected = 0;          // above 1 only when agents share a host and pid
     TimePoint last_seen;               // its last sign of life (heartbeat or re-join), before the restart too
     bool heard_since_restart = false;  // alive after the restart: stopping its workers, it gets the stop grace
+    bool disconnected = false;         // its agent's connection closed: gone, not waited for
     double keep_alive_timeout_s = 0;   // its own, from its join request
     int previous_rank = -1;            // its node rank in the last round: it keeps it
   };

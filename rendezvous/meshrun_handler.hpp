@@ -17,6 +17,8 @@ class MeshrunHandler {
   /// The reply to `request`, or nullopt when it comes later through session->finish_await() (an await).
   virtual std::optional<nlohmann::json> handle(const std::shared_ptr<Session>& session,
                                                const nlohmann::json& request) = 0;
+  /// `session` closed (its client went away, or the daemon closed it).
+  virtual void on_session_closed(const Session& session) = 0;
 };
 
 }  // namespace meshrun::rendezvous

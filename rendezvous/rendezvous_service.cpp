@@ -140,10 +140,20 @@ std::optional<json> RendezvousService::await(const std::shared_ptr<Session>& ses
   const auto run_id = request.at("run_id").get<std::string>();
   const auto node_id = request.at("node_id").get<std::string>();
   const double timeout_s = std::clamp(request.value("timeout_s", kDefaultAwaitSeconds), 0.0, kMaxAwaitSeconds);
+  agent_sessions_[session.get()] = {run_id, node_id};
   if (membership_.settled(run_id, node_id) || timeout_s <= 0) return await_reply(*session, run_id, node_id);
   membership_.set_awaiting(run_id, node_id, true);
   awaits_.push_back({session, run_id, node_id, clock_.now() + from_seconds(timeout_s)});
   return std::nullopt;
+}
+
+void RendezvousService::on_session_closed(const Session& session) {
+  const auto it = agent_sessions_.find(&session);
+  if (it == agent_sessions_.end()) return;
+  const auto [run_id, node_id] = it->second;
+  agent_sessions_.erase(it);
+  membership_.connection_closed(run_id, node_id);
+  check_awaits(false);
 }
 
 json RendezvousService::leave(const json& request) {

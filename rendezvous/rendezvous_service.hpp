@@ -31,6 +31,7 @@ class RendezvousService final : public MeshrunHandler {
   RendezvousService& operator=(const RendezvousService&) = delete;
 
   std::optional<nlohmann::json> handle(const std::shared_ptr<Session>& session, const nlohmann::json& request) override;
+  void on_session_closed(const Session& session) override;
   /// Stops the tick (shutdown).
   void stop() { tick_timer_.cancel(); }
   /// Every run (or one), what the `status` op answers; the HTTP live view reads it too.
@@ -69,6 +70,9 @@ class RendezvousService final : public MeshrunHandler {
   SteadyClock clock_;
   Membership membership_{clock_};
   std::list<PendingAwait> awaits_;
+  // The connection each agent awaits on (run, node id), held open while its agent lives: when it closes,
+  // the agent is gone (killed, or its host), and a new round does not wait for it.
+  std::map<const Session*, std::pair<std::string, std::string>> agent_sessions_;
   std::map<std::string, int64_t> store_rounds_;  // run -> the round its open workers' store serves
   uint64_t seen_version_ = 0;                    // membership version check_awaits() last looked at
   boost::asio::steady_timer tick_timer_;

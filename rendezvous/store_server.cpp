@@ -24,6 +24,7 @@ void StoreServer::start(MeshrunHandler& meshrun) {
 }
 
 void StoreServer::close() {
+  meshrun_ = nullptr;  // a shutdown's closes are not clients going away
   boost::system::error_code ec;
   main_->acceptor.close(ec);
   for (auto& [id, listener] : run_listeners_) listener->acceptor.close(ec);
@@ -88,6 +89,11 @@ void StoreServer::wake(const std::vector<WaitId>& ids) {
 std::optional<nlohmann::json> StoreServer::handle_meshrun(const std::shared_ptr<Session>& session,
                                                           const nlohmann::json& request) {
   return meshrun_->handle(session, request);
+}
+
+void StoreServer::on_closed(const std::shared_ptr<Session>& session) {
+  sessions_.erase(session);
+  if (meshrun_ != nullptr) meshrun_->on_session_closed(*session);
 }
 
 uint16_t StoreServer::open_run_port(const std::string& run_id) {

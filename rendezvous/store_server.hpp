@@ -40,7 +40,7 @@ class StoreServer final : public SessionHost, public RunPorts {
   void forget_wait(WaitId id) override { waits_.erase(id); }
   std::optional<nlohmann::json> handle_meshrun(const std::shared_ptr<Session>& session,
                                                const nlohmann::json& request) override;
-  void on_closed(const std::shared_ptr<Session>& session) override { sessions_.erase(session); }
+  void on_closed(const std::shared_ptr<Session>& session) override;
   const proto::Limits& limits() const override { return options_.limits; }
 
   // --- RunPorts: called by the rendezvous service ---

@@ -302,7 +302,9 @@ TEST_CASE("a survivor whose workers failed too is waited for before spares fill 
   REQUIRE(m.poll("job", ids["a"]).status == proto::AwaitStatus::kAssigned);
   const int c_rank = m.poll("job", ids["c"]).assignment.group_rank;
   for (const char* spare : {"d", "e"}) m.set_awaiting("job", ids[spare], true);
-  // b is killed; a's and c's workers fail at once (their peer vanished) and both report it.
+  // b is killed (the daemon sees its agent's connection close); a's and c's workers fail at once (their
+  // peer vanished) and both report it.
+  m.connection_closed("job", ids["b"]);
   for (const char* host : {"a", "c"}) {
     proto::FailureReport failure;
     failure.host = host;
@@ -318,6 +320,53 @@ TEST_CASE("a survivor whose workers failed too is waited for before spares fill 
   REQUIRE(c.status == proto::AwaitStatus::kAssigned);
   CHECK(c.assignment.group_rank == c_rank);  // the survivor kept its place; one spare took b's
   CHECK(m.status("job").at(0).spares == 1);
+}
+
+TEST_CASE("a connected survivor not heard since the restart keeps its place from the spares", "[membership][spares]") {
+  FakeClock clock;
+  Membership m(clock);
+  std::map<std::string, std::string> ids;
+  for (const char* host : {"a", "b", "c", "d", "e"}) ids[host] = m.join(node(host, 2, 3, 1));
+  REQUIRE(m.poll("job", ids["a"]).status == proto::AwaitStatus::kAssigned);
+  const int a_rank = m.poll("job", ids["a"]).assignment.group_rank;
+  for (const char* spare : {"d", "e"}) m.set_awaiting("job", ids[spare], true);
+  // b is killed; c's worker fails first and c restarts the job before a's worker noticed anything.
+  m.connection_closed("job", ids["b"]);
+  m.report_failure("job", ids["c"], "rank 2 exited with code 1");
+  m.tick();
+  // The two spares make the minimum and, with c, the maximum: neither the last call nor the spares may
+  // close the round while a is connected and within its keep-alive.
+  CHECK(m.poll("job", ids["d"]).status == proto::AwaitStatus::kWaiting);
+  const auto c2 = m.join(node("c", 2, 3, 1));
+  m.tick();
+  CHECK(m.poll("job", c2).status == proto::AwaitStatus::kWaiting);
+  const auto a2 = m.join(node("a", 2, 3, 1));
+  const auto a = m.poll("job", a2);
+  REQUIRE(a.status == proto::AwaitStatus::kAssigned);
+  CHECK(a.assignment.group_rank == a_rank);
+  CHECK(m.status("job").at(0).spares == 1);
+}
+
+TEST_CASE("a survivor is not waited for once its connection closed nor past its keep-alive", "[membership][spares]") {
+  FakeClock clock;
+  Membership m(clock);
+  std::map<std::string, std::string> ids;
+  for (const char* host : {"a", "b", "c", "d"}) ids[host] = m.join(node(host, 2, 3, 1));
+  REQUIRE(m.poll("job", ids["a"]).status == proto::AwaitStatus::kAssigned);
+  m.set_awaiting("job", ids["d"], true);
+  m.report_failure("job", ids["a"], "rank 0 exited with code 1");
+  const auto a2 = m.join(node("a", 2, 3, 1));
+  m.tick();
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);  // b and c may be alive
+  m.connection_closed("job", ids["b"]);                             // b's agent is gone
+  CHECK(m.poll("job", a2).status == proto::AwaitStatus::kWaiting);  // c is still connected
+  // c neither re-joins nor beats: past its keep-alive (3 s) it no longer holds the round back.
+  clock.advance(milliseconds(3100));
+  m.set_awaiting("job", ids["d"], true);
+  m.set_awaiting("job", a2, true);
+  m.tick();
+  REQUIRE(m.poll("job", a2).status == proto::AwaitStatus::kAssigned);
+  CHECK(m.poll("job", a2).assignment.group_world_size == 2);
 }
 
 TEST_CASE("a spare still waiting when the run ends is told it finished", "[membership][spares]") {
@@ -528,8 +577,11 @@ TEST_CASE("a restart is timed phase by phase, from the fault to every node's fir
   m.set_awaiting("job", ids["d"], true);  // the spare
   clock.advance(milliseconds(9500));
   for (const char* host : {"a", "b", "c"}) m.heartbeat("job", ids[host]);
-  // b is killed with its workers at 9.9 s; a's worker fails at once (its peer vanished), reported at 10.0 s.
-  clock.advance(milliseconds(500));
+  // b is killed with its workers at 9.9 s (its agent's connection closes); a's worker fails at once (its
+  // peer vanished), reported at 10.0 s.
+  clock.advance(milliseconds(400));
+  m.connection_closed("job", ids["b"]);
+  clock.advance(milliseconds(100));
   proto::FailureReport failure;
   failure.rank = 0;
   failure.host = "a";
