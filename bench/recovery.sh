@@ -80,6 +80,7 @@ meshrun_trial() {   # meshrun_trial N
     done
   fi
   local t0; t0=$(mc_now); inject_fault "$VICTIM"
+  echo "$t0" > "$out/fault_at"   # for a look at one trial (MC_KEEP=1 keeps the folder)
   # The job runs until stopped: once it stepped again and the agents printed the ledger, the trial ends.
   wait_step_after "$out" 0 || true
   [ "$FAULT" = link ] && mc_link_up "$VICTIM"
