@@ -768,7 +768,7 @@ std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBacken
     case Kind::kWorkerHung:
     case Kind::kRemoteRestart: break;
   }
-  if (restarts_used_ >= options_.max_restarts) {
+  if (!will_restart(result)) {
     if (options_.max_restarts > 0) {
       say("giving up after " + std::to_string(options_.max_restarts) + " restart(s) (--max-restarts)");
     } else if (result.kind == Kind::kRemoteRestart) {

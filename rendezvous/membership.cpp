@@ -172,17 +172,20 @@ void Membership::maybe_close(Run& run) {
     return survivor.heard_since_restart ||
            (!survivor.disconnected && to_seconds(now - survivor.last_seen) <= survivor.keep_alive_timeout_s);
   });
-  // Survivors first: a node new to the round (a spare, a late joiner) takes no seat while one of them may
-  // still come back, nor does the last call close the round without it.
-  const bool newcomer =
-      run.round > 0 && std::any_of(run.participants.begin(), run.participants.end(),
-                                   [&](const auto& id) { return run.nodes.at(id).previous_rank < 0; });
-  if (live_survivor_due && (count >= run.max_nodes || newcomer)) return;
-  if (count >= run.max_nodes) return close_round(run);
+  if (count >= run.max_nodes && !live_survivor_due) return close_round(run);
   if (count < run.min_nodes) return;
   // Re-rendezvous after a restart: close as soon as every survivor is back.
   if (run.round > 0 && run.survivors.empty()) return close_round(run);
-  if (run.last_call_deadline && clock_.now() >= *run.last_call_deadline) close_round(run);
+  if (!run.last_call_deadline || now < *run.last_call_deadline) return;
+  // Survivors first: the last call does not close the round without one that may still come back when a
+  // node new to it (a spare, a late joiner) would take its seat. (Scanned only here, past the last call:
+  // a 10k-node re-join calls this on every join.)
+  const auto newcomer = [&run] {
+    return std::any_of(run.participants.begin(), run.participants.end(),
+                       [&run](const auto& id) { return run.nodes.at(id).previous_rank < 0; });
+  };
+  if (live_survivor_due && (count >= run.max_nodes || newcomer())) return;
+  close_round(run);
 }
 
 void Membership::trim_to_max(Run& run) {
