@@ -335,6 +335,7 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
                                   .virtual_local_rank = options_.virtual_local_rank,
                                   .job_token = job_token_,
                                   .memory_socket = memory_socket_,
+                                  .quick_exit = quick_exit(),
                                   .socket_ifname = net ? net->interface : std::string()};
   spec.base_env = base_env_;
   spec.attempt = static_cast<int>(assignment.round);
@@ -718,6 +719,10 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& ca
   while (!keeper.with_rendezvous([&](RendezvousBackend& r) { return try_root_cause(r, cause); })) {
     std::this_thread::sleep_for(Ms(50));
   }
+}
+
+bool Agent::quick_exit() const {
+  return options_.quick_exit && !hook_dir_.empty() && restarts_used_ < options_.max_restarts;
 }
 
 bool Agent::will_restart(const AttemptResult& result) const {

@@ -143,6 +143,9 @@ class Agent {
   void print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
   /// Whether `conclude` will restart after `result` (a failure with --max-restarts left).
   bool will_restart(const AttemptResult& result) const;
+  /// Whether this attempt's workers may skip Python's teardown when they fail: a failure would be restarted,
+  /// and the hook that does it is installed (docs/multi-node.md#quick-exit).
+  bool quick_exit() const;
   /// The root cause a restart left to name while the next attempt runs: printed once due (non-blocking).
   void poll_root_cause(RendezvousBackend& rdzv);
   /// Prints the root cause still pending, waiting until it is due; never throws (the run may be over).

@@ -447,6 +447,7 @@ struct RawFlags {
   std::optional<double> shutdown_timeout;
   bool no_evict = false;
   bool no_standby = false;
+  bool no_quick_exit = false;
   std::string preload;
 };
 
@@ -587,6 +588,10 @@ void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
                 "Start every worker as a fresh interpreter: by default, a job that may restart keeps one standby "
                 "Python per local rank with torch imported, and a restart's workers start from them "
                 "(docs/multi-node.md#standby-workers)");
+  app_.add_flag("--no-quick-exit", raw.no_quick_exit,
+                "Let a worker that dies of an uncaught exception go through Python's whole teardown: by default, "
+                "while the job may restart, it ends once its atexit functions ran and its files were closed "
+                "(docs/multi-node.md#quick-exit)");
   app_.add_option(
       "--preload", raw.preload,
       "Comma-separated modules the standby workers import besides torch and torch._dynamo (e.g. transformers)");
@@ -761,6 +766,7 @@ void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOption
   convert_shutdown_timeouts(raw, env, o);
   o.evict_suspects = !raw.no_evict;
   o.standby = !raw.no_standby;
+  o.quick_exit = !raw.no_quick_exit;
   o.preload = parse_preload(raw.preload);
   parse_hang_timeout(raw.hang_timeout, o.progress);
   o.progress.busy_timeout_s = parse_busy_timeout(raw.hang_busy_timeout);

@@ -1,6 +1,6 @@
-// meshrun's Python startup hook (hang/python/: sitecustomize.py and _meshrun_hook.py), compiled into the
-// launcher so that every install (build tree, wheel, .deb) carries it. The agent writes it to a folder
-// of its own and puts that folder first on the workers' PYTHONPATH (docs/progress.md).
+// meshrun's Python startup hook (hang/python/: sitecustomize.py, _meshrun_hook.py, _meshrun_quick_exit.py),
+// compiled into the launcher so that every install (build tree, wheel, .deb) carries it. The agent writes it
+// to a folder of its own and puts that folder first on the workers' PYTHONPATH (docs/progress.md).
 #pragma once
 
 #include <string>

@@ -55,6 +55,7 @@ WorkerEnvironment::WorkerEnvironment(const std::vector<std::string>& base, Attem
   // A nested meshrun's workers carry their own launcher's token, not the outer one's.
   if (!s.job_token.empty()) common_.push_back(entry("MESHRUN_JOB_TOKEN", s.job_token));
   if (!s.memory_socket.empty()) common_.push_back(entry("MESHRUN_MEMORY", s.memory_socket));
+  if (s.quick_exit) common_.push_back(entry("MESHRUN_QUICK_EXIT", "1"));
   // torchrun's defaults: one OpenMP thread per worker when several share the node; NCCL async errors on.
   if (!has_omp && s.local_world_size > 1) common_.push_back(entry("OMP_NUM_THREADS", "1"));
   if (!has_nccl_async) common_.push_back(entry("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));

@@ -27,6 +27,7 @@ struct AttemptSettings {
   bool virtual_local_rank = false;
   std::string job_token;      // MESHRUN_JOB_TOKEN (job_token.hpp); empty leaves it unset
   std::string memory_socket;  // MESHRUN_MEMORY: the agent's memory-copy handover socket; empty leaves it unset
+  bool quick_exit = false;    // MESHRUN_QUICK_EXIT=1: a failure here will be restarted (docs/multi-node.md#quick-exit)
   // The interface that reaches the rendezvous (launcher/net/route_interface.hpp): exported as
   // GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME ("=" + name: exactly it), each unless the launcher's own
   // environment sets it. Empty leaves both to the user and the libraries' defaults.

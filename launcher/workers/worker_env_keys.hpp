@@ -8,7 +8,7 @@
 
 namespace meshrun::launcher {
 
-inline constexpr std::array<std::string_view, 23> kWorkerEnvKeys = {
+inline constexpr std::array<std::string_view, 24> kWorkerEnvKeys = {
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -31,6 +31,7 @@ inline constexpr std::array<std::string_view, 23> kWorkerEnvKeys = {
     "MESHRUN_RUN_ID",
     "MESHRUN_JOB_TOKEN",
     "MESHRUN_MEMORY",
+    "MESHRUN_QUICK_EXIT",
     "CUDA_VISIBLE_DEVICES",
 };
 

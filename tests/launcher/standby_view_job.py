@@ -16,6 +16,7 @@ import __main__
 
 import torch
 import torch.distributed as dist
+from standby_probe import standby_is_up
 
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 # A few collectives: the job's first step, from which its agent starts the standbys.
@@ -80,21 +81,6 @@ with open(os.path.join(options.out, f"view_{attempt}.json"), "w") as f:
 
 # atexit runs at a normal end, sys.exit and an uncaught exception; never at os._exit.
 atexit.register(lambda: open(os.path.join(options.out, f"atexit_{attempt}"), "w").close())
-
-
-def standby_is_up():
-    # The agent's standby interpreters are its children running meshrun's bootstrap.
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if parent == os.getppid() and any(arg.endswith(b"_meshrun_standby.py") for arg in cmdline):
-            return True
-    return False
 
 
 def fail_here():

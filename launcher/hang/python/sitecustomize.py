@@ -1,9 +1,19 @@
 # meshrun's startup hook (docs/progress.md, "Hangs without beats"). meshrun puts this folder first on a
-# worker's PYTHONPATH; Python imports this file at start-up. It starts meshrun's collective watcher (in the
-# worker meshrun spawned only) and then runs the sitecustomize Python would have run without us, so a
-# user's own (or the distribution's) is never hidden: it ends up as sys.modules["sitecustomize"].
+# worker's PYTHONPATH; Python imports this file at start-up. In the worker meshrun spawned only, it arms the
+# quick exit of a failed worker (docs/multi-node.md#quick-exit) and starts meshrun's collective watcher; then
+# it runs the sitecustomize Python would have run without us, so a user's own (or the distribution's) is
+# never hidden: it ends up as sys.modules["sitecustomize"].
 import os
 import sys
+
+
+def _meshrun_arm_quick_exit():
+    try:
+        import _meshrun_quick_exit
+
+        _meshrun_quick_exit.arm()  # first: its exit step must run after every other, the watcher's too
+    except Exception as error:  # the worker exits as Python does: only slower
+        sys.stderr.write(f"meshrun hook: no quick exit: {error!r}\n")
 
 
 def _meshrun_start_watcher():
@@ -33,5 +43,6 @@ def _meshrun_chain_sitecustomize():
     spec.loader.exec_module(module)  # its errors reach site.py as they would without meshrun
 
 
+_meshrun_arm_quick_exit()
 _meshrun_start_watcher()
 _meshrun_chain_sitecustomize()

@@ -131,6 +131,14 @@ def _exit_as_uncaught(error):
     # for a KeyboardInterrupt); a script that installed its own hook gets it called the same way.
     # The built-in hook prints the exception's own traceback, not its argument: both are trimmed.
     error.with_traceback(_trimmed(error.__traceback__))
+    # What the interpreter does before it calls the hook: sys.last_* and the "sys.excepthook" audit event.
+    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, error.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = error
+    sys.audit("sys.excepthook", sys.excepthook, type(error), error, error.__traceback__)
+    quick_exit = sys.modules.get("_meshrun_quick_exit")
+    if quick_exit is not None:
+        quick_exit.note_uncaught(error)  # the audit event above came from Python code: not taken for this
     sys.excepthook(type(error), error, error.__traceback__)
     if isinstance(error, KeyboardInterrupt):
         import atexit
