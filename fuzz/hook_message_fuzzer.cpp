@@ -8,17 +8,21 @@
 
 #include "common/error.hpp"
 #include "launcher/hang/collective_record.hpp"
-#include "launcher/hang/collective_watch.hpp"
+#include "launcher/progress/collective_watch.hpp"
+#include "proto/hook_messages.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   meshrun::launcher::CollectiveWatch watch;
   try {
-    if (meshrun::launcher::is_hook_message(bytes)) {
-      watch.on_message(meshrun::launcher::parse_hook_message(bytes), meshrun::launcher::CollectiveWatch::Clock::now());
+    if (meshrun::proto::is_hook_message(bytes)) {
+      watch.on_message(meshrun::proto::parse_hook_message(bytes), meshrun::launcher::CollectiveWatch::Clock::now());
       (void)watch.oldest_wait();
       (void)watch.stack_motion({});
     }
+  } catch (const meshrun::ProtocolError&) {}
+  try {
+    (void)meshrun::proto::parse_hook_request(bytes);  // what meshrun-trainer's reporter reads
   } catch (const meshrun::ProtocolError&) {}
   meshrun::launcher::RankRecord record;
   try {

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/signal_set.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
@@ -44,7 +45,6 @@ class RendezvousBackend;
 class HangExchange;
 struct HangVerdict;
 class ProgressMonitor;
-class SignalSet;
 class StandbyPool;
 class WorkerGroup;
 struct GroupSpec;

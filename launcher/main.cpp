@@ -10,11 +10,11 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "common/run_main.hpp"
+#include "common/signal_set.hpp"
 #include "diagnostics/diagnostics.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/cli/options.hpp"
-#include "launcher/hosts/ssh_fanout.hpp"
-#include "launcher/signal_set.hpp"
+#include "launcher/ssh_fanout.hpp"
 #include "launcher/workers/orphan_watchdog.hpp"
 #include "launcher/workers/worker_command.hpp"
 

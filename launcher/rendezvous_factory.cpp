@@ -2,7 +2,7 @@
 
 #include "launcher/cli/options.hpp"
 #include "launcher/etcd/etcd_rendezvous.hpp"
-#include "launcher/node_rendezvous.hpp"
+#include "launcher/rdzv/node_rendezvous.hpp"
 
 namespace meshrun::launcher {
 

@@ -4,12 +4,12 @@
 
 #include <memory>
 
-#include "launcher/rendezvous_backend.hpp"
+#include "common/signal_set.hpp"
+#include "launcher/rdzv/rendezvous_backend.hpp"
 
 namespace meshrun::launcher {
 
 struct LaunchOptions;
-class SignalSet;
 
 /// The backend --rdzv-backend asks for, connected (or hosting) and ready to join.
 std::unique_ptr<RendezvousBackend> make_rendezvous(const LaunchOptions& options, SignalSet& signals);

@@ -6,7 +6,7 @@
 
 #include "common/endpoint.hpp"
 #include "proto/reply.hpp"
-#include "rendezvous/listen_socket.hpp"
+#include "rendezvous/net/listen_socket.hpp"
 
 namespace meshrun::rendezvous {
 

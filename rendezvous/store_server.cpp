@@ -1,5 +1,5 @@
 #include "rendezvous/store_server.hpp"
-#include "rendezvous/listen_socket.hpp"
+#include "rendezvous/net/listen_socket.hpp"
 
 #include <spdlog/spdlog.h>
 

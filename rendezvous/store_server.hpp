@@ -13,9 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rendezvous/cidr.hpp"
 #include "rendezvous/listener.hpp"
 #include "rendezvous/meshrun_handler.hpp"
+#include "rendezvous/net/cidr.hpp"
 #include "rendezvous/run_ports.hpp"
 #include "rendezvous/server_options.hpp"
 

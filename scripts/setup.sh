@@ -88,7 +88,7 @@ if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__vers
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" "$NUMPY_SPEC"
 fi
-# py-spy: the stack of a hung Python worker (launcher/progress/stack_dump.cpp; the hang tests read it).
+# py-spy: the stack of a hung Python worker (launcher/hang/stack_dump.cpp; the hang tests read it).
 if [ ! -x "$VENV/bin/py-spy" ]; then
   log "installing py-spy into .venv"
   "$VENV/bin/pip" install -q "py-spy==$PY_SPY_VERSION"

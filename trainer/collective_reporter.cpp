@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "proto/hook_messages.hpp"
 
 namespace meshrun::trainer {
 namespace {
@@ -70,28 +71,34 @@ void CollectiveReporter::send(const std::string& text) const {
                  reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
 }
 
-void CollectiveReporter::answer(const std::string& request) const {
-  if (request.rfind("dump ", 0) != 0) return;
-  const std::string path = request.substr(5);
+void CollectiveReporter::answer(const std::string& datagram) const {
+  proto::HookRequest request;
+  try {
+    request = proto::parse_hook_request(datagram);
+  } catch (const ProtocolError&) {
+    return;  // not the agent's: nothing to answer
+  }
+  if (request.kind != proto::HookRequest::Kind::kDump) return;  // clocks, arrivals and stacks: Python's hook only
+  const std::string& path = request.path;
   nlohmann::json record = ledger_->dump();
   record["pid"] = ::getpid();
   {
     std::ofstream out(path + ".tmp", std::ios::trunc);
     out << record.dump();
     if (!out) {
-      send("fr failed cannot write " + path);
+      send(proto::format_hook_message(proto::HookMessage::failed("cannot write " + path)));
       return;
     }
   }
   if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    send("fr failed cannot rename to " + path);
+    send(proto::format_hook_message(proto::HookMessage::failed("cannot rename to " + path)));
     return;
   }
-  send("fr dumped " + path);
+  send(proto::format_hook_message(proto::HookMessage::dumped(path)));
 }
 
 void CollectiveReporter::run() {
-  send("fr hello pid=" + std::to_string(::getpid()) + " fr=on");
+  send(proto::format_hook_message(proto::HookMessage::hello(::getpid(), true)));
   std::string last;
   Clock::time_point last_at{};
   while (!stop_) {
@@ -101,8 +108,9 @@ void CollectiveReporter::run() {
       const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
       if (n > 0) answer(std::string(buf, static_cast<size_t>(n)));
     }
-    const std::string status = ledger_->status_text();
-    if (status == "fr status") continue;  // no collective yet
+    const proto::HookMessage message = ledger_->status();
+    if (message.groups.empty()) continue;  // no collective yet
+    const std::string status = proto::format_hook_message(message);
     if (status != last || Clock::now() - last_at >= kResend) {
       send(status);
       last = status;

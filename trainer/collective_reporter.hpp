@@ -1,8 +1,8 @@
 // CollectiveReporter: hands meshrun-trainer's CollectiveLedger to its agent the way meshrun's Python hook
 // does for PyTorch workers (docs/progress.md#hangs): on MESHRUN_PROGRESS, "fr hello", then the ledger's
 // status every 0.5 s when it changed (and every 5 s); on <MESHRUN_PROGRESS>.hook it answers "dump <path>"
-// by writing the ledger there and saying "fr dumped <path>". One thread, never on the training path;
-// nothing without MESHRUN_PROGRESS.
+// by writing the ledger there and saying "fr dumped <path>" (proto/hook_messages.hpp). One thread, never on
+// the training path; nothing without MESHRUN_PROGRESS.
 #pragma once
 
 #include <atomic>
@@ -26,7 +26,7 @@ class CollectiveReporter {
  private:
   void run();
   void send(const std::string& text) const;
-  void answer(const std::string& request) const;
+  void answer(const std::string& datagram) const;
 
   std::string agent_;
   std::string listen_path_;

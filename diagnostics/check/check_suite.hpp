@@ -17,8 +17,8 @@
 #include "common/clock.hpp"
 #include "common/endpoint.hpp"
 #include "diagnostics/check/bandwidth.hpp"
-#include "diagnostics/check/check_report.hpp"
 #include "diagnostics/peers/peer_session.hpp"
+#include "diagnostics/report/check_report.hpp"
 
 namespace meshrun::diagnostics {
 

@@ -7,8 +7,8 @@
 
 #include "common/strings.hpp"
 #include "diagnostics/check/gpu_probe.hpp"
-#include "diagnostics/check/network_interfaces.hpp"
 #include "diagnostics/check/port_owner.hpp"
+#include "diagnostics/net/network_interfaces.hpp"
 #include "diagnostics/ping/resolve.hpp"
 #include "proto/store_client.hpp"
 

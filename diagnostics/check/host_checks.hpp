@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "diagnostics/check/check_report.hpp"
+#include "diagnostics/report/check_report.hpp"
 
 namespace meshrun::diagnostics {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "diagnostics/check/check_report.hpp"
+#include "diagnostics/report/check_report.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::diagnostics {

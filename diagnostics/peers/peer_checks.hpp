@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "diagnostics/check/check_report.hpp"
 #include "diagnostics/peers/peer_session.hpp"
+#include "diagnostics/report/check_report.hpp"
 
 namespace meshrun::diagnostics {
 

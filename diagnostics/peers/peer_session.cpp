@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
-#include "diagnostics/check/network_interfaces.hpp"
+#include "diagnostics/net/network_interfaces.hpp"
 #include "diagnostics/peers/pair_measurement.hpp"
 #include "diagnostics/peers/peer_schedule.hpp"
 #include "diagnostics/peers/peer_socket.hpp"

@@ -10,9 +10,9 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/signal_set.hpp"
 #include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
-#include "launcher/signal_set.hpp"
 #include "proto/join_auth.hpp"
 #include "rendezvous/server.hpp"
 

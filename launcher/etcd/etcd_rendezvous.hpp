@@ -23,10 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "common/signal_set.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/etcd/etcd_client.hpp"
 #include "launcher/etcd/run_record.hpp"
-#include "launcher/rendezvous_backend.hpp"
+#include "launcher/rdzv/rendezvous_backend.hpp"
 #include "rendezvous/goodput_ledger.hpp"
 
 namespace meshrun::rendezvous {
@@ -34,8 +35,6 @@ class Server;
 }
 
 namespace meshrun::launcher {
-
-class SignalSet;
 
 class EtcdRendezvous final : public RendezvousBackend {
  public:

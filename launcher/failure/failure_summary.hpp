@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/workers/worker_process.hpp"
+#include "launcher/failure/exit_status.hpp"
 
 namespace meshrun::launcher {
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/error.hpp"
-#include "launcher/progress/stack_dump.hpp"
+#include "launcher/hang/stack_dump.hpp"
 #include "launcher/workers/worker_group.hpp"
 
 namespace meshrun::launcher {
@@ -89,7 +89,7 @@ void HangInquiry::collect_dumps(std::vector<RankRecord>& records) {
         continue;
       }
       asked[lr] = false;
-      if (answer->kind == HookMessage::Kind::kFailed) {
+      if (answer->kind == proto::HookMessage::Kind::kFailed) {
         records[lr].source_detail = "the hook could not read the record: " + answer->text;
         continue;
       }

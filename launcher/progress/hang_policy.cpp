@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "launcher/hang/collective_watch.hpp"
+#include "launcher/progress/collective_watch.hpp"
 #include "launcher/progress/rank_tracker.hpp"
 
 namespace meshrun::launcher {

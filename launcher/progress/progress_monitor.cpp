@@ -58,11 +58,11 @@ void ProgressMonitor::drain(Clock::time_point now) {
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
     for (const auto& datagram : sockets_[lr].drain()) {
       try {
-        if (is_hook_message(datagram)) {
+        if (proto::is_hook_message(datagram)) {
           spdlog::debug("rank {}: {}", trackers_[lr].rank(), datagram);
-          const HookMessage message = parse_hook_message(datagram);
+          const proto::HookMessage message = proto::parse_hook_message(datagram);
           watches_[lr].on_message(message, now, unix_time_ns());
-          if (message.kind == HookMessage::Kind::kStatus)
+          if (message.kind == proto::HookMessage::Kind::kStatus)
             collective_accountants_[lr].on_status(watches_[lr].completed(), now);
           continue;
         }
@@ -100,7 +100,8 @@ void ProgressMonitor::watch_activity(const std::vector<pid_t>& pids, Clock::time
   if (!activity_.sample(pids, now)) return;
   if (activity_samples_++ % 2 != 0) return;
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), "frames");
+    if (watches_[lr].hooked())
+      sockets_[lr].send_to(hook_path(lr), proto::format_hook_request(proto::HookRequest::frames()));
   }
 }
 
@@ -237,7 +238,7 @@ std::string ProgressMonitor::request_dump(size_t lr, const std::string& path) {
   const std::string hook = hook_path(lr);
   int error = 0;
   for (int attempt = 0; attempt < 20; ++attempt) {
-    error = sockets_[lr].send_to(hook, "dump " + path);
+    error = sockets_[lr].send_to(hook, proto::format_hook_request(proto::HookRequest::dump(path)));
     if (error != EAGAIN) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its queue is full: the hook is behind
   }
@@ -248,14 +249,17 @@ std::string ProgressMonitor::hook_path(size_t lr) const { return sockets_[lr].pa
 
 void ProgressMonitor::ask_clocks() {
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), "clock " + std::to_string(unix_time_ns()));
+    if (watches_[lr].hooked()) {
+      sockets_[lr].send_to(hook_path(lr), proto::format_hook_request(proto::HookRequest::clock(unix_time_ns())));
+    }
   }
 }
 
 void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe) {
   if (probe.group.empty() || (probe.group == asked_.group && probe.first_seq == asked_.first_seq)) return;
   asked_ = probe;
-  const std::string request = fmt::format("arrivals {} {} {}", probe.first_seq, probe.last_seq, probe.group);
+  const std::string request =
+      proto::format_hook_request(proto::HookRequest::arrivals(probe.first_seq, probe.last_seq, probe.group));
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
     if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), request);
   }
@@ -265,7 +269,7 @@ namespace {
 
 // The hook's answer on the daemon's clock: the worker's clock minus its offset from the agent's, minus the
 // agent's offset from the daemon's. Nothing while either offset is unmeasured.
-proto::ArrivalBlock on_daemon_clock(const ArrivalAnswer& a, const std::optional<OffsetEstimate>& worker,
+proto::ArrivalBlock on_daemon_clock(const proto::ArrivalAnswer& a, const std::optional<OffsetEstimate>& worker,
                                     const std::optional<OffsetEstimate>& node) {
   if (!worker || !node || a.count == 0) return {};
   return proto::ArrivalBlock{.group = a.group,

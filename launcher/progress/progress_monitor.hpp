@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "launcher/activity/activity_monitor.hpp"
-#include "launcher/hang/collective_watch.hpp"
 #include "launcher/progress/beat_socket.hpp"
 #include "launcher/progress/collective_accountant.hpp"
+#include "launcher/progress/collective_watch.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
 #include "launcher/progress/step_accountant.hpp"

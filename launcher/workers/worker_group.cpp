@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "launcher/signal_set.hpp"
+#include "common/signal_set.hpp"
 #include "launcher/workers/job_token.hpp"
 #include "launcher/workers/standby_pool.hpp"
 

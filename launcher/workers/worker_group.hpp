@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/signal_set.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/failure/failure_summary.hpp"
 #include "launcher/workers/output_pump.hpp"
@@ -26,7 +27,6 @@
 
 namespace meshrun::launcher {
 
-class SignalSet;
 class StandbyPool;
 
 /// Everything needed to start one attempt's workers.

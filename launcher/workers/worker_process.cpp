@@ -30,16 +30,6 @@ void child_dup(int from, int to) {
 
 }  // namespace
 
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
-std::string ExitStatus::describe() const {
-  if (signaled) return "signal " + signal_name(signal) + " (" + std::to_string(signal) + ")";
-  return "exit code " + std::to_string(code);
-}
-
 WorkerProcess WorkerProcess::spawn(const SpawnSpec& spec) {
   // Everything the child touches is prepared here: after fork() only async-signal-safe calls are allowed
   // (the launcher may run the rendezvous daemon on another thread).

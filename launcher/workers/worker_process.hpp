@@ -14,6 +14,7 @@
 
 #include "common/error.hpp"
 #include "common/unique_fd.hpp"
+#include "launcher/failure/exit_status.hpp"
 
 namespace meshrun::launcher {
 
@@ -26,22 +27,6 @@ class SpawnError : public Error {
  private:
   int errno_;
 };
-
-/// How a process ended.
-struct ExitStatus {
-  bool signaled = false;
-  int code = 0;    // exit code when !signaled
-  int signal = 0;  // terminating signal when signaled
-
-  bool ok() const { return !signaled && code == 0; }
-  /// Shell convention: the code, or 128+signal.
-  int exit_code() const { return signaled ? 128 + signal : code; }
-  /// "exit code 3" or "signal SIGKILL (9)".
-  std::string describe() const;
-};
-
-/// "SIGTERM" for 15 (or "signal 42").
-std::string signal_name(int sig);
 
 /// What to start and where its standard streams go. fds are duplicated into the child as 0/1/2.
 struct SpawnSpec {

@@ -6,7 +6,7 @@
 #include "common/error.hpp"
 #include "rendezvous/http/health.hpp"
 #include "rendezvous/http/http_session.hpp"
-#include "rendezvous/listen_socket.hpp"
+#include "rendezvous/net/listen_socket.hpp"
 
 namespace meshrun::rendezvous::http {
 

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/cidr.hpp"
 #include "rendezvous/http/live_state.hpp"
 #include "rendezvous/http/state_query.hpp"
+#include "rendezvous/net/cidr.hpp"
 
 namespace meshrun::rendezvous::http {
 

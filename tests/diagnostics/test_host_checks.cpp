@@ -10,12 +10,12 @@
 #include <cstdlib>
 
 #include "common/unique_fd.hpp"
-#include "diagnostics/check/check_report.hpp"
 #include "diagnostics/check/gpu_probe.hpp"
 #include "diagnostics/check/host_checks.hpp"
-#include "diagnostics/check/network_interfaces.hpp"
 #include "diagnostics/check/port_owner.hpp"
+#include "diagnostics/net/network_interfaces.hpp"
 #include "diagnostics/ping/sample_stats.hpp"
+#include "diagnostics/report/check_report.hpp"
 
 using namespace meshrun;
 using namespace meshrun::diagnostics;

@@ -13,13 +13,14 @@
 #include "launcher/activity/activity_monitor.hpp"
 #include "launcher/activity/activity_rule.hpp"
 #include "launcher/activity/proc_tree.hpp"
-#include "launcher/hang/collective_watch.hpp"
 #include "launcher/hang/hang_verdict.hpp"
+#include "launcher/progress/collective_watch.hpp"
 #include "proto/hang_request.hpp"
 #include "support/subprocess.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;
+using namespace meshrun::proto;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 

@@ -6,14 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
-#include "launcher/hang/collective_watch.hpp"
 #include "launcher/hang/hang_verdict.hpp"
 #include "launcher/hang/stack_groups.hpp"
+#include "launcher/progress/collective_watch.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;
+using namespace meshrun::proto;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -6,7 +6,7 @@
 #include "launcher/cli/env_file.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/hosts/hostfile.hpp"
-#include "launcher/hosts/ssh_fanout.hpp"
+#include "launcher/ssh_fanout.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;

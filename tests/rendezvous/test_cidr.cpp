@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
-#include "rendezvous/cidr.hpp"
+#include "rendezvous/net/cidr.hpp"
 
 using meshrun::rendezvous::Cidr;
 

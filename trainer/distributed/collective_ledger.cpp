@@ -54,14 +54,14 @@ void CollectiveLedger::complete(const std::string& group, int64_t seq) {
   }
 }
 
-std::string CollectiveLedger::status_text() const {
+proto::HookMessage CollectiveLedger::status() const {
   const std::lock_guard lock(mutex_);
-  std::string text = "fr status";
+  std::map<std::string, proto::HookMessage::Group> groups;
   for (const auto& [name, g] : groups_) {
     if (g.last_enqueued == 0) continue;  // PyTorch lists a group once it ran a collective
-    text += " " + name + ":" + std::to_string(g.last_enqueued) + ":" + std::to_string(g.last_completed);
+    groups[name] = {g.last_enqueued, g.last_completed};
   }
-  return text;
+  return proto::HookMessage::status(std::move(groups));
 }
 
 nlohmann::json CollectiveLedger::dump() const {

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "proto/hook_messages.hpp"
+
 namespace meshrun::trainer {
 
 class CollectiveLedger {
@@ -32,8 +34,8 @@ class CollectiveLedger {
   /// the highest number up to which every collective completed.
   void complete(const std::string& group, int64_t seq);
 
-  /// "fr status <group>:<last entered>:<last completed> ..." (the hook's status message).
-  std::string status_text() const;
+  /// The hook's status message: each group that ran a collective, its last entered and last completed.
+  proto::HookMessage status() const;
   /// The hook's dump format: {"fr": "on", "groups": {...}, "entries": [...]}.
   nlohmann::json dump() const;
 

@@ -10,6 +10,7 @@
 # collectives: "fr arrivals <first> <last> <count> <mean ns> <span ns> <group>"). While other ranks may wait
 # for this one, the agent asks "frames" every few seconds: "fr frames {"frames": [...], "where": "..."}", the main
 # thread's stack (stuck or busy: docs/progress.md).
+# The lines' format is proto/hook_messages.hpp's (the _*_line functions and _parse_request below).
 # Nothing here imports torch: it only looks at torch once the script has.
 import atexit
 import json
@@ -88,10 +89,11 @@ def _status(c10d):
         # A group PyTorch lists once it ran a collective: its entries name it (once per new group).
         _full_dump(c10d)
     names = _group_names()
-    parts = []
-    for pg, s in sorted(summary.get("pg_status", {}).items()):
-        parts.append(f"{names.get(pg, pg)}:{int(s['last_enqueued_collective'])}:{int(s['last_completed_collective'])}")
-    return "fr status " + " ".join(parts)
+    groups = [
+        (names.get(pg, pg), int(s["last_enqueued_collective"]), int(s["last_completed_collective"]))
+        for pg, s in sorted(summary.get("pg_status", {}).items())
+    ]
+    return _status_line(groups)
 
 
 def _group_ranks():
@@ -143,12 +145,7 @@ def _frames_answer():
         if not where and not code.co_filename.startswith(("<",) + _library_dirs()):
             where = f"{code.co_name} at {os.path.basename(code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
-    answer = {"frames": frames, "where": where}
-    text = "fr frames " + json.dumps(answer)
-    while len(text.encode()) > MAX_DATAGRAM and answer["frames"]:
-        answer["frames"].pop()
-        text = "fr frames " + json.dumps(answer)
-    return text
+    return _frames_line(frames, where)
 
 
 def _entry(e):
@@ -220,31 +217,86 @@ def _arrivals(first, last, group):
             if str(pg[0]) == group and not e.get("is_p2p", False) and first <= seq <= last:
                 times.append(int(e.get("time_created_ns", 0)))
     mean, span = (sum(times) // len(times), max(times) - min(times)) if times else (0, 0)
-    return f"fr arrivals {first} {last} {len(times)} {mean} {span} {group}"
+    return _arrivals_line(first, last, len(times), mean, span, group)
+
+
+# The wire (proto/hook_messages.hpp, whose parser reads these lines: tests/proto/hook_lines.txt pins both).
+def _hello_line(pid, recorder_on):
+    return f"fr hello pid={pid} fr={'on' if recorder_on else 'off'}"
+
+
+def _status_line(groups):
+    # groups: (name, last enqueued, last completed) each
+    return " ".join(["fr status"] + [f"{name}:{enqueued}:{completed}" for name, enqueued, completed in groups])
+
+
+def _clock_line(agent_ns, worker_ns):
+    return f"fr clock {agent_ns} {worker_ns}"
+
+
+def _arrivals_line(first, last, count, mean_ns, span_ns, group):
+    return f"fr arrivals {first} {last} {count} {mean_ns} {span_ns} {group}"
+
+
+def _frames_line(frames, where):
+    answer = {"frames": list(frames), "where": where}
+    text = "fr frames " + json.dumps(answer)
+    while len(text.encode()) > MAX_DATAGRAM and answer["frames"]:
+        answer["frames"].pop()
+        text = "fr frames " + json.dumps(answer)
+    return text
+
+
+def _dumped_line(path):
+    return "fr dumped " + path
+
+
+def _failed_line(why):
+    return ("fr failed " + why)[:400]
+
+
+def _parse_request(text):
+    """("clock", agent ns), ("arrivals", first, last, group), ("frames",), ("dump", path), or None."""
+    verb, _, rest = text.partition(" ")
+    try:
+        if verb == "clock":
+            return ("clock", int(rest))
+        if verb == "arrivals":
+            first, last, group = rest.split(" ", 2)
+            return ("arrivals", int(first), int(last), group)
+    except ValueError:
+        return None
+    if text == "frames":
+        return ("frames",)
+    if verb == "dump" and rest:
+        return ("dump", rest)
+    return None
 
 
 def _answer(listen, send):
     try:
-        request = listen.recv(4096).decode(errors="replace")
+        request = _parse_request(listen.recv(4096).decode(errors="replace"))
     except socket.timeout:
         return
-    if request.startswith("clock "):  # the agent measures this clock's offset from its own: answer at once
-        send(f"fr clock {request[6:]} {time.time_ns()}")
-    elif request.startswith("arrivals "):
-        first, last, group = request[9:].split(" ", 2)
+    if request is None:
+        return
+    if request[0] == "clock":  # the agent measures this clock's offset from its own: answer at once
+        send(_clock_line(request[1], time.time_ns()))
+    elif request[0] == "arrivals":
+        _, first, last, group = request
         try:
-            send(_arrivals(int(first), int(last), group))
+            send(_arrivals(first, last, group))
         except Exception:  # the group torn down meanwhile...: no times known
-            send(f"fr arrivals {first} {last} 0 0 0 {group}")
-    elif request == "frames":
+            send(_arrivals_line(first, last, 0, 0, 0, group))
+    elif request[0] == "frames":
         send(_frames_answer())
-    elif request.startswith("dump "):
-        path = request[5:]
+    elif request[0] == "dump":
+        path = request[1]
         try:
             _dump(path)
-            send("fr dumped " + path)
+            send(_dumped_line(path))
         except Exception as error:
-            send(f"fr failed {type(error).__name__}: {error}"[:400])
+            send(_failed_line(f"{type(error).__name__}: {error}"))
 
 
 def _serve(agent, listen):
@@ -254,7 +306,7 @@ def _serve(agent, listen):
         except OSError:
             pass
 
-    send(f"fr hello pid={os.getpid()} fr={'off' if _fr_off() else 'on'}")
+    send(_hello_line(os.getpid(), not _fr_off()))
     # Read now, not on the first "frames" request: the files sysconfig reads would count as the rank's own
     # I/O in the very window the agent judges it stuck or busy.
     _library_dirs()

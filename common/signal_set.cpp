@@ -1,4 +1,4 @@
-#include "launcher/signal_set.hpp"
+#include "common/signal_set.hpp"
 
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "common/error.hpp"
 
-namespace meshrun::launcher {
+namespace meshrun {
 
 SignalSet::SignalSet(const std::vector<int>& handled) {
   sigset_t mask;
@@ -55,4 +55,4 @@ int SignalSet::drain_terminating() {
 
 bool is_terminating_signal(int sig) { return sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGCHLD && sig != SIGCONT; }
 
-}  // namespace meshrun::launcher
+}  // namespace meshrun

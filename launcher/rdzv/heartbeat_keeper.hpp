@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "launcher/rendezvous_backend.hpp"
+#include "launcher/rdzv/rendezvous_backend.hpp"
 
 namespace meshrun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/progress/stack_dump.hpp"
+#include "launcher/hang/stack_dump.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

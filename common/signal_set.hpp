@@ -1,4 +1,4 @@
-// SignalSet: the launcher's signals as a file descriptor (signalfd). Forwarded signals and SIGCHLD are
+// SignalSet: a process's signals as a file descriptor (signalfd). Forwarded signals and SIGCHLD are
 // blocked in the constructing thread and read from fd() in the event loop, so there are no handlers and
 // no global state. Construct it in main() before any thread starts: threads inherit the blocked mask.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include "common/unique_fd.hpp"
 
-namespace meshrun::launcher {
+namespace meshrun {
 
 class SignalSet {
  public:
@@ -39,4 +39,4 @@ class SignalSet {
 /// false for those it only forwards (USR1, USR2: SLURM's "checkpoint now").
 bool is_terminating_signal(int sig);
 
-}  // namespace meshrun::launcher
+}  // namespace meshrun

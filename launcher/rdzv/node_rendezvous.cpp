@@ -1,4 +1,4 @@
-#include "launcher/node_rendezvous.hpp"
+#include "launcher/rdzv/node_rendezvous.hpp"
 
 #include <unistd.h>
 
@@ -7,11 +7,11 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/signal_set.hpp"
 #include "common/strings.hpp"
 #include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
-#include "launcher/signal_set.hpp"
-#include "rendezvous/listen_socket.hpp"
+#include "rendezvous/net/listen_socket.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::launcher {

@@ -1,4 +1,4 @@
-#include "launcher/heartbeat_keeper.hpp"
+#include "launcher/rdzv/heartbeat_keeper.hpp"
 
 #include <spdlog/spdlog.h>
 

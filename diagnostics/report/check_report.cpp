@@ -1,4 +1,4 @@
-#include "diagnostics/check/check_report.hpp"
+#include "diagnostics/report/check_report.hpp"
 
 #include <algorithm>
 #include <sstream>

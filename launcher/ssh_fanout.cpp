@@ -1,4 +1,4 @@
-#include "launcher/hosts/ssh_fanout.hpp"
+#include "launcher/ssh_fanout.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,9 +15,9 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/signal_set.hpp"
 #include "launcher/cli/env_file.hpp"
 #include "launcher/net/host_identity.hpp"
-#include "launcher/signal_set.hpp"
 #include "launcher/workers/output_pump.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"

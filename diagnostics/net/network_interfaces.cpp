@@ -1,4 +1,4 @@
-#include "diagnostics/check/network_interfaces.hpp"
+#include "diagnostics/net/network_interfaces.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

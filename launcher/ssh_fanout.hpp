@@ -17,13 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "common/signal_set.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/hosts/hostfile.hpp"
 #include "launcher/workers/worker_process.hpp"
 
 namespace meshrun::launcher {
-
-class SignalSet;
 
 class SshFanout {
  public:

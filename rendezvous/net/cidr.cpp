@@ -1,4 +1,4 @@
-#include "rendezvous/cidr.hpp"
+#include "rendezvous/net/cidr.hpp"
 
 #include <arpa/inet.h>
 

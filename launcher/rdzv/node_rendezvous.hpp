@@ -15,8 +15,9 @@
 
 #include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
+#include "common/signal_set.hpp"
 #include "launcher/cli/options.hpp"
-#include "launcher/rendezvous_backend.hpp"
+#include "launcher/rdzv/rendezvous_backend.hpp"
 #include "proto/rendezvous_client.hpp"
 #include "proto/rendezvous_messages.hpp"
 
@@ -25,8 +26,6 @@ class Server;
 }
 
 namespace meshrun::launcher {
-
-class SignalSet;
 
 class NodeRendezvous final : public RendezvousBackend {
  public:
