@@ -292,7 +292,7 @@ void Agent::keep_standbys(const AttemptClock& attempt) {
   if (standbys_ == nullptr || now < next_standby_check_) return;
   next_standby_check_ = now + kStandbyCheckEvery;
   standbys_->poll();
-  if (restarts_used_ >= options_.max_restarts) return;  // no restart can come: nothing would take them
+  if (!restarts_left()) return;  // no restart can come: nothing would take them
   const proto::AttemptMilestones m = attempt.milestones(now);
   if (m.first_step_age_s < 0 && m.spawned_age_s * 1000 < static_cast<double>(kStandbyDelay.count())) return;
   standbys_->fill([this](int lr) { return standby_env(lr); }, StandbyPool::Pace::kIntoIdleCores);
@@ -721,15 +721,15 @@ void Agent::print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& ca
   }
 }
 
-bool Agent::quick_exit() const {
-  return options_.quick_exit && !hook_dir_.empty() && restarts_used_ < options_.max_restarts;
-}
+bool Agent::restarts_left() const { return restarts_used_ < options_.max_restarts; }
+
+bool Agent::quick_exit() const { return options_.quick_exit && !hook_dir_.empty() && restarts_left(); }
 
 bool Agent::will_restart(const AttemptResult& result) const {
   using Kind = AttemptResult::Kind;
   const bool failed =
       result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung || result.kind == Kind::kRemoteRestart;
-  return failed && restarts_used_ < options_.max_restarts;
+  return failed && restarts_left();
 }
 
 void Agent::poll_root_cause(RendezvousBackend& rdzv) {

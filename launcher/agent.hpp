@@ -141,6 +141,8 @@ class Agent {
   /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed, waiting
   /// (beating) until it is due.
   void print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
+  /// Whether --max-restarts allows another restart of a failure.
+  bool restarts_left() const;
   /// Whether `conclude` will restart after `result` (a failure with --max-restarts left).
   bool will_restart(const AttemptResult& result) const;
   /// Whether this attempt's workers may skip Python's teardown when they fail: a failure would be restarted,

@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/error.hpp"
-#include "common/strings.hpp"
-
 namespace meshrun::launcher {
 
 void CollectiveWatch::on_message(const proto::HookMessage& message, Clock::time_point now, int64_t received_ns) {

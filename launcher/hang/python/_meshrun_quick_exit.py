@@ -51,10 +51,11 @@ def _audit(event, args):
 
 def _exit_quickly():
     error = _uncaught
-    if error is None or isinstance(error, (KeyboardInterrupt, SystemExit)):
+    if error is None or isinstance(error, KeyboardInterrupt):  # Python then dies of SIGINT: left to it
         return
     if getattr(sys, "last_value", None) is not error:  # the interpreter sets it as it reports the error
         return
+    # The agent's say for this attempt; and not in a fork of the worker, which inherits this hook.
     if os.environ.get("MESHRUN_QUICK_EXIT") != "1" or not _spawned_by_agent():
         return
     _close_open_files()
