@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
 #include "common/fd_passing.hpp"
@@ -19,7 +18,18 @@
 
 namespace meshrun::launcher {
 
-using nlohmann::json;
+namespace {
+
+// The word a worker said of where it restored from; an unknown one: the ledger says nothing of the source.
+proto::LoadSource load_source(const std::string& word) {
+  try {
+    return proto::from_string<proto::LoadSource>(word);
+  } catch (const std::exception&) {
+    return proto::LoadSource::kUnknown;
+  }
+}
+
+}  // namespace
 
 struct HandoverServer::Connection {
   UniqueFd fd;
@@ -88,57 +98,46 @@ void HandoverServer::accept_one() {
 }
 
 bool HandoverServer::handle(Connection& c, const std::string& text) {
-  const json message = json::parse(text, nullptr, false);
-  if (!message.is_object()) return false;
+  std::vector<int> fds;
+  std::optional<proto::HandoverReply> reply;
   try {
-    return answer(c, message);
+    reply = answer(c, proto::parse_handover_request(text), fds);
+  } catch (const proto::UnknownHandoverOp& e) {
+    reply = proto::HandoverReply::error(e.what());  // a newer worker: told, and served on
   } catch (const std::exception& e) {
-    // A field of the wrong type, say: that worker's connection ends, the agent serves on.
+    // Not a request, or a field of the wrong type: that worker's connection ends, the agent serves on.
     spdlog::warn("memory handover: a malformed request from rank {}: {}", c.rank, e.what());
     return false;
   }
-}
-
-bool HandoverServer::answer(Connection& c, const json& message) {
-  const std::string op = message.value("op", "");
-  const int64_t step = message.value("step", int64_t{-1});
-  std::vector<int> fds;
-  json reply;
-  if (op == "hello") {
-    reply = keeper_.hello(message.value("rank", -1), message, fds, c.id);
-    if (reply.value("op", "") == "granted") c.rank = message.value("rank", -1);
-  } else if (c.rank < 0) {
-    reply = {{"op", "error"}, {"reason", "say hello first"}};
-  } else if (op == "begin") {
-    reply = keeper_.begin(c.rank, step);
-  } else if (op == "sealed") {
-    reply = keeper_.sealed(c.rank, message.value("slot", -1), step);
-  } else if (op == "commit") {
-    keeper_.commit(c.rank, step);
-  } else if (op == "durable") {
-    keeper_.durable(c.rank, step);
-  } else if (op == "restored") {
-    proto::LoadSource source = proto::LoadSource::kUnknown;
-    try {
-      source = proto::from_string<proto::LoadSource>(message.value("source", ""));
-    } catch (const std::exception&) {
-      // an unknown word: the ledger says nothing of the source
-    }
-    keeper_.restored(c.rank, step, source);
-  } else if (op == "plan") {
-    reply = keeper_.plan(c.rank);
-  } else if (op == "open") {
-    reply = keeper_.open(c.rank, step, message.value("rank", -1), message.value("world_size", -1), fds);
-  } else {
-    reply = {{"op", "error"}, {"reason", "unknown op '" + op + "'"}};
-  }
-  if (reply.is_null()) return true;  // one-way messages
+  if (!reply) return true;  // one-way
   try {
-    send_packet(c.fd.get(), reply.dump(), fds);
+    send_packet(c.fd.get(), proto::format_handover_reply(*reply), fds);
   } catch (const std::exception&) {
     return false;
   }
   return true;
+}
+
+std::optional<proto::HandoverReply> HandoverServer::answer(Connection& c, const proto::HandoverRequest& request,
+                                                           std::vector<int>& fds) {
+  using Kind = proto::HandoverRequest::Kind;
+  if (request.kind == Kind::kHello) {
+    auto reply = keeper_.hello(request.rank, request.shape, fds, c.id);
+    if (reply.kind == proto::HandoverReply::Kind::kGranted) c.rank = request.rank;
+    return reply;
+  }
+  if (c.rank < 0) return proto::HandoverReply::error("say hello first");
+  switch (request.kind) {
+    case Kind::kBegin: return keeper_.begin(c.rank, request.step);
+    case Kind::kSealed: return keeper_.sealed(c.rank, request.slot, request.step);
+    case Kind::kCommit: keeper_.commit(c.rank, request.step); return std::nullopt;
+    case Kind::kDurable: keeper_.durable(c.rank, request.step); return std::nullopt;
+    case Kind::kRestored: keeper_.restored(c.rank, request.step, load_source(request.source)); return std::nullopt;
+    case Kind::kPlan: return keeper_.plan(c.rank);
+    case Kind::kOpen: return keeper_.open(c.rank, request.step, request.rank, request.world_size, fds);
+    case Kind::kHello: break;
+  }
+  return proto::HandoverReply::error("unknown request");
 }
 
 void HandoverServer::on_closed(Connection& c) {

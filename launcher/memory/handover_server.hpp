@@ -1,17 +1,17 @@
 // HandoverServer: the agent's side of the workers' memory-copy socket (MESHRUN_MEMORY, a Unix SOCK_SEQPACKET
 // socket; docs/design/in-memory-checkpoints.md, 2.2), served by one thread for the agent's whole life. One
-// JSON request per packet; the MemoryKeeper answers it (slots travel as descriptors). A worker that goes
-// away mid-copy is seen at once (the connection's end), so its slot is torn, never kept.
+// request per packet (proto/memory_handover.hpp); the MemoryKeeper answers it (slots travel as descriptors). A worker
+// that goes away mid-copy is seen at once (the connection's end), so its slot is torn, never kept.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "common/unique_fd.hpp"
+#include "proto/memory_handover.hpp"
 
 namespace meshrun::launcher {
 
@@ -33,7 +33,9 @@ class HandoverServer {
   void accept_one();
   /// Handles one packet; false when the connection is to be closed.
   bool handle(Connection& c, const std::string& text);
-  bool answer(Connection& c, const nlohmann::json& message);
+  /// The keeper's answer to `request`; nullopt for a one-way request. `fds`: the descriptors to send with it.
+  std::optional<proto::HandoverReply> answer(Connection& c, const proto::HandoverRequest& request,
+                                             std::vector<int>& fds);
   void on_closed(Connection& c);
 
   std::string socket_path_;

@@ -20,7 +20,9 @@
 
 namespace meshrun::launcher {
 
-using nlohmann::json;
+using proto::CopyPortReply;
+using proto::CopyPortRequest;
+using proto::HandoverReply;
 
 namespace {
 
@@ -28,8 +30,6 @@ constexpr int kSlotsPerRank = 2;
 constexpr std::chrono::seconds kInventoryWait{10};
 
 UniqueFd dup_fd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
-
-json error(const std::string& reason) { return {{"op", "error"}, {"reason", reason}}; }
 
 }  // namespace
 
@@ -134,7 +134,7 @@ bool MemoryKeeper::open_copy_port_locked() {
   return true;
 }
 
-json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds, uint64_t connection) {
+HandoverReply MemoryKeeper::hello(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection) {
   // Copies are in use: the copy port opens, and the buddy learns where from this node's inventory again.
   std::optional<std::pair<MemoryAttempt, Inventory>> publish;
   {
@@ -148,14 +148,15 @@ json MemoryKeeper::hello(int rank, const json& hello, std::vector<int>& fds, uin
       spdlog::warn("memory: cannot publish this node's copy port in the workers' store: {}", e.what());
     }
   }
-  return hello_slots(rank, hello, fds, connection);
+  return hello_slots(rank, shape, fds, connection);
 }
 
-json MemoryKeeper::hello_slots(int rank, const json& hello, std::vector<int>& fds, uint64_t connection) {
-  const uint64_t bytes = hello.value("slot_bytes", uint64_t{0});
-  const uint64_t digest = hello.value("digest", uint64_t{0});
+HandoverReply MemoryKeeper::hello_slots(int rank, const proto::CopyShape& shape, std::vector<int>& fds,
+                                        uint64_t connection) {
+  const uint64_t bytes = shape.slot_bytes;
+  const uint64_t digest = shape.digest;
   if (rank < 0 || bytes < proto::kHeaderBytes)
-    return {{"op", "refused"}, {"reason", "hello needs a rank and the bytes of a copy"}};
+    return HandoverReply::refused("hello needs a rank and the bytes of a copy");
   std::lock_guard lock(mutex_);
   auto& held = own_[rank];
   if (!held || held->slot_bytes != MemfdSlot::rounded(bytes) || held->digest != digest) {
@@ -165,7 +166,7 @@ json MemoryKeeper::hello_slots(int rank, const json& hello, std::vector<int>& fd
     if (const std::string why = budget_refusal(need, memory_room(read_)); !why.empty()) {
       spdlog::warn("memory: rank {}'s copies in memory refused: {}", rank, why);
       if (!held) own_.erase(rank);
-      return {{"op", "refused"}, {"reason", why}};
+      return HandoverReply::refused(why);
     }
     if (held) {
       Retired previous{std::move(held), {}, 0};
@@ -182,27 +183,26 @@ json MemoryKeeper::hello_slots(int rank, const json& hello, std::vector<int>& fd
       held = std::make_unique<RankSlots>(name_ + " rank" + std::to_string(rank), bytes, digest);
     } catch (const std::exception& e) {
       own_.erase(rank);
-      return {{"op", "refused"}, {"reason", e.what()}};
+      return HandoverReply::refused(e.what());
     }
   }
   // Pushes of other ranks are taken up to the largest copy of the job (a rank's shards differ a little).
-  held->largest_slot_bytes =
-      std::max(held->slot_bytes, MemfdSlot::rounded(hello.value("largest_slot_bytes", uint64_t{0})));
+  held->largest_slot_bytes = std::max(held->slot_bytes, MemfdSlot::rounded(shape.largest_slot_bytes));
   shelf_.on_disconnect(rank);  // a copy an earlier worker of this rank left unfinished is torn
   connection_of_[rank] = connection;
   for (const auto& slot : held->slots) fds.push_back(slot->fd());
   fds.push_back(held->control->fd());
-  return {{"op", "granted"}, {"slot_bytes", held->slot_bytes}, {"slots", kSlotsPerRank}};
+  return HandoverReply::granted(held->slot_bytes, kSlotsPerRank);
 }
 
-json MemoryKeeper::begin(int rank, int64_t step) {
+HandoverReply MemoryKeeper::begin(int rank, int64_t step) {
   std::lock_guard lock(mutex_);
   const LendResult lent = shelf_.lend(rank, step);
-  if (!lent.slot) return {{"op", "busy"}, {"reason", lent.busy_reason}};
-  return {{"op", "lend"}, {"slot", *lent.slot}};
+  if (!lent.slot) return HandoverReply::busy(lent.busy_reason);
+  return HandoverReply::lend(*lent.slot);
 }
 
-json MemoryKeeper::sealed(int rank, int slot, int64_t step) {
+HandoverReply MemoryKeeper::sealed(int rank, int slot, int64_t step) {
   std::lock_guard lock(mutex_);
   const auto it = own_.find(rank);
   std::string why = "no slots for rank " + std::to_string(rank);
@@ -219,9 +219,9 @@ json MemoryKeeper::sealed(int rank, int slot, int64_t step) {
   if (!why.empty()) {
     spdlog::warn("memory copy of rank {} step {} is not kept: {}", rank, step, why);
     shelf_.on_disconnect(rank);  // the lent slot is unusable: torn
-    return {{"op", "refused"}, {"reason", why}};
+    return HandoverReply::refused(why);
   }
-  return {{"op", "kept"}};
+  return HandoverReply::kept();
 }
 
 void MemoryKeeper::commit(int rank, int64_t step) {
@@ -281,26 +281,23 @@ proto::LoadSource MemoryKeeper::load_source() const {
   return load_source_;
 }
 
-json MemoryKeeper::plan(int rank) {
+HandoverReply MemoryKeeper::plan(int rank) {
   std::optional<MemoryAttempt> attempt;
   {
     std::lock_guard lock(mutex_);
     attempt = attempt_;
     const bool alone = !attempt || attempt->nodes <= 1;
     if (alone || plan_) {
-      json reply = {{"op", "plan"}, {"steps_done", attempt ? attempt->steps_done : 0}};
-      json candidates = json::array();
+      std::vector<proto::HeldStep> held;
       if (alone) {
         for (const int64_t step : shelf_.candidates(rank)) {
           const auto& slot = own_.at(rank)->slots[static_cast<size_t>(*shelf_.slot_of(rank, step))];
-          candidates.push_back({{"step", step}, {"world_size", slot->read_header().world_size}});
+          held.push_back({step, slot->read_header().world_size});
         }
       } else {
-        for (const auto& c : plan_->candidates) candidates.push_back({{"step", c.step}, {"world_size", c.world_size}});
-        reply["why_none"] = plan_->why_none;
+        for (const auto& c : plan_->candidates) held.push_back({c.step, c.world_size});
       }
-      reply["candidates"] = std::move(candidates);
-      return reply;
+      return HandoverReply::plan(attempt ? attempt->steps_done : 0, std::move(held), alone ? "" : plan_->why_none);
     }
   }
   // Outside the lock: the other agents may take seconds to publish.
@@ -312,13 +309,13 @@ json MemoryKeeper::plan(int rank) {
   {
     std::lock_guard lock(mutex_);
     // A round that began meanwhile has its own nodes: this plan is for the one it was gathered in.
-    if (!attempt_ || attempt_->round != attempt->round) return {{"op", "plan"}, {"candidates", json::array()}};
+    if (!attempt_ || attempt_->round != attempt->round) return HandoverReply::plan(0, {}, "");
     if (!plan_) plan_ = std::move(computed);
   }
   return plan(rank);
 }
 
-json MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds) {
+HandoverReply MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds) {
   const bool own_layout = copy_rank < 0;
   const int wanted = own_layout ? rank : copy_rank;
   std::optional<CopySource> from;
@@ -327,12 +324,12 @@ json MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, s
     const auto slot = shelf_.committed_slot(rank, step);
     if (own_layout && slot) {
       fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
-      return {{"op", "copy"}, {"step", step}, {"slot", *slot}, {"source", "own"}};
+      return HandoverReply::copy(step, *slot);
     }
     if (!own_layout) {
       if (const auto held = find_copy_locked(wanted, step, world_size)) {
         fds.push_back(held->first);
-        return {{"op", "copy"}, {"step", step}, {"source", "own"}};
+        return HandoverReply::copy(step, -1);
       }
     }
     if (plan_) {
@@ -345,23 +342,18 @@ json MemoryKeeper::open(int rank, int64_t step, int copy_rank, int world_size, s
     }
   }
   if (!from)
-    return error("no committed copy of step " + std::to_string(step) + " for rank " + std::to_string(wanted) +
-                 " on this node or in this round's plan");
+    return HandoverReply::error("no committed copy of step " + std::to_string(step) + " for rank " +
+                                std::to_string(wanted) + " on this node or in this round's plan");
   // Another layout's copy (a reshard) goes into a slot of its own, kept for this round.
   if (const std::string why = own_layout ? fetch(rank, step, *from) : fetch_other(wanted, step, world_size, *from, fds);
       !why.empty())
-    return error(why);
-  if (!own_layout)
-    return {{"op", "copy"}, {"step", step}, {"source", "node " + std::to_string(from->node)}, {"host", from->host}};
+    return HandoverReply::error(why);
+  if (!own_layout) return HandoverReply::copy(step, -1, from->node, from->host);
   std::lock_guard lock(mutex_);
   const auto slot = shelf_.slot_of(rank, step);
-  if (!slot) return error("the fetched copy of step " + std::to_string(step) + " was lost");
+  if (!slot) return HandoverReply::error("the fetched copy of step " + std::to_string(step) + " was lost");
   fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
-  return {{"op", "copy"},
-          {"step", step},
-          {"slot", *slot},
-          {"source", "node " + std::to_string(from->node)},
-          {"host", from->host}};
+  return HandoverReply::copy(step, *slot, from->node, from->host);
 }
 
 std::optional<std::pair<int, uint64_t>> MemoryKeeper::find_copy_locked(int rank, int64_t step, int world_size) const {
@@ -393,13 +385,13 @@ std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, co
   std::unique_ptr<MemfdSlot> into;
   std::string why;
   try {
-    const UniqueFd peer = open_peer_request(
-        from.addr, from.port, copy_key(),
-        {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}, {"world_size", world_size}});
-    const json reply = receive_frame(peer.get());
-    const uint64_t bytes = reply.value("bytes", uint64_t{0});
-    if (!reply.value("ok", false) || bytes < proto::kHeaderBytes) {
-      why = "node " + std::to_string(from.node) + " says: " + reply.value("error", reply.dump());
+    const UniqueFd peer =
+        open_peer_request(from.addr, from.port, copy_key(), CopyPortRequest::fetch(run_id_, rank, step, world_size));
+    const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
+    const uint64_t bytes = reply.bytes;
+    if (reply.kind != CopyPortReply::Kind::kOk || bytes < proto::kHeaderBytes) {
+      why = "node " + std::to_string(from.node) +
+            " says: " + (reply.error.empty() ? "a copy of " + std::to_string(bytes) + " bytes" : reply.error);
     } else if (const std::string room = budget_refusal(bytes, memory_room(read_)); !room.empty()) {
       why = room;
     } else {
@@ -440,13 +432,13 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
   }
   std::string why;
   try {
-    const UniqueFd peer = open_peer_request(from.addr, from.port, copy_key(),
-                                            {{"op", "fetch"}, {"run", run_id_}, {"rank", rank}, {"step", step}});
-    const json reply = receive_frame(peer.get());
-    if (!reply.value("ok", false)) {
-      why = "node " + std::to_string(from.node) + " says: " + reply.value("error", reply.dump());
-    } else if (reply.value("bytes", uint64_t{0}) != bytes) {
-      why = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(reply.value("bytes", 0)) +
+    const UniqueFd peer =
+        open_peer_request(from.addr, from.port, copy_key(), CopyPortRequest::fetch(run_id_, rank, step));
+    const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
+    if (reply.kind != CopyPortReply::Kind::kOk) {
+      why = "node " + std::to_string(from.node) + " says: " + reply.error;
+    } else if (reply.bytes != bytes) {
+      why = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(reply.bytes) +
             " bytes, this rank's slots " + std::to_string(bytes);
     } else {
       receive_copy(peer.get(), into.get(), bytes);
@@ -479,32 +471,31 @@ void MemoryKeeper::disconnected(int rank, uint64_t connection) {
     shelf_.on_disconnect(rank);
 }
 
-void MemoryKeeper::receive_push(const json& request, int socket) {
-  const int rank = request.value("rank", -1);
-  const int64_t step = request.value("step", int64_t{-1});
-  const uint64_t bytes = request.value("bytes", uint64_t{0});
-  const int64_t round = request.value("round", int64_t{-1});
+void MemoryKeeper::receive_push(const CopyPortRequest& request, int socket) {
+  const int rank = request.rank;
+  const int64_t step = request.step;
+  const uint64_t bytes = request.bytes;
+  const int64_t round = request.round;
   if (rank < 0 || step < 0 || bytes < proto::kHeaderBytes) {
-    send_frame(socket, {{"error", "a push needs a rank, a step and the copy's bytes"}});
+    send_frame(socket, CopyPortReply::failed("a push needs a rank, a step and the copy's bytes"));
     return;
   }
   ReplicaShelf::Placement placed;
   UniqueFd into;
   {
     std::lock_guard lock(mutex_);
-    if (const std::string why =
-            push_refusal_locked(rank, bytes, request.value("digest", uint64_t{0}), request.value("world_size", 0));
+    if (const std::string why = push_refusal_locked(rank, bytes, request.digest, std::max(request.world_size, 0));
         !why.empty()) {
       spdlog::warn("memory: refused a push of rank {}'s copy of step {} from {}: {}", rank, step, peer_address(socket),
                    why);
-      send_frame(socket, kRefused);
+      send_frame(socket, CopyPortReply::refused());
       return;
     }
     auto& slots = replica_slots_[rank];
     if (slots.empty() || slots.front()->bytes() != MemfdSlot::rounded(bytes)) {
       const uint64_t need = 2 * MemfdSlot::rounded(bytes);
       if (const std::string why = budget_refusal(need, memory_room(read_)); !why.empty()) {
-        send_frame(socket, {{"error", why}});
+        send_frame(socket, CopyPortReply::failed(why));
         return;
       }
       replicas_.forget(rank);
@@ -516,7 +507,7 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
         }
       } catch (const std::exception& e) {
         replica_slots_.erase(rank);
-        send_frame(socket, {{"error", e.what()}});
+        send_frame(socket, CopyPortReply::failed(e.what()));
         return;
       }
     }
@@ -524,16 +515,16 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
     if (placed.slot && !placed.have) into = dup_fd(slots[static_cast<size_t>(*placed.slot)]->fd());
   }
   if (placed.have) {
-    send_frame(socket, {{"ok", true}, {"have", true}});
+    send_frame(socket, CopyPortReply::have());
     return;
   }
   if (!placed.slot) {
-    send_frame(socket, {{"error", placed.busy_reason}});
+    send_frame(socket, CopyPortReply::failed(placed.busy_reason));
     return;
   }
   std::string why;
   try {
-    send_frame(socket, {{"go", true}});
+    send_frame(socket, CopyPortReply::go());
     receive_copy(socket, into.get(), bytes);
   } catch (const std::exception& e) {
     why = e.what();
@@ -554,19 +545,19 @@ void MemoryKeeper::receive_push(const json& request, int socket) {
     spdlog::warn("memory: the push of rank {}'s copy of step {} failed: {}", rank, step, why);
   }
   try {
-    send_frame(socket, why.empty() ? json{{"ok", true}} : json{{"error", why}});
+    send_frame(socket, why.empty() ? CopyPortReply::ok() : CopyPortReply::failed(why));
   } catch (const std::exception&) {}
 }
 
-void MemoryKeeper::serve_fetch(const json& request, int socket) {
-  const int rank = request.value("rank", -1);
-  const int64_t step = request.value("step", int64_t{-1});
+void MemoryKeeper::serve_fetch(const CopyPortRequest& request, int socket) {
+  const int rank = request.rank;
+  const int64_t step = request.step;
   UniqueFd from;
   uint64_t bytes = 0;
   bool pinned = false;
   {
     std::lock_guard lock(mutex_);
-    const int world_size = request.value("world_size", -1);
+    const int world_size = request.world_size;
     const auto slot = shelf_.committed_slot(rank, step);
     const bool own = slot && (world_size < 0 ||
                               own_.at(rank)->slots[static_cast<size_t>(*slot)]->read_header().world_size == world_size);
@@ -582,10 +573,10 @@ void MemoryKeeper::serve_fetch(const json& request, int socket) {
   }
   try {
     if (!from.valid()) {
-      send_frame(socket,
-                 {{"error", "no copy of step " + std::to_string(step) + " of rank " + std::to_string(rank) + " here"}});
+      send_frame(socket, CopyPortReply::failed("no copy of step " + std::to_string(step) + " of rank " +
+                                               std::to_string(rank) + " here"));
     } else {
-      send_frame(socket, {{"ok", true}, {"bytes", bytes}});
+      send_frame(socket, CopyPortReply::ok(bytes));
       send_copy(socket, from.get(), bytes);
     }
   } catch (const std::exception& e) {

@@ -24,14 +24,14 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/endpoint.hpp"
 #include "launcher/memory/copy_shelf.hpp"
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_budget.hpp"
 #include "launcher/memory/replica_shelf.hpp"
 #include "launcher/memory/restore_plan.hpp"
+#include "proto/copy_port_messages.hpp"
+#include "proto/memory_handover.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
@@ -88,23 +88,23 @@ class MemoryKeeper {
 
   // The workers' requests (HandoverServer's thread). A reply is a JSON message plus descriptors.
   /// `connection` names the worker's connection: its end tears only what that connection was writing.
-  nlohmann::json hello(int rank, const nlohmann::json& hello, std::vector<int>& fds, uint64_t connection);
-  nlohmann::json begin(int rank, int64_t step);
-  nlohmann::json sealed(int rank, int slot, int64_t step);
+  proto::HandoverReply hello(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection);
+  proto::HandoverReply begin(int rank, int64_t step);
+  proto::HandoverReply sealed(int rank, int slot, int64_t step);
   void commit(int rank, int64_t step);
   void durable(int rank, int64_t step);
   void restored(int rank, int64_t step, proto::LoadSource source);
   /// Where this round's workers restored from, as they told (the slowest kind over its ranks).
   proto::LoadSource load_source() const;
-  nlohmann::json plan(int rank);
+  proto::HandoverReply plan(int rank);
   /// `copy_rank` and `world_size` name a copy of another layout (a reshard after the job shrank); -1: the
   /// worker's own rank in the round's layout.
-  nlohmann::json open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds);
+  proto::HandoverReply open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds);
   void disconnected(int rank, uint64_t connection);
 
   // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
-  void receive_push(const nlohmann::json& request, int socket);
-  void serve_fetch(const nlohmann::json& request, int socket);
+  void receive_push(const proto::CopyPortRequest& request, int socket);
+  void serve_fetch(const proto::CopyPortRequest& request, int socket);
 
   // The replicator's side.
   /// The committed copy of `step` of `rank`, pinned until pushed() (nullopt: it was overwritten).
@@ -137,7 +137,7 @@ class MemoryKeeper {
   std::string fetch_other(int rank, int64_t step, int world_size, const CopySource& from, std::vector<int>& fds);
 
   Inventory inventory_locked() const;
-  nlohmann::json hello_slots(int rank, const nlohmann::json& hello, std::vector<int>& fds, uint64_t connection);
+  proto::HandoverReply hello_slots(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection);
   /// Opens the copy port on this round's address (again, when the address changed). True when it opened now.
   bool open_copy_port_locked();
   /// Whether a push of `rank` of `bytes` is one this node expects: a rank of the node it backs this round, no

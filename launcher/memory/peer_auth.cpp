@@ -12,40 +12,47 @@ namespace meshrun::launcher {
 
 using nlohmann::json;
 
-UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, json request) {
+UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, proto::CopyPortRequest request) {
   const std::string where = "the agent at " + addr + ":" + std::to_string(port);
   if (key.empty()) throw Error("cannot prove this run's secret to " + where + ": this agent has not joined a round");
   UniqueFd peer = connect_peer(addr, port);
-  const json hello = receive_frame(peer.get());
-  const std::string agent_nonce = hello.value("nonce", "");
+  const std::string agent_nonce = receive_frame(peer.get()).get<proto::CopyPortChallenge>().nonce;
   const std::string client_nonce = proto::make_nonce();
-  request["client_nonce"] = client_nonce;
-  request["proof"] = proto::client_proof(key, agent_nonce, client_nonce);
+  request.client_nonce = client_nonce;
+  request.proof = proto::client_proof(key, agent_nonce, client_nonce);
   send_frame(peer.get(), request);
-  const json answer = receive_frame(peer.get());
-  if (answer.contains("error")) {
+  const auto answer = receive_frame(peer.get()).get<proto::CopyPortProof>();
+  if (answer.refused) {
     throw Error(where +
                 " refused the request (another run's agent, or another join token: give every agent the "
                 "same " +
                 std::string(proto::kTokenEnv) + ")");
   }
-  if (!equal_constant_time(answer.value("proof", ""), proto::daemon_proof(key, agent_nonce, client_nonce)))
+  if (!equal_constant_time(answer.proof, proto::daemon_proof(key, agent_nonce, client_nonce)))
     throw Error(where + " does not know the run's secret: no copy goes to it or comes from it");
   return peer;
 }
 
-std::optional<json> accept_peer_request(int socket, const std::string& key) {
+std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key) {
   const std::string nonce = proto::make_nonce();
-  send_frame(socket, {{"nonce", nonce}});
-  json request = receive_frame(socket);
-  const std::string client_nonce = request.value("client_nonce", "");
+  send_frame(socket, proto::CopyPortChallenge{nonce});
+  const json frame = receive_frame(socket);
+  // The proof first: a stranger learns nothing, not even which of its fields this build reads.
+  const std::string client_nonce = frame.is_object() ? frame.value("client_nonce", "") : "";
+  const std::string proof =
+      frame.is_object() && frame.value("proof", json()).is_string() ? frame["proof"].get<std::string>() : "";
   if (key.empty() || client_nonce.empty() ||
-      !equal_constant_time(request.value("proof", ""), proto::client_proof(key, nonce, client_nonce))) {
+      !equal_constant_time(proof, proto::client_proof(key, nonce, client_nonce))) {
     send_frame(socket, kRefused);
     return std::nullopt;
   }
-  send_frame(socket, {{"proof", proto::daemon_proof(key, nonce, client_nonce)}});
-  return request;
+  send_frame(socket, proto::CopyPortProof{proto::daemon_proof(key, nonce, client_nonce), false});
+  try {
+    return frame.get<proto::CopyPortRequest>();
+  } catch (const ProtocolError&) {
+    send_frame(socket, kRefused);  // a proven peer's request this build cannot read (another version's?)
+    throw;
+  }
 }
 
 std::string peer_address(int socket) {

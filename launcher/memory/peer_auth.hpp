@@ -4,9 +4,9 @@
 // (MESHRUN_RDZV_TOKEN) added when the run has one. The same challenge-response as the rendezvous
 // (proto/join_auth.hpp), folded into the one request of a connection; the key itself never travels:
 //
-//   agent -> {"nonce": Na}                                       (on accept)
-//   peer  -> the request, plus {"client_nonce": Np, "proof": client_proof(K, Na, Np)}
-//   agent -> {"proof": daemon_proof(K, Na, Np)} | {"error": "refused"}, then the request's replies
+//   agent -> CopyPortChallenge {Na}                             (on accept)
+//   peer  -> the CopyPortRequest, with client_nonce Np and proof client_proof(K, Na, Np)
+//   agent -> CopyPortProof {daemon_proof(K, Na, Np)} | refused, then the request's replies
 #pragma once
 
 #include <optional>
@@ -15,20 +15,22 @@
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.hpp"
+#include "proto/copy_port_messages.hpp"
 
 namespace meshrun::launcher {
 
-/// What the copy port answers a request it refuses, whatever the reason: nothing a stranger could use.
-inline const nlohmann::json kRefused = {{"error", "refused"}};
+/// What the copy port answers a request it refuses, as a frame.
+inline const nlohmann::json kRefused = proto::CopyPortReply::refused();
 
 /// Connects to the agent at addr:port and sends `request`, proven with `key`, and checks the agent's proof.
 /// The socket is then ready for the request's first reply. Throws meshrun::Error naming why not (an empty
 /// key: this agent has not joined a round yet).
-UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, nlohmann::json request);
+UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, proto::CopyPortRequest request);
 
-/// The agent's side, on a connection just accepted: sends the hello, reads the request, checks its proof
-/// and answers with the agent's own. nullopt: refused (kRefused was sent).
-std::optional<nlohmann::json> accept_peer_request(int socket, const std::string& key);
+/// The agent's side, on a connection just accepted: sends the challenge, reads the request, checks its proof
+/// and answers with the agent's own. nullopt: refused (kRefused was sent). Throws ProtocolError when the
+/// request is malformed.
+std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key);
 
 /// The peer's address, for the log ("10.0.0.2:41234"), or "a peer".
 std::string peer_address(int socket);

@@ -1,10 +1,7 @@
 // The agents' copy transfer (docs/design/in-memory-checkpoints.md, "Agent to agent"): one TCP connection
-// per request, a frame (uint32 little-endian length, at most 64 KiB, then JSON) each way, and a copy's bytes
-// straight from one memfd to the other (sendfile out; received into a mapping). Every call has a deadline,
-// so a peer that stops answering costs a bounded wait.
-//
-//   push   {"op":"push","run":R,"rank":r,"step":S,"world_size":W,"digest":D,"bytes":B} + B bytes -> {"ok":true} |
-//   {"error":..} fetch  {"op":"fetch","run":R,"rank":r,"step":S} -> {"ok":true,"bytes":B} + B bytes | {"error":..}
+// per request, a frame (uint32 little-endian length, at most 64 KiB, then a JSON object: the messages of
+// proto/copy_port_messages.hpp) each way, and a copy's bytes straight from one memfd to the other (sendfile
+// out; received into a mapping). Every call has a deadline, so a peer that stops answering costs a bounded wait.
 #pragma once
 
 #include <chrono>

@@ -85,14 +85,13 @@ void PeerServer::handle(int socket) {
     spdlog::warn("memory copy port: refused {}: it did not prove the run's secret", peer);
     return;
   }
-  const nlohmann::json& request = *proven;
-  const std::string op = request.value("op", "");
-  if (request.value("run", "") != keeper_.run_id() || (op != "push" && op != "fetch")) {
-    spdlog::warn("memory copy port: refused {}: run '{}', op '{}'", peer, request.value("run", ""), op);
+  const proto::CopyPortRequest& request = *proven;
+  if (request.run != keeper_.run_id()) {
+    spdlog::warn("memory copy port: refused {}: run '{}'", peer, request.run);
     send_frame(socket, kRefused);
     return;
   }
-  if (op == "push") {
+  if (request.kind == proto::CopyPortRequest::Kind::kPush) {
     keeper_.receive_push(request, socket);
   } else {
     keeper_.serve_fetch(request, socket);

@@ -75,16 +75,10 @@ bool Replicator::push(int rank, int64_t step) {
   std::string why;
   try {
     const UniqueFd peer = open_peer_request(buddy->addr, buddy->port, keeper_.copy_key(),
-                                            {{"op", "push"},
-                                             {"run", keeper_.run_id()},
-                                             {"rank", rank},
-                                             {"step", step},
-                                             {"round", copy->round},
-                                             {"world_size", copy->world_size},
-                                             {"digest", copy->digest},
-                                             {"bytes", copy->bytes}});
-    nlohmann::json reply = receive_frame(peer.get());
-    if (reply.value("go", false)) {
+                                            proto::CopyPortRequest::push(keeper_.run_id(), rank, step, copy->round,
+                                                                         copy->world_size, copy->digest, copy->bytes));
+    auto reply = receive_frame(peer.get()).get<proto::CopyPortReply>();
+    if (reply.kind == proto::CopyPortReply::Kind::kGo) {
       // Test hook (agent side): the push pauses halfway through, as a slow network would.
       uint64_t sent = 0;
       if (const char* slow = std::getenv("MESHRUN_FAULT_SLOW_REPLICATION"); slow != nullptr && *slow != '\0') {
@@ -93,9 +87,11 @@ bool Replicator::push(int rank, int64_t step) {
         std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(slow)));
       }
       send_copy(peer.get(), copy->fd.get(), copy->bytes, sent);
-      reply = receive_frame(peer.get());
+      reply = receive_frame(peer.get()).get<proto::CopyPortReply>();
     }
-    if (!reply.value("ok", false)) why = reply.value("error", reply.dump());
+    using Kind = proto::CopyPortReply::Kind;
+    if (reply.kind != Kind::kOk && reply.kind != Kind::kHave)
+      why = reply.kind == Kind::kError ? reply.error : "the buddy asked for the bytes twice";
   } catch (const std::exception& e) {
     why = e.what();
   }

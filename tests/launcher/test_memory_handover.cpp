@@ -345,8 +345,7 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   }  // closed mid-copy
 
   // A fetch gets the copy back, byte for byte (served after the cut push: one connection at a time).
-  const UniqueFd peer =
-      open_peer_request("127.0.0.1", port, key, {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 5}});
+  const UniqueFd peer = open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 1, 5));
   const json reply = receive_frame(peer.get());
   REQUIRE(reply.value("ok", false));
   REQUIRE(reply.value("bytes", uint64_t{0}) == kSlotBytes);
@@ -360,7 +359,7 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});  // the cut push kept nothing
   // A step nobody holds: an error, not a hang.
   const UniqueFd again =
-      open_peer_request("127.0.0.1", port, key, {{"op", "fetch"}, {"run", "run"}, {"rank", 1}, {"step", 99}});
+      open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 1, 99));
   CHECK_THAT(receive_frame(again.get()).value("error", ""), Catch::Contains("no copy of step 99"));
 }
 
@@ -568,7 +567,7 @@ TEST_CASE(
     send_frame(peer.get(), {{"proof", "made-up"}});
   });
   CHECK_THROWS_WITH(open_peer_request("127.0.0.1", ntohs(addr.sin_port), guarded.copy_key(),
-                                      {{"op", "fetch"}, {"run", "run"}, {"rank", 1}}),
+                                      meshrun::proto::CopyPortRequest::fetch("run", 1, -1)),
                     Catch::Contains("does not know the run's secret"));
   impostor.join();
 }

@@ -20,6 +20,7 @@
 
 #include "common/fd_passing.hpp"
 #include "launcher/workers/worker_env_keys.hpp"
+#include "proto/memory_handover.hpp"
 
 namespace {
 
@@ -77,10 +78,14 @@ int hold_memory_slots(const std::string& dir) {
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   if (path.empty() || ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return 3;
-  meshrun::send_packet(fd.get(),
-                       R"({"op":"hello","rank":)" + env_or("RANK", "0") + R"(,"slot_bytes":16384,"digest":1})");
+  const meshrun::proto::CopyShape shape{
+      .world_size = 1, .layout = "", .slot_bytes = 16384, .largest_slot_bytes = 0, .digest = 1};
+  meshrun::send_packet(fd.get(), meshrun::proto::format_handover_request(meshrun::proto::HandoverRequest::hello(
+                                     std::atoi(env_or("RANK", "0").c_str()), shape)));
   const auto granted = meshrun::receive_packet(fd.get(), std::chrono::milliseconds(10000));
-  if (granted.text.find("granted") == std::string::npos) return 4;
+  if (granted.closed || granted.timed_out ||
+      meshrun::proto::parse_handover_reply(granted.text).kind != meshrun::proto::HandoverReply::Kind::kGranted)
+    return 4;
   write_file(dir + "/memory." + env_or("RANK", "x"), std::to_string(granted.fds.size()));
   for (;;) pause();
 }

@@ -21,35 +21,37 @@ AgentLink::AgentLink(const std::string& path) : path_(path) {
     throw Error("cannot reach the meshrun agent's memory socket " + path + ": " + std::strerror(errno));
 }
 
-AgentReply AgentLink::request(const nlohmann::json& message, std::chrono::milliseconds timeout) {
+AgentReply AgentLink::request(const proto::HandoverRequest& message, std::chrono::milliseconds timeout) {
   std::lock_guard lock(mutex_);
   if (!socket_.valid())
     throw Error("the link to the meshrun agent's memory socket is closed (an answer came too late)");
   Packet packet;
   try {
-    send_packet(socket_.get(), message.dump());
+    send_packet(socket_.get(), proto::format_handover_request(message));
     packet = receive_packet(socket_.get(), timeout);
   } catch (const std::exception& e) {
     throw Error("the meshrun agent's memory socket " + path_ + ": " + e.what());
   }
-  const std::string op = message.value("op", "");
+  const std::string op(proto::op_name(message.kind));
   if (packet.closed) throw Error("the meshrun agent closed its memory socket (asked '" + op + "')");
   if (packet.timed_out) {
     // Its late answer would be read as the next request's: the link is done (the agent sees it close).
     socket_.reset();
     throw Error("the meshrun agent did not answer '" + op + "' within " + std::to_string(timeout.count()) + " ms");
   }
-  AgentReply reply{nlohmann::json::parse(packet.text, nullptr, false), std::move(packet.fds)};
-  if (!reply.message.is_object()) throw Error("the meshrun agent answered '" + op + "' with no JSON object");
-  return reply;
+  try {
+    return AgentReply{proto::parse_handover_reply(packet.text), std::move(packet.fds)};
+  } catch (const ProtocolError& e) {
+    throw Error("the meshrun agent's answer to '" + op + "': " + e.what());
+  }
 }
 
-void AgentLink::tell(const nlohmann::json& message) {
+void AgentLink::tell(const proto::HandoverRequest& message) {
   std::lock_guard lock(mutex_);
   if (!socket_.valid())
     throw Error("the link to the meshrun agent's memory socket is closed (an answer came too late)");
   try {
-    send_packet(socket_.get(), message.dump());
+    send_packet(socket_.get(), proto::format_handover_request(message));
   } catch (const std::exception& e) {
     throw Error("the meshrun agent's memory socket " + path_ + ": " + e.what());
   }

@@ -80,7 +80,7 @@ std::unique_ptr<MemoryCheckpointer> MemoryCheckpointer::create(const TrainerConf
     for (const double s : all)
       made->largest_slot_bytes_ = std::max(made->largest_slot_bytes_, static_cast<uint64_t>(s));
     try {
-      why = made->say_hello(config, model);
+      why = made->say_hello(model);
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -127,26 +127,21 @@ MemoryCheckpointer::~MemoryCheckpointer() {
   if (pushed_step_ != nullptr) ::munmap(const_cast<std::atomic<int64_t>*>(pushed_step_), proto::kHeaderBytes);
 }
 
-std::string MemoryCheckpointer::say_hello(const TrainerConfig& config, ShardedModel& model) {
+std::string MemoryCheckpointer::say_hello(ShardedModel& model) {
   layout_ = model.layout();
-  const json hello = {{"op", "hello"},
-                      {"rank", world_.rank()},
-                      {"world_size", world_size_},
-                      {"shard_index", world_.rank()},
-                      {"shard_count", world_size_},
-                      {"layout", layout_},
-                      {"slot_bytes", slot_bytes_},
-                      {"largest_slot_bytes", largest_slot_bytes_},  // the buddy takes no larger push of any rank
-                      {"digest", digest_},
-                      {"interval", config.checkpoint.memory_interval}};
-  AgentReply reply = link_->request(hello);
-  if (reply.message.value("op", "") != "granted")
-    return "the meshrun agent refused: " + reply.message.value("reason", reply.message.dump());
-  if (reply.fds.size() != 3 || reply.message.value("slot_bytes", uint64_t{0}) < slot_bytes_)
+  const proto::CopyShape shape{.world_size = world_size_,
+                               .layout = layout_,
+                               .slot_bytes = slot_bytes_,
+                               .largest_slot_bytes = largest_slot_bytes_,  // the buddy takes no larger push
+                               .digest = digest_};
+  AgentReply reply = link_->request(proto::HandoverRequest::hello(world_.rank(), shape));
+  if (reply.message.kind != proto::HandoverReply::Kind::kGranted)
+    return "the meshrun agent refused: " + reply.message.reason;
+  if (reply.fds.size() != 3 || reply.message.slot_bytes < slot_bytes_)
     return "the meshrun agent lent " + std::to_string(reply.fds.size()) + " descriptor(s) and slots of " +
-           std::to_string(reply.message.value("slot_bytes", uint64_t{0})) + " bytes; a copy needs 2 slots of " +
-           std::to_string(slot_bytes_) + " and a control block";
-  const size_t bytes = reply.message.at("slot_bytes").get<size_t>();
+           std::to_string(reply.message.slot_bytes) + " bytes; a copy needs 2 slots of " + std::to_string(slot_bytes_) +
+           " and a control block";
+  const size_t bytes = reply.message.slot_bytes;
   void* control = ::mmap(nullptr, proto::kHeaderBytes, PROT_READ, MAP_SHARED, reply.fds.back().get(), 0);
   if (control == MAP_FAILED) return std::string("cannot map the agent's control block: ") + std::strerror(errno);
   pushed_step_ = static_cast<const std::atomic<int64_t>*>(control);
@@ -186,7 +181,7 @@ json MemoryCheckpointer::chunk_index(const std::vector<uint32_t>* crcs) const {
 
 void MemoryCheckpointer::resumed_from(int64_t step, const std::string& source) {
   try {
-    link_->tell({{"op", "restored"}, {"step", step}, {"source", source}});
+    link_->tell(proto::HandoverRequest::restored(step, source));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "checkpoint: rank %d could not tell its agent where training resumes: %s\n", world_.rank(),
                  e.what());
@@ -224,7 +219,7 @@ std::array<double, 2> MemoryCheckpointer::status() const {
 std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, double pushed_sum) {
   if (durable_pending_ > 0 && pushed_sum >= static_cast<double>(world_size_)) {
     try {
-      link_->tell({{"op", "durable"}, {"step", durable_pending_}});
+      link_->tell(proto::HandoverRequest::durable(durable_pending_));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "checkpoint: rank %d could not mark step %lld durable: %s\n", world_.rank(),
                    static_cast<long long>(durable_pending_), e.what());
@@ -240,7 +235,7 @@ std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, do
   }
   if (sealed_sum < static_cast<double>(world_size_)) return stats;
   try {
-    link_->tell({{"op", "commit"}, {"step", stats.step}});
+    link_->tell(proto::HandoverRequest::commit(stats.step));
     stats.committed = true;
     durable_pending_ = stats.step;
   } catch (const std::exception& e) {
@@ -279,9 +274,9 @@ void MemoryCheckpointer::writer_loop() {
 }
 
 std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& stats) {
-  const AgentReply lent = link_->request({{"op", "begin"}, {"step", state.step}});
-  if (lent.message.value("op", "") != "lend") return "the agent lent no slot: " + lent.message.value("reason", "");
-  const int slot = lent.message.at("slot").get<int>();
+  const AgentReply lent = link_->request(proto::HandoverRequest::begin(state.step));
+  if (lent.message.kind != proto::HandoverReply::Kind::kLend) return "the agent lent no slot: " + lent.message.reason;
+  const int slot = lent.message.slot;
   if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return "the agent lent slot " + std::to_string(slot);
   auto* base = static_cast<char*>(slots_[static_cast<size_t>(slot)].data);
 
@@ -337,9 +332,9 @@ std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& s
   std::atomic_thread_fence(std::memory_order_release);
   std::memcpy(base + offsetof(proto::CopyHeader, state), &header.state, sizeof header.state);
   // A request, not a note: only a copy the agent checked and kept counts as sealed in the all-reduce.
-  const AgentReply kept = link_->request({{"op", "sealed"}, {"step", state.step}, {"slot", slot}});
-  if (kept.message.value("op", "") != "kept")
-    return "the agent did not keep the copy: " + kept.message.value("reason", kept.message.dump());
+  const AgentReply kept = link_->request(proto::HandoverRequest::sealed(state.step, slot));
+  if (kept.message.kind != proto::HandoverReply::Kind::kKept)
+    return "the agent did not keep the copy: " + kept.message.reason;
   stats.bytes = static_cast<int64_t>(payload_bytes_);
   stats.sealed_during_step = training_step_.load();
   return "";

@@ -94,7 +94,7 @@ class MemoryCheckpointer {
 
   MemoryCheckpointer(const TrainerConfig& config, Communicator& world, std::vector<Piece> pieces,
                      std::unique_ptr<AgentLink> link, const std::atomic<int64_t>& training_step);
-  std::string say_hello(const TrainerConfig& config, ShardedModel& model);
+  std::string say_hello(ShardedModel& model);
   void writer_loop();
   /// The copy of `state` (writer thread): asks for a slot, fills it, seals it. Returns why not, or "".
   std::string copy(const TrainState& state, MemoryCopyStats& stats);

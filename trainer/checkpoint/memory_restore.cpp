@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "proto/memory_copy.hpp"
+#include "proto/memory_handover.hpp"
 #include "trainer/checkpoint/atomic_file.hpp"
 #include "trainer/checkpoint/checkpoint_files.hpp"
 #include "trainer/checkpoint/memory_checkpointer.hpp"
@@ -43,24 +44,16 @@ class MappedCopy {
   size_t bytes_ = 0;
 };
 
-// A step the agent can give this rank, in the layout of a `world_size` world.
-struct HeldStep {
-  int64_t step = 0;
-  int world_size = 0;
-  bool operator==(const HeldStep&) const = default;
-};
+using proto::HeldStep;  // a step the agent can give this rank, in the layout of a `world_size` world
 
 // What the agent can give this rank, newest first (none when it cannot say, and why).
 std::vector<HeldStep> held_steps(AgentLink& agent, MemoryRestore& out) {
   try {
     // The agent may wait for every node's inventory (up to 10 s) before it answers.
-    const AgentReply reply = agent.request({{"op", "plan"}}, std::chrono::seconds(30));
-    std::vector<HeldStep> held;
-    for (const auto& c : reply.message.value("candidates", json::array()))
-      held.push_back({c.at("step").get<int64_t>(), c.at("world_size").get<int>()});
-    out.steps_done = reply.message.value("steps_done", int64_t{0});
-    out.why_not = reply.message.value("why_none", "");
-    return held;  // in the agent's order: newest first, this world's layout first at a step
+    const AgentReply reply = agent.request(proto::HandoverRequest::plan(), std::chrono::seconds(30));
+    out.steps_done = reply.message.steps_done;
+    out.why_not = reply.message.reason;
+    return reply.message.held;  // in the agent's order: newest first, this world's layout first at a step
   } catch (const std::exception& e) {
     out.why_not = e.what();
     return {};
@@ -122,16 +115,15 @@ CheckpointReader open_copies(AgentLink& agent, const TrainerConfig& config, Comm
   for (int r = first; r < last; ++r) {
     const std::string label = "the copy in memory of step " + std::to_string(held.step) + " (rank " +
                               std::to_string(r) + " of " + std::to_string(held.world_size) + ")";
-    json request = {{"op", "open"}, {"step", held.step}};
-    if (reshard) {
-      request["rank"] = r;
-      request["world_size"] = held.world_size;
-    }
+    const auto request =
+        reshard ? proto::HandoverRequest::open(held.step, r, held.world_size) : proto::HandoverRequest::open(held.step);
     // A copy on another node is fetched first: a transfer's worth of time.
     const AgentReply reply = agent.request(request, std::chrono::seconds(120));
-    if (reply.message.value("op", "") != "copy" || reply.fds.empty())
-      throw Error(label + ": the agent says " + reply.message.value("reason", reply.message.dump()));
-    if (reply.message.value("source", "own") != "own") ++fetched;
+    if (reply.message.kind != proto::HandoverReply::Kind::kCopy || reply.fds.empty())
+      throw Error(label + ": the agent says " +
+                  (reply.message.reason.empty() ? "'" + std::string(proto::op_name(reply.message.kind)) + "'"
+                                                : reply.message.reason));
+    if (reply.message.from_node >= 0) ++fetched;
     mappings.push_back(std::make_shared<MappedCopy>(reply.fds.front().get(), label));
     const json index = checked_index(*mappings.back(), held.step, r, held.world_size, digest, label);
     for (const auto& [name, chunks] : index["chunks"].items()) {
