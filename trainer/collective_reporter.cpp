@@ -11,8 +11,6 @@
 #include <cstring>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
-
 #include "common/error.hpp"
 #include "proto/hook_messages.hpp"
 
@@ -80,11 +78,11 @@ void CollectiveReporter::answer(const std::string& datagram) const {
   }
   if (request.kind != proto::HookRequest::Kind::kDump) return;  // clocks, arrivals and stacks: Python's hook only
   const std::string& path = request.path;
-  nlohmann::json record = ledger_->dump();
-  record["pid"] = ::getpid();
+  proto::CollectiveDump record = ledger_->dump();
+  record.pid = ::getpid();
   {
     std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << record.dump();
+    out << proto::format_collective_dump(record);
     if (!out) {
       send(proto::format_hook_message(proto::HookMessage::failed("cannot write " + path)));
       return;

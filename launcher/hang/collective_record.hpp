@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "launcher/activity/activity_rule.hpp"
+#include "proto/collective_dump.hpp"
 
 namespace meshrun::launcher {
 
@@ -29,24 +30,8 @@ enum class RecordSource {
   kNoAnswer,        // the hook was there but did not answer in time (the process holds the GIL, or is stopped)
 };
 
-/// A process group as one rank sees it.
-struct GroupProgress {
-  std::vector<int> ranks;      // global ranks; empty when unknown
-  int64_t last_enqueued = -1;  // the last collective sequence number this rank entered
-  int64_t last_completed = -1;
-};
-
-/// One collective this rank entered.
-struct CollectiveEntry {
-  std::string group;  // process group name ("0": the default group)
-  int64_t seq = -1;   // collective_seq_id within the group
-  std::string op;     // "all_reduce", "broadcast", "barrier", ...
-  std::string sizes;  // the input sizes as text ("[[4]]"): compared, never interpreted
-  std::string dtypes;
-  int64_t created_unix_ms = 0;      // the rank's host clock when it entered
-  bool retired = false;             // completed
-  std::vector<std::string> frames;  // the caller's frames, innermost first: "train.py:88 in step"
-};
+using proto::CollectiveEntry;  // the worker's own record of its collectives (proto/collective_dump.hpp)
+using proto::GroupProgress;
 
 struct RankRecord {
   int rank = 0;
@@ -72,8 +57,8 @@ std::string_view to_string(RecordSource value);
 void to_json(nlohmann::json& j, const RankRecord& record);
 void from_json(const nlohmann::json& j, RankRecord& record);
 
-/// Fills `record`'s collective part from the hook's dump file (the JSON _meshrun_hook.py writes). Throws
-/// ProtocolError naming what is malformed.
+/// Fills `record`'s collective part from the worker's dump file (proto/collective_dump.hpp: meshrun's hook or
+/// meshrun-trainer wrote it). Throws ProtocolError naming what is malformed.
 void read_hook_dump(const std::string& text, RankRecord& record);
 
 }  // namespace meshrun::launcher

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include <nlohmann/json.hpp>
-
 namespace meshrun::trainer {
 namespace {
 
@@ -25,10 +23,17 @@ int64_t CollectiveLedger::enter(const std::string& group, const std::string& op,
   const std::lock_guard lock(mutex_);
   Group& g = groups_[group];
   const int64_t seq = ++g.last_enqueued;
-  recent_.push_back(Entry{group, seq, op, sizes, dtype, unix_ms(), false});
+  proto::CollectiveEntry& entered = recent_.emplace_back();
+  entered.group = group;
+  entered.seq = seq;
+  entered.op = op;
+  entered.sizes = sizes;
+  entered.dtypes = dtype;
+  entered.created_unix_ms = unix_ms();
   // Drop the oldest completed entries first: an open one is what a verdict needs.
   while (recent_.size() > kRecent) {
-    const auto done = std::find_if(recent_.begin(), recent_.end(), [](const Entry& e) { return e.retired; });
+    const auto done =
+        std::find_if(recent_.begin(), recent_.end(), [](const proto::CollectiveEntry& e) { return e.retired; });
     recent_.erase(done == recent_.end() ? recent_.begin() : done);
   }
   return seq;
@@ -64,24 +69,12 @@ proto::HookMessage CollectiveLedger::status() const {
   return proto::HookMessage::status(std::move(groups));
 }
 
-nlohmann::json CollectiveLedger::dump() const {
+proto::CollectiveDump CollectiveLedger::dump() const {
   const std::lock_guard lock(mutex_);
-  nlohmann::json groups = nlohmann::json::object();
-  for (const auto& [name, g] : groups_) {
-    groups[name] = {{"ranks", g.ranks}, {"last_enqueued", g.last_enqueued}, {"last_completed", g.last_completed}};
-  }
-  nlohmann::json entries = nlohmann::json::array();
-  for (const auto& e : recent_) {
-    entries.push_back({{"group", e.group},
-                       {"seq", e.seq},
-                       {"op", e.op},
-                       {"sizes", e.sizes},
-                       {"dtypes", e.dtype},
-                       {"created_ms", e.created_ms},
-                       {"retired", e.retired},
-                       {"frames", nlohmann::json::array()}});
-  }
-  return {{"fr", "on"}, {"groups", groups}, {"entries", entries}};
+  proto::CollectiveDump dump;
+  for (const auto& [name, g] : groups_) dump.groups[name] = {g.ranks, g.last_enqueued, g.last_completed};
+  dump.entries.assign(recent_.begin(), recent_.end());
+  return dump;
 }
 
 }  // namespace meshrun::trainer

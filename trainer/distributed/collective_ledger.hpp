@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
+#include "proto/collective_dump.hpp"
 #include "proto/hook_messages.hpp"
 
 namespace meshrun::trainer {
@@ -36,8 +35,8 @@ class CollectiveLedger {
 
   /// The hook's status message: each group that ran a collective, its last entered and last completed.
   proto::HookMessage status() const;
-  /// The hook's dump format: {"fr": "on", "groups": {...}, "entries": [...]}.
-  nlohmann::json dump() const;
+  /// The record the agent asks for when a hang is suspected (the Python hook's, from PyTorch's recorder).
+  proto::CollectiveDump dump() const;
 
  private:
   struct Group {
@@ -46,19 +45,9 @@ class CollectiveLedger {
     int64_t last_completed = 0;
     std::vector<int64_t> done_ahead;  // completed above last_completed
   };
-  struct Entry {
-    std::string group;
-    int64_t seq = 0;
-    std::string op;
-    std::string sizes;
-    std::string dtype;
-    int64_t created_ms = 0;
-    bool retired = false;
-  };
-
   mutable std::mutex mutex_;
   std::map<std::string, Group> groups_;
-  std::deque<Entry> recent_;
+  std::deque<proto::CollectiveEntry> recent_;
 };
 
 }  // namespace meshrun::trainer
