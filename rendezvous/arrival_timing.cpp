@@ -93,14 +93,32 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
   std::vector<double> lateness;
   for (const auto* b : blocks) lateness.push_back((b->mean_unix_s - earliest) * count);
   const double latest = *std::max_element(lateness.begin(), lateness.end());
+  std::vector<double> computes;
   for (size_t i = 0; i < blocks.size(); ++i) {
     // What the rank did not spend waiting for the last one; never below a sliver of the span (noise).
-    const double compute = std::max(span - (latest - lateness[i]), 0.01 * span);
+    computes.push_back(std::max(span - (latest - lateness[i]), 0.01 * span));
     auto& window = figures_[ranks[i]];
-    window.push_back(compute / count);
+    window.push_back(computes.back() / count);
     if (window.size() > kWindow) window.pop_front();
   }
+  std::vector<double> sorted = computes;
+  std::sort(sorted.begin(), sorted.end());
+  const double reference = sorted[(sorted.size() - 1) / 2];  // the lower median, as the stragglers' reference
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto& ratios = ratios_[ranks[i]];
+    ratios.push_back(computes[i] / reference);
+    if (ratios.size() > kInARow) ratios.pop_front();
+  }
   ++counted_;
+}
+
+std::set<int> ArrivalTiming::over_in_a_row(double threshold) const {
+  std::set<int> over;
+  for (const auto& [rank, ratios] : ratios_) {
+    if (ratios.size() == kInARow && std::all_of(ratios.begin(), ratios.end(), [&](double r) { return r > threshold; }))
+      over.insert(rank);
+  }
+  return over;
 }
 
 double ArrivalTiming::compute_s(int rank) const {

@@ -10,6 +10,13 @@
 // the range's span minus what it waited, span - (max lateness - its lateness). That figure per collective,
 // a median over the last kWindow probes, is the rank's measure.
 //
+// The figure also holds what a rank spends between the collective's end and its next compute, which is not
+// its own slowness: on busy cores a rank woken from a wait can sit runnable for milliseconds, and the one
+// that entered last (still hot) tends to again, so a healthy rank's figure can lead by 20-30 % for a few
+// probes before the lead passes to another (docs/progress.md, "Stragglers from arrival times", has the
+// figures). A slow rank leads probe after probe. So a rank counts as over a threshold only when
+// each of the last kInARow probes found it over (over_in_a_row), not when the window's median is.
+//
 // A probe counts only when every rank answered it with the whole range (the recorder's ring may have
 // dropped older entries) and the offsets are precise enough: their uncertainty, counted once per collective,
 // must stay under kMaxUncertainty of the span, or the lateness it would fake could name a rank.
@@ -19,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "common/clock.hpp"
@@ -36,6 +44,7 @@ class ArrivalTiming {
   static constexpr int64_t kMaxRange = 512;  // the recorder keeps 2000 entries over every group
   static constexpr int64_t kMinRange = 4;
   static constexpr size_t kWindow = 3;
+  static constexpr size_t kInARow = 2;
   static constexpr double kMaxUncertainty = 0.1;
 
   /// What was asked of the ranks and is not answered yet (empty group: nothing).
@@ -49,6 +58,9 @@ class ArrivalTiming {
   int64_t imprecise() const { return imprecise_; }
   /// Probes counted so far: a rank's figure is a new reading only when this moved.
   int64_t counted() const { return counted_; }
+  /// The ranks each of the last kInARow probes found over `threshold` times that probe's reference (the
+  /// lower median of every rank's figure in it).
+  std::set<int> over_in_a_row(double threshold) const;
 
  private:
   void evaluate(const std::vector<const proto::ArrivalBlock*>& blocks, const std::vector<int>& ranks);
@@ -59,6 +71,7 @@ class ArrivalTiming {
   int64_t next_first_ = 1;  // where the next probe starts in group_ (the ranges tile its history)
   std::string group_;
   std::map<int, std::deque<double>> figures_;
+  std::map<int, std::deque<double>> ratios_;  // the last kInARow probes' figure / reference
   int64_t imprecise_ = 0;
   int64_t counted_ = 0;
 };

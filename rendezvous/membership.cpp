@@ -476,7 +476,8 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     auto ranks = hosted_ranks(*run);
     run->arrivals.update(ranks, run->world_size, clock_.now());
     for (auto& r : ranks) r.progress.arrival_compute_s = run->arrivals.compute_s(r.progress.rank);  // fresh figures
-    run->stragglers.update(ranks, fresh, straggler_threshold(*run), run->arrivals.counted());
+    const double threshold = straggler_threshold(*run);
+    run->stragglers.update(ranks, fresh, threshold, run->arrivals.counted(), run->arrivals.over_in_a_row(threshold));
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
     if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);

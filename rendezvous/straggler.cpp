@@ -68,7 +68,7 @@ proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double medi
 }  // namespace
 
 void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
-                             int64_t arrival_probes) {
+                             int64_t arrival_probes, const std::set<int>& arrivals_over) {
   const StragglerMeasure m = choose_measure(ranks);
   const double median = reference(ranks, m);
   const double exit_ratio = 1 + (threshold - 1) / 2;
@@ -93,9 +93,9 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     } else {
       s.under = 0;
     }
-    // An arrival figure is already the median of the last probes (ArrivalTiming::kWindow): over the threshold,
-    // it is confirmed by more than one probe of several collectives each.
-    const bool confirmed = m == StragglerMeasure::kArrivals || (s.over >= kConfirm && step - s.over_from >= kSteps);
+    // An arrival figure is confirmed by the last probes, of many collectives each, all over the threshold.
+    const bool confirmed = m == StragglerMeasure::kArrivals ? arrivals_over.count(r.progress.rank) > 0
+                                                            : s.over >= kConfirm && step - s.over_from >= kSteps;
     if (!s.named && s.over > 0 && confirmed) s.named = true;
     if (s.named && s.under >= kClear && step - s.under_from >= kSteps) s.named = false;
   }

@@ -32,27 +32,35 @@ proto::ArrivalBlock answer(const proto::ArrivalProbe& probe, double own, double 
                              .uncertainty_s = uncertainty};
 }
 
-// Runs `t` through probes until rank figures exist: compute per rank, the slowest's as the cadence.
-void run_probes(ArrivalTiming& t, FakeClock& clock, const std::vector<double>& compute, int probes,
-                double uncertainty = 1e-5) {
-  const double slowest = *std::max_element(compute.begin(), compute.end());
-  int64_t completed = 10;
+// Runs `t` through one probe per entry of `per_probe` (each rank's compute in it, the slowest's as the cadence),
+// from collective `completed` on (updated).
+void run_probe_sequence(ArrivalTiming& t, FakeClock& clock, const std::vector<std::vector<double>>& per_probe,
+                        int64_t& completed, double uncertainty = 1e-5) {
+  const size_t world = per_probe.front().size();
   std::vector<HostedRank> ranks;
-  for (size_t r = 0; r < compute.size(); ++r) ranks.push_back(beatless(static_cast<int>(r), completed));
-  const int world = static_cast<int>(compute.size());
-  t.update(ranks, world, clock.now());  // learns the group; the first probe starts after what ran so far
-  for (int i = 0; i < probes; ++i) {
+  for (size_t r = 0; r < world; ++r) ranks.push_back(beatless(static_cast<int>(r), completed));
+  t.update(ranks, static_cast<int>(world), clock.now());  // learns the group; probes start after what ran so far
+  for (const auto& compute : per_probe) {
+    const double slowest = *std::max_element(compute.begin(), compute.end());
     clock.advance(ArrivalTiming::kProbeEvery);
     completed += 100;
     for (auto& r : ranks) r = beatless(r.progress.rank, completed);
-    t.update(ranks, world, clock.now());
+    t.update(ranks, static_cast<int>(world), clock.now());
     const auto probe = t.probe();
     REQUIRE_FALSE(probe.group.empty());
     CHECK(probe.last_seq == completed);
     for (size_t r = 0; r < ranks.size(); ++r)
       ranks[r].progress.arrivals = answer(probe, compute[r], slowest, uncertainty);
-    t.update(ranks, world, clock.now());
+    t.update(ranks, static_cast<int>(world), clock.now());
   }
+}
+
+// Runs `t` through `probes` probes with the same compute per rank.
+void run_probes(ArrivalTiming& t, FakeClock& clock, const std::vector<double>& compute, int probes,
+                double uncertainty = 1e-5) {
+  int64_t completed = 10;
+  run_probe_sequence(t, clock, std::vector<std::vector<double>>(static_cast<size_t>(probes), compute), completed,
+                     uncertainty);
 }
 
 // Two ranks seen at collective 10, then at 110 a probe later: the probe [11, 110] is open.
@@ -152,17 +160,40 @@ TEST_CASE("stragglers: ranks without beats are judged on their arrival figures",
   beating.progress.compute_s = 0.5;
   CHECK(find_stragglers({make(0, 0.030, 100), beating}, 1.3).at(0).measure == proto::StragglerMeasure::kArrivals);
 
-  // The figure is already a median of probes: named at the first reading over; cleared after kClear probes
-  // under the exit ratio and kSteps collectives.
+  // Named at the first reading over once the last probes each found the rank over (over_in_a_row), not
+  // before; cleared after kClear probes under the exit ratio and kSteps collectives.
   StragglerFilter filter;
-  filter.update({make(0, 0.030, 100), make(1, 0.020, 100)}, {0, 1}, 1.3, 1);
+  filter.update({make(0, 0.030, 95), make(1, 0.020, 95)}, {0, 1}, 1.3, 1, {});
+  CHECK(filter.named({make(0, 0.030, 95), make(1, 0.020, 95)}, 1.3).empty());
+  filter.update({make(0, 0.030, 100), make(1, 0.020, 100)}, {0, 1}, 1.3, 2, {0});
   const auto named = filter.named({make(0, 0.030, 100), make(1, 0.020, 100)}, 1.3);
   REQUIRE(named.size() == 1);
   CHECK(named[0].rank == 0);
-  filter.update({make(0, 0.021, 110), make(1, 0.020, 110)}, {0, 1}, 1.3, 2);
-  filter.update({make(0, 0.021, 115), make(1, 0.020, 115)}, {0, 1}, 1.3, 3);
-  filter.update({make(0, 0.021, 120), make(1, 0.020, 120)}, {0, 1}, 1.3, 4);
+  filter.update({make(0, 0.021, 110), make(1, 0.020, 110)}, {0, 1}, 1.3, 3);
+  filter.update({make(0, 0.021, 115), make(1, 0.020, 115)}, {0, 1}, 1.3, 4);
+  filter.update({make(0, 0.021, 120), make(1, 0.020, 120)}, {0, 1}, 1.3, 5);
   CHECK(filter.named({make(0, 0.021, 120), make(1, 0.020, 120)}, 1.3).size() == 1);  // 10 collectives only
-  filter.update({make(0, 0.021, 140), make(1, 0.020, 140)}, {0, 1}, 1.3, 5);
+  filter.update({make(0, 0.021, 140), make(1, 0.020, 140)}, {0, 1}, 1.3, 6);
   CHECK(filter.named({make(0, 0.021, 140), make(1, 0.020, 140)}, 1.3).empty());
+}
+
+TEST_CASE("arrival timing: a lead that passes between healthy ranks is never over in a row, a slow rank is",
+          "[straggler]") {
+  FakeClock clock;
+  SECTION("busy cores: the lead alternates, the window's median goes over the threshold") {
+    ArrivalTiming t;
+    int64_t completed = 10;
+    run_probe_sequence(t, clock, {{0.026, 0.020}, {0.020, 0.026}, {0.026, 0.020}}, completed);
+    CHECK(t.compute_s(0) / t.compute_s(1) > 1.25);  // 2 of the 3 probes led by rank 0
+    CHECK(t.over_in_a_row(1.25).empty());
+  }
+  SECTION("a rank slow probe after probe") {
+    ArrivalTiming t;
+    int64_t completed = 10;
+    run_probe_sequence(t, clock, {{0.020, 0.020}, {0.020, 0.020}, {0.040, 0.020}}, completed);
+    CHECK(t.over_in_a_row(1.3).empty());  // one probe is not yet a pattern
+    run_probe_sequence(t, clock, {{0.040, 0.020}}, completed);
+    CHECK(t.over_in_a_row(1.3) == std::set<int>{0});
+    CHECK(t.over_in_a_row(2.5).empty());
+  }
 }
