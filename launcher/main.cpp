@@ -50,8 +50,14 @@ int launch(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   // Subcommands. `meshrun run ...` is the launcher itself; ping and check are the diagnostics.
   const std::string first = argc > 1 ? argv[1] : "";
-  if (first == "ping") return meshrun::diagnostics::run_ping_command(argc - 1, argv + 1);
-  if (first == "check") return meshrun::diagnostics::run_check_command(argc - 1, argv + 1);
+  if (first == "ping") {
+    return meshrun::run_main("meshrun ping",
+                             [&] { return meshrun::diagnostics::run_ping_command(argc - 1, argv + 1); });
+  }
+  if (first == "check") {
+    return meshrun::run_main("meshrun check",
+                             [&] { return meshrun::diagnostics::run_check_command(argc - 1, argv + 1); });
+  }
   if (first == meshrun::launcher::kOrphanWatchdogCommand && argc == 4) {
     return meshrun::launcher::run_orphan_watchdog(std::atoi(argv[2]), argv[3]);
   }

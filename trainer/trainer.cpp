@@ -94,6 +94,19 @@ at::Tensor to_tensor(const std::vector<int64_t>& v, int64_t rows, int64_t cols) 
 
 double mean_over_ranks(Communicator& comm, double local) { return comm.sum_over_ranks({local})[0] / comm.world_size(); }
 
+// What every rank says at the end of a step, summed over ranks in one all-reduce (Trainer::step).
+struct StepSums {
+  double loss = 0;                   // this rank's loss: the sum is the mean times the world size
+  double preempted = 0;              // 1 when this rank got a preemption signal
+  std::array<double, 2> save{0, 0};  // the background save's status (AsyncCheckpointer::status)
+  std::array<double, 2> copy{0, 0};  // the copy in memory's (MemoryCheckpointer::status)
+
+  StepSums over_ranks(Communicator& comm) const {
+    const auto s = comm.sum_over_ranks({loss, preempted, save[0], save[1], copy[0], copy[1]});
+    return {s[0], s[1], {s[2], s[3]}, {s[4], s[5]}};
+  }
+};
+
 void log_checkpoint(MetricsLog& log, bool rank0, const char* what, const CheckpointStats& s) {
   if (!rank0) return;
   const double gbps = s.seconds > 0 ? static_cast<double>(s.bytes) / s.seconds / 1e9 : 0.0;
@@ -336,12 +349,14 @@ StepResult Trainer::step(int64_t step) {
   // stops after the same step; the background save's status, so every rank sees it complete (or fail) at
   // the same step; and whether this rank's copy in memory is sealed and its last committed copy on its buddy
   // node (every rank commits, and declares durable, at the same step).
-  const std::array<double, 2> save_status = async_saves_ ? async_saves_->status() : std::array<double, 2>{0, 0};
-  const std::array<double, 2> copy_status = memory_saves_ ? memory_saves_->status() : std::array<double, 2>{0, 0};
-  const auto sums = comm_->sum_over_ranks({local_loss, preemption_.poll() != 0 ? 1.0 : 0.0, save_status[0],
-                                           save_status[1], copy_status[0], copy_status[1]});
-  const double loss = sums[0] / comm_->world_size();
-  const bool stop = sums[1] > 0;
+  StepSums mine;
+  mine.loss = local_loss;
+  mine.preempted = preemption_.poll() != 0 ? 1.0 : 0.0;
+  if (async_saves_) mine.save = async_saves_->status();
+  if (memory_saves_) mine.copy = memory_saves_->status();
+  const StepSums sums = mine.over_ranks(*comm_);
+  const double loss = sums.loss / comm_->world_size();
+  const bool stop = sums.preempted > 0;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   StepRecord r;
@@ -364,11 +379,11 @@ StepResult Trainer::step(int64_t step) {
   }
   beats_.step_done(step, loss, r.tokens_per_s, seconds * (1.0 - r.comm_share));
   if (async_saves_) {
-    if (const auto saved = async_saves_->advance(sums[2], sums[3]))
+    if (const auto saved = async_saves_->advance(sums.save[0], sums.save[1]))
       log_checkpoint(*log_, comm_->rank() == 0, "saved", *saved);
   }
   if (memory_saves_) {
-    if (const auto copy = memory_saves_->advance(sums[4], sums[5])) log_memory_copy(*copy);
+    if (const auto copy = memory_saves_->advance(sums.copy[0], sums.copy[1])) log_memory_copy(*copy);
   }
   kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_AFTER_STEP", {step, comm_->rank()});
   if (stop_in) ::raise(SIGSTOP);

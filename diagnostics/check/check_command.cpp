@@ -134,12 +134,7 @@ int run_check_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  try {
-    apply_flags(flags, options);
-  } catch (const UsageError& e) {
-    std::cerr << "meshrun check: " << e.what() << "\n";
-    return 2;
-  }
+  apply_flags(flags, options);  // a UsageError: run_main says so, exit 2
   const CheckReport report = run_checks(options);
   if (flags.as_json) {
     std::cout << report.to_json().dump(2) << std::endl;

@@ -115,15 +115,7 @@ int run_ping_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  try {
-    return ping(parse_endpoint(target, kDefaultRendezvousPort), count, interval_s, timeout_s);
-  } catch (const UsageError& e) {
-    std::cerr << "meshrun ping: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "meshrun ping: " << e.what() << "\n";
-    return 1;
-  }
+  return ping(parse_endpoint(target, kDefaultRendezvousPort), count, interval_s, timeout_s);
 }
 
 }  // namespace meshrun::diagnostics

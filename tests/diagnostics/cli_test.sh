@@ -73,6 +73,9 @@ print("port", s.port, flush=True); time.sleep(120)' > "$T/torch.log" 2>&1 & PIDS
 
 run ping_usage 2 "$MESHRUN" ping
 run ping_usage2 2 "$MESHRUN" ping "$EP" -c 0
+# A target that is no endpoint: worded as every meshrun error is (run_main), exit 2.
+run ping_bad_port 2 "$MESHRUN" ping "127.0.0.1:99999999"
+has ping_bad_port "meshrun ping: error:"
 
 # --- check: the happy path and each rendezvous failure -------------------------------------------
 agent good_a good host-a 0 2; agent good_b good host-b 1 2
@@ -129,6 +132,7 @@ has check_port_busy "WARN host.ports: port $HPORT is in use by pid"
 
 run check_usage 2 "$MESHRUN" check --nnodes x
 run check_usage2 2 "$MESHRUN" check --rdzv-id good
+has check_usage2 "meshrun check: error:"
 
 # --- --json: exactly the fields docs/troubleshooting.md documents, with their types ---------------
 run check_json 1 "$MESHRUN" check --rdzv-endpoint "$EP" --rdzv-id dup --json
