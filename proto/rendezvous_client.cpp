@@ -5,10 +5,21 @@
 #include "common/error.hpp"
 #include "common/sha256.hpp"
 #include "proto/join_auth.hpp"
+#include "proto/request.hpp"
 
 namespace meshrun::proto {
 
-Hello RendezvousClient::hello() { return client_.meshrun({{"op", "hello"}}).get<Hello>(); }
+namespace {
+
+const nlohmann::json kHello = {{"op", "hello"}};
+
+}  // namespace
+
+Hello RendezvousClient::hello() { return client_.meshrun(kHello).get<Hello>(); }
+
+std::string encode_hello_request() {
+  return encode_request({.type = QueryType::kMeshrun, .keys = {}, .values = {kHello.dump()}, .number = 0});
+}
 
 void RendezvousClient::authenticate(const std::string& token) {
   const nlohmann::json challenge = client_.meshrun({{"op", "challenge"}});

@@ -49,4 +49,8 @@ class RendezvousClient {
   StoreClient client_;
 };
 
+/// The hello query, encoded (a QueryType::kMeshrun request; its reply is a Hello), for a client that runs
+/// its own socket (meshrun ping's probe).
+std::string encode_hello_request();
+
 }  // namespace meshrun::proto

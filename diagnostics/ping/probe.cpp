@@ -14,6 +14,7 @@
 #include "common/unique_fd.hpp"
 #include "diagnostics/ping/resolve.hpp"
 #include "proto/byte_codec.hpp"
+#include "proto/rendezvous_client.hpp"
 #include "proto/request.hpp"
 #include "proto/store_client.hpp"
 
@@ -87,11 +88,6 @@ class ProbeSocket {
   UniqueFd fd_;
   int error_ = 0;
 };
-
-std::string hello_request() {
-  return proto::encode_request(
-      {.type = proto::QueryType::kMeshrun, .keys = {}, .values = {R"({"op":"hello"})"}, .number = 0});
-}
 
 std::string validate_request() {
   return proto::encode_request(
@@ -174,7 +170,7 @@ std::optional<std::string> rejection_text(const Endpoint& endpoint, Duration tim
   const auto deadline = Clock::now() + timeout;
   try {
     ProbeSocket socket(proto::connect_tcp(endpoint, deadline));
-    if (socket.send_all(validate_request() + hello_request(), deadline) != Io::kOk) return std::nullopt;
+    if (socket.send_all(validate_request() + proto::encode_hello_request(), deadline) != Io::kOk) return std::nullopt;
     Io io = Io::kOk;
     bool implausible = false;
     const std::string text = read_meshrun_reply(socket, deadline, io, implausible);
@@ -293,7 +289,7 @@ class Probe {
   bool hello() {
     const auto start = Clock::now();
     const int64_t wall_before = wall_ms();
-    Io io = socket_->send_all(hello_request(), deadline_);
+    Io io = socket_->send_all(proto::encode_hello_request(), deadline_);
     bool implausible = false;
     std::string text;
     if (io == Io::kOk) text = read_meshrun_reply(*socket_, deadline_, io, implausible);

@@ -10,30 +10,12 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include "proto/memory_inventory.hpp"
 
 namespace meshrun::launcher {
 
-/// One copy an agent holds: a rank's state at a step, of one run's config.
-struct HeldCopy {
-  int rank = 0;
-  int64_t step = 0;
-  int world_size = 0;
-  uint64_t digest = 0;
-  bool replica = false;  // held for another node's rank
-};
-
-/// An agent's holdings and where to fetch them.
-struct Inventory {
-  int node = -1;
-  std::string host;
-  std::string addr;
-  int port = 0;
-  std::vector<HeldCopy> copies;
-};
-
-void to_json(nlohmann::json& j, const Inventory& inventory);
-void from_json(const nlohmann::json& j, Inventory& inventory);
+using proto::HeldCopy;  // what each agent publishes (proto/memory_inventory.hpp)
+using proto::Inventory;
 
 /// Where one rank's copy of a step is.
 struct CopySource {
