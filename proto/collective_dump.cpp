@@ -18,11 +18,11 @@ std::string_view recorder_word(RecorderState state) {
   return "on";
 }
 
+// A word this build does not know (a newer hook's) is read as "on": its groups and entries are read as ever.
 RecorderState recorder_state(const std::string& word) {
-  if (word == "on") return RecorderState::kOn;
   if (word == "off") return RecorderState::kOff;
   if (word == "no_process_group") return RecorderState::kNoProcessGroup;
-  throw ProtocolError("unknown recorder state '" + word + "' in a collective record");
+  return RecorderState::kOn;
 }
 
 // The Python hook's [file, line, function], or the text form as it is.

@@ -16,7 +16,7 @@ void reading(const json& j, Read read) {
   try {
     read();
   } catch (const json::exception& e) {
-    throw ProtocolError("copy port: malformed frame " + j.dump() + ": " + e.what());
+    throw ProtocolError(std::string("copy port: a malformed frame: ") + e.what());
   }
 }
 
@@ -123,6 +123,14 @@ void from_json(const json& j, CopyPortReply& m) {
       m.error = j.value("error", j.dump());  // an answer with no error said: the frame itself is the clue
     }
   });
+}
+
+std::string describe(const CopyPortReply& reply) {
+  if (reply.kind == CopyPortReply::Kind::kError) return reply.error;
+  std::string quoted(1, '\'');
+  quoted += json(reply).dump();
+  quoted += '\'';
+  return quoted;
 }
 
 void to_json(json& j, const CopyPortChallenge& m) { j = {{"nonce", m.nonce}}; }

@@ -61,6 +61,9 @@ struct CopyPortReply {
   bool operator==(const CopyPortReply&) const = default;
 };
 
+/// The reply's error, or the reply itself when it is no error: for a message that says what a peer answered.
+std::string describe(const CopyPortReply& reply);
+
 /// The agent's first frame: its half of the challenge.
 struct CopyPortChallenge {
   std::string nonce;

@@ -28,7 +28,7 @@ Kind kind_of(const std::array<std::pair<Kind, std::string_view>, N>& ops, std::s
   for (const auto& [kind, name] : ops) {
     if (name == op) return kind;
   }
-  throw UnknownHandoverOp("unknown op '" + std::string(op) + "'");
+  throw UnknownHandoverOp(op.empty() ? "a message with no op" : "unknown op '" + std::string(op) + "'");
 }
 
 template <typename Kind, size_t N>
@@ -39,12 +39,12 @@ std::string_view name_of(const std::array<std::pair<Kind, std::string_view>, N>&
   return "?";
 }
 
-// The packet as a JSON object and its op; throws ProtocolError when it is neither.
+// The packet as a JSON object and its op ("" when it says none: no op this build knows); throws
+// ProtocolError when it is no JSON object.
 std::pair<json, std::string> object_and_op(std::string_view packet) {
   json message = json::parse(packet, nullptr, false);
-  if (!message.is_object() || !message.contains("op") || !message["op"].is_string())
-    throw ProtocolError("memory handover: not a JSON object with an op: '" + std::string(packet) + "'");
-  std::string op = message["op"].get<std::string>();
+  if (!message.is_object()) throw ProtocolError("memory handover: not a JSON object: '" + std::string(packet) + "'");
+  std::string op = message.contains("op") && message["op"].is_string() ? message["op"].get<std::string>() : "";
   return {std::move(message), std::move(op)};
 }
 
@@ -113,7 +113,11 @@ HandoverRequest HandoverRequest::restored(int64_t step, std::string source) {
   return r;
 }
 
-HandoverRequest HandoverRequest::plan() { return HandoverRequest{}; }
+HandoverRequest HandoverRequest::plan() {
+  HandoverRequest r;
+  r.kind = Kind::kPlan;
+  return r;
+}
 
 HandoverRequest HandoverRequest::open(int64_t step, int rank, int world_size) {
   HandoverRequest r = begin(step);
@@ -181,6 +185,14 @@ HandoverReply HandoverReply::error(std::string reason) {
   return r;
 }
 
+std::string describe(const HandoverReply& reply) {
+  if (!reply.reason.empty()) return reply.reason;
+  std::string quoted(1, '\'');
+  quoted += format_handover_reply(reply);
+  quoted += '\'';
+  return quoted;
+}
+
 std::string_view op_name(HandoverRequest::Kind kind) { return name_of(kRequestOps, kind); }
 std::string_view op_name(HandoverReply::Kind kind) { return name_of(kReplyOps, kind); }
 
@@ -223,20 +235,30 @@ HandoverRequest parse_handover_request(std::string_view packet) {
   const auto parsed = object_and_op(packet);
   const json& j = parsed.first;
   return reading(packet, [&] {
+    // Only the fields of the request's kind are read: another field, whatever it holds, is not its business.
+    using Kind = HandoverRequest::Kind;
     HandoverRequest r;
     r.kind = kind_of(kRequestOps, parsed.second);
-    r.rank = j.value("rank", -1);
-    r.world_size = j.value("world_size", -1);
-    r.step = j.value("step", int64_t{-1});
-    r.slot = j.value("slot", -1);
-    r.source = j.value("source", "");
-    if (r.kind == HandoverRequest::Kind::kHello) {
-      r.world_size = -1;
-      r.shape.world_size = j.value("world_size", 0);
-      r.shape.layout = j.value("layout", "");
-      r.shape.slot_bytes = j.value("slot_bytes", uint64_t{0});
-      r.shape.largest_slot_bytes = j.value("largest_slot_bytes", uint64_t{0});
-      r.shape.digest = j.value("digest", uint64_t{0});
+    if (r.kind != Kind::kHello && r.kind != Kind::kPlan) r.step = j.value("step", int64_t{-1});
+    switch (r.kind) {
+      case Kind::kHello:
+        r.rank = j.value("rank", -1);
+        r.shape.world_size = j.value("world_size", 0);
+        r.shape.layout = j.value("layout", "");
+        r.shape.slot_bytes = j.value("slot_bytes", uint64_t{0});
+        r.shape.largest_slot_bytes = j.value("largest_slot_bytes", uint64_t{0});
+        r.shape.digest = j.value("digest", uint64_t{0});
+        break;
+      case Kind::kSealed: r.slot = j.value("slot", -1); break;
+      case Kind::kRestored: r.source = j.value("source", ""); break;
+      case Kind::kOpen:
+        r.rank = j.value("rank", -1);
+        r.world_size = j.value("world_size", -1);
+        break;
+      case Kind::kBegin:
+      case Kind::kCommit:
+      case Kind::kDurable:
+      case Kind::kPlan: break;
     }
     return r;
   });

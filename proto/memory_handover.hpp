@@ -41,7 +41,7 @@ struct HandoverRequest {
   enum class Kind { kHello, kBegin, kSealed, kCommit, kDurable, kRestored, kPlan, kOpen };
   Kind kind = Kind::kPlan;
   int rank = -1;        // kHello: the worker's rank; kOpen: whose copy, of another layout (-1: the worker's own)
-  int world_size = -1;  // kOpen: that layout's world (-1: the worker's own)
+  int world_size = -1;  // kOpen: that layout's world (-1: the worker's own); a hello's is in `shape`
   int64_t step = -1;    // every kind but kHello and kPlan
   int slot = -1;        // kSealed
   CopyShape shape;      // kHello
@@ -74,7 +74,7 @@ struct HeldStep {
 struct HandoverReply {
   enum class Kind { kGranted, kRefused, kBusy, kLend, kKept, kPlan, kCopy, kError };
   Kind kind = Kind::kError;
-  std::string reason;          // kRefused, kBusy, kError; kPlan: why no step is held ("" when one is said)
+  std::string reason;          // kRefused, kBusy, kError; kPlan: why no step is held (on the wire: why_none)
   uint64_t slot_bytes = 0;     // kGranted: the bytes of each slot lent
   int slots = 0;               // kGranted: how many (their descriptors, then the control block's)
   int slot = -1;               // kLend: the slot to write; kCopy: the rank's own slot that holds it, or -1
@@ -96,20 +96,24 @@ struct HandoverReply {
   bool operator==(const HandoverReply&) const = default;
 };
 
-/// A well-formed request whose op this build does not know (a newer worker's): the agent says so and serves on.
+/// A JSON object with no op this build knows (a newer peer's, or none): the agent answers a worker's with an
+/// error and serves on.
 class UnknownHandoverOp : public ProtocolError {
  public:
   using ProtocolError::ProtocolError;
 };
 
-/// Throws ProtocolError naming what is malformed (not a JSON object with an op, a field of the wrong type), or
-/// UnknownHandoverOp.
+/// Reads only the fields of the request's kind. Throws ProtocolError naming what is malformed (no JSON object,
+/// one of those fields of the wrong type), or UnknownHandoverOp.
 HandoverRequest parse_handover_request(std::string_view packet);
 std::string format_handover_request(const HandoverRequest& request);
 
 /// Throws ProtocolError naming what is malformed.
 HandoverReply parse_handover_reply(std::string_view packet);
 std::string format_handover_reply(const HandoverReply& reply);
+
+/// The reply's reason, or the reply itself when it gives none: for a message that says what the agent answered.
+std::string describe(const HandoverReply& reply);
 
 /// The words of the "op" field, for messages ("hello", "lend", ...).
 std::string_view op_name(HandoverRequest::Kind kind);

@@ -81,7 +81,8 @@ void from_json(const nlohmann::json& j, RankRecord& r) {
   const nlohmann::json entries = j.value("entries", nlohmann::json::array());
   r.groups.clear();
   for (const auto& [name, g] : groups.items()) r.groups[name] = g.get<GroupProgress>();
-  r.entries = entries.get<std::vector<CollectiveEntry>>();
+  r.entries.clear();
+  for (const auto& e : entries) r.entries.push_back(e.get<CollectiveEntry>());
   r.activity = j.value("activity", Activity{});
 }
 

@@ -21,7 +21,7 @@ namespace meshrun::launcher {
 namespace {
 
 // The word a worker said of where it restored from; an unknown one: the ledger says nothing of the source.
-proto::LoadSource load_source(const std::string& word) {
+proto::LoadSource load_source_named(const std::string& word) {
   try {
     return proto::from_string<proto::LoadSource>(word);
   } catch (const std::exception&) {
@@ -132,7 +132,9 @@ std::optional<proto::HandoverReply> HandoverServer::answer(Connection& c, const 
     case Kind::kSealed: return keeper_.sealed(c.rank, request.slot, request.step);
     case Kind::kCommit: keeper_.commit(c.rank, request.step); return std::nullopt;
     case Kind::kDurable: keeper_.durable(c.rank, request.step); return std::nullopt;
-    case Kind::kRestored: keeper_.restored(c.rank, request.step, load_source(request.source)); return std::nullopt;
+    case Kind::kRestored:
+      keeper_.restored(c.rank, request.step, load_source_named(request.source));
+      return std::nullopt;
     case Kind::kPlan: return keeper_.plan(c.rank);
     case Kind::kOpen: return keeper_.open(c.rank, request.step, request.rank, request.world_size, fds);
     case Kind::kHello: break;

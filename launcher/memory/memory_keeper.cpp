@@ -390,8 +390,9 @@ std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, co
     const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
     const uint64_t bytes = reply.bytes;
     if (reply.kind != CopyPortReply::Kind::kOk || bytes < proto::kHeaderBytes) {
-      why = "node " + std::to_string(from.node) +
-            " says: " + (reply.error.empty() ? "a copy of " + std::to_string(bytes) + " bytes" : reply.error);
+      why = "node " + std::to_string(from.node) + " says: " +
+            (reply.kind == CopyPortReply::Kind::kOk ? "a copy of " + std::to_string(bytes) + " bytes"
+                                                    : proto::describe(reply));
     } else if (const std::string room = budget_refusal(bytes, memory_room(read_)); !room.empty()) {
       why = room;
     } else {
@@ -436,7 +437,7 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
         open_peer_request(from.addr, from.port, copy_key(), CopyPortRequest::fetch(run_id_, rank, step));
     const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
     if (reply.kind != CopyPortReply::Kind::kOk) {
-      why = "node " + std::to_string(from.node) + " says: " + reply.error;
+      why = "node " + std::to_string(from.node) + " says: " + proto::describe(reply);
     } else if (reply.bytes != bytes) {
       why = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(reply.bytes) +
             " bytes, this rank's slots " + std::to_string(bytes);

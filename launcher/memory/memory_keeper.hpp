@@ -86,7 +86,7 @@ class MemoryKeeper {
   /// the replicator at the new buddy.
   void begin_attempt(const MemoryAttempt& attempt);
 
-  // The workers' requests (HandoverServer's thread). A reply is a JSON message plus descriptors.
+  // The workers' requests (HandoverServer's thread). A reply goes with descriptors, in `fds`.
   /// `connection` names the worker's connection: its end tears only what that connection was writing.
   proto::HandoverReply hello(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection);
   proto::HandoverReply begin(int rank, int64_t step);

@@ -38,9 +38,11 @@ std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std:
   send_frame(socket, proto::CopyPortChallenge{nonce});
   const json frame = receive_frame(socket);
   // The proof first: a stranger learns nothing, not even which of its fields this build reads.
-  const std::string client_nonce = frame.is_object() ? frame.value("client_nonce", "") : "";
-  const std::string proof =
-      frame.is_object() && frame.value("proof", json()).is_string() ? frame["proof"].get<std::string>() : "";
+  const auto text_of = [&frame](const char* field) {
+    return frame.is_object() && frame.value(field, json()).is_string() ? frame.at(field).get<std::string>() : "";
+  };
+  const std::string client_nonce = text_of("client_nonce");
+  const std::string proof = text_of("proof");
   if (key.empty() || client_nonce.empty() ||
       !equal_constant_time(proof, proto::client_proof(key, nonce, client_nonce))) {
     send_frame(socket, kRefused);

@@ -80,7 +80,13 @@ void PeerServer::serve() {
 
 void PeerServer::handle(int socket) {
   const std::string peer = peer_address(socket);
-  const auto proven = accept_peer_request(socket, keeper_.copy_key());
+  std::optional<proto::CopyPortRequest> proven;
+  try {
+    proven = accept_peer_request(socket, keeper_.copy_key());
+  } catch (const ProtocolError& e) {
+    spdlog::warn("memory copy port: refused {}: its request cannot be read ({})", peer, e.what());
+    return;
+  }
   if (!proven) {
     spdlog::warn("memory copy port: refused {}: it did not prove the run's secret", peer);
     return;

@@ -101,7 +101,15 @@ case $SCENARIO in
     agent 0 --nnodes 2 --max-restarts 1; agent 1 --nnodes 2 --max-restarts 1
     for i in 0 1; do expect_exit "$i" 0; done
     grep -q "failing on purpose" "$W"/node*.log || mc_fail "workerfail: no rank failed in attempt 0"
-    expect_done 0 "2 1 node"; expect_done 1 "2 1 node"
+    # The failed worker's agent restarts its workers with TORCHELASTIC_RESTART_COUNT=1. The other agent may
+    # see that node waiting before it sees its own worker fail, and restart through torchrun's membership
+    # path, where the count stays 0 (seen once in CI). Either way every rank finishes in a world of 2, in the
+    # second attempt (the first one's ranks could not: one of them exited), and a restart was counted.
+    for r in 0 1; do
+      [[ "$(cat "$D/done.$r" 2> /dev/null)" =~ ^2\ [01]\ node ]] ||
+        mc_fail "workerfail: rank $r finished with '$(cat "$D/done.$r" 2> /dev/null)', expected '2 0|1 node'"
+    done
+    cat "$D"/done.* 2> /dev/null | grep -q "^2 1 node" || mc_fail "workerfail: no rank finished counting the restart"
     no_keys_left 0
     ours="exit 0 0"
     # The same job under torchrun's own c10d backend (its store on node0's agent), for comparison. Its

@@ -83,9 +83,13 @@ int hold_memory_slots(const std::string& dir) {
   meshrun::send_packet(fd.get(), meshrun::proto::format_handover_request(meshrun::proto::HandoverRequest::hello(
                                      std::atoi(env_or("RANK", "0").c_str()), shape)));
   const auto granted = meshrun::receive_packet(fd.get(), std::chrono::milliseconds(10000));
-  if (granted.closed || granted.timed_out ||
-      meshrun::proto::parse_handover_reply(granted.text).kind != meshrun::proto::HandoverReply::Kind::kGranted)
+  try {
+    if (granted.closed || granted.timed_out ||
+        meshrun::proto::parse_handover_reply(granted.text).kind != meshrun::proto::HandoverReply::Kind::kGranted)
+      return 4;
+  } catch (const std::exception&) {
     return 4;
+  }
   write_file(dir + "/memory." + env_or("RANK", "x"), std::to_string(granted.fds.size()));
   for (;;) pause();
 }

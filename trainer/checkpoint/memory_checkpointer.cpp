@@ -136,7 +136,7 @@ std::string MemoryCheckpointer::say_hello(ShardedModel& model) {
                                .digest = digest_};
   AgentReply reply = link_->request(proto::HandoverRequest::hello(world_.rank(), shape));
   if (reply.message.kind != proto::HandoverReply::Kind::kGranted)
-    return "the meshrun agent refused: " + reply.message.reason;
+    return "the meshrun agent refused: " + proto::describe(reply.message);
   if (reply.fds.size() != 3 || reply.message.slot_bytes < slot_bytes_)
     return "the meshrun agent lent " + std::to_string(reply.fds.size()) + " descriptor(s) and slots of " +
            std::to_string(reply.message.slot_bytes) + " bytes; a copy needs 2 slots of " + std::to_string(slot_bytes_) +
@@ -275,7 +275,8 @@ void MemoryCheckpointer::writer_loop() {
 
 std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& stats) {
   const AgentReply lent = link_->request(proto::HandoverRequest::begin(state.step));
-  if (lent.message.kind != proto::HandoverReply::Kind::kLend) return "the agent lent no slot: " + lent.message.reason;
+  if (lent.message.kind != proto::HandoverReply::Kind::kLend)
+    return "the agent lent no slot: " + proto::describe(lent.message);
   const int slot = lent.message.slot;
   if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return "the agent lent slot " + std::to_string(slot);
   auto* base = static_cast<char*>(slots_[static_cast<size_t>(slot)].data);
@@ -334,7 +335,7 @@ std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& s
   // A request, not a note: only a copy the agent checked and kept counts as sealed in the all-reduce.
   const AgentReply kept = link_->request(proto::HandoverRequest::sealed(state.step, slot));
   if (kept.message.kind != proto::HandoverReply::Kind::kKept)
-    return "the agent did not keep the copy: " + kept.message.reason;
+    return "the agent did not keep the copy: " + proto::describe(kept.message);
   stats.bytes = static_cast<int64_t>(payload_bytes_);
   stats.sealed_during_step = training_step_.load();
   return "";

@@ -120,9 +120,7 @@ CheckpointReader open_copies(AgentLink& agent, const TrainerConfig& config, Comm
     // A copy on another node is fetched first: a transfer's worth of time.
     const AgentReply reply = agent.request(request, std::chrono::seconds(120));
     if (reply.message.kind != proto::HandoverReply::Kind::kCopy || reply.fds.empty())
-      throw Error(label + ": the agent says " +
-                  (reply.message.reason.empty() ? "'" + std::string(proto::op_name(reply.message.kind)) + "'"
-                                                : reply.message.reason));
+      throw Error(label + ": the agent says " + proto::describe(reply.message));
     if (reply.message.from_node >= 0) ++fetched;
     mappings.push_back(std::make_shared<MappedCopy>(reply.fds.front().get(), label));
     const json index = checked_index(*mappings.back(), held.step, r, held.world_size, digest, label);
