@@ -136,14 +136,16 @@ HandoverReply HandoverReply::granted(uint64_t slot_bytes, int slots) {
 }
 
 HandoverReply HandoverReply::refused(std::string reason) {
-  HandoverReply r = error(std::move(reason));
+  HandoverReply r;
   r.kind = Kind::kRefused;
+  r.reason = std::move(reason);
   return r;
 }
 
 HandoverReply HandoverReply::busy(std::string reason) {
-  HandoverReply r = error(std::move(reason));
+  HandoverReply r;
   r.kind = Kind::kBusy;
+  r.reason = std::move(reason);
   return r;
 }
 
@@ -161,8 +163,9 @@ HandoverReply HandoverReply::kept() {
 }
 
 HandoverReply HandoverReply::plan(int64_t steps_done, std::vector<HeldStep> held, std::string why_none) {
-  HandoverReply r = error(std::move(why_none));
+  HandoverReply r;
   r.kind = Kind::kPlan;
+  r.reason = std::move(why_none);
   r.steps_done = steps_done;
   r.held = std::move(held);
   return r;

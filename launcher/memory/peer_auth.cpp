@@ -38,8 +38,10 @@ std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std:
   send_frame(socket, proto::CopyPortChallenge{nonce});
   const json frame = receive_frame(socket);
   // The proof first: a stranger learns nothing, not even which of its fields this build reads.
-  const auto text_of = [&frame](const char* field) {
-    return frame.is_object() && frame.value(field, json()).is_string() ? frame.at(field).get<std::string>() : "";
+  const auto text_of = [&frame](const char* field) -> std::string {
+    if (!frame.is_object()) return "";
+    const auto it = frame.find(field);
+    return it != frame.end() && it->is_string() ? it->get<std::string>() : "";
   };
   const std::string client_nonce = text_of("client_nonce");
   const std::string proof = text_of("proof");
