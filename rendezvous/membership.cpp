@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "proto/group_ranks.hpp"
 #include "proto/join_auth.hpp"
+#include "proto/round_policy.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
@@ -87,7 +88,7 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
     run.min_nodes = r.min_nodes;
     run.max_nodes = r.max_nodes;
     run.last_event = "run created by " + describe(r);
-    run.goodput = GoodputLedger(clock_.now());
+    run.telemetry = RunTelemetry(clock_.now());
     it = runs_.emplace(r.run_id, std::move(run)).first;
     std::erase(completed_, r.run_id);  // the id is a live run again: its spares are not told it finished
   }
@@ -124,7 +125,7 @@ int Membership::survivor_returned(Run& run, const proto::JoinRequest& request) {
   if (it == run.survivors.end()) return -1;
   it->second.last_seen = clock_.now();
   it->second.heard_since_restart = true;
-  if (run.recovery) run.recovery->survivor_back(clock_.now());
+  run.telemetry.survivor_back(clock_.now());
   const int previous_rank = it->second.rejoins_expected == 1 ? it->second.previous_rank : -1;
   if (--it->second.rejoins_expected == 0) run.survivors.erase(it);
   return previous_rank;
@@ -158,45 +159,48 @@ std::string Membership::join(const proto::JoinRequest& request) {
   return id;
 }
 
-// The round policy. The etcd backend applies the same rule to the state it keeps in etcd
-// (launcher/etcd/run_record.cpp, close_now): change both together.
+// The round policy is shared with the etcd backend (proto/round_policy.hpp); this feeds it the daemon's view.
 void Membership::maybe_close(Run& run) {
   if (run.closed) return;
-  const int count = static_cast<int>(run.participants.size());
-  // With spares in, max nodes may be there before every survivor is back: wait for the survivors that may
-  // be alive (heard since the restart, or still connected and within their keep-alive: its workers may
-  // not have failed yet), not for gone ones (connection closed, or silent: the spares replace them).
+  proto::OpenRound round;
+  round.joined = static_cast<int>(run.participants.size());
+  round.min_nodes = run.min_nodes;
+  round.max_nodes = run.max_nodes;
+  round.restart = run.round > 0;
+  round.survivors_out = static_cast<int>(run.survivors.size());
+  // Due: a survivor that may be alive (heard since the restart, or still connected and within its keep-alive:
+  // its workers may not have failed yet), not a gone one (connection closed, or silent: a spare replaces it).
   const auto now = clock_.now();
-  const bool live_survivor_due = std::any_of(run.survivors.begin(), run.survivors.end(), [now](const auto& s) {
-    const Survivor& survivor = s.second;
-    return survivor.heard_since_restart ||
-           (!survivor.disconnected && to_seconds(now - survivor.last_seen) <= survivor.keep_alive_timeout_s);
-  });
-  if (count >= run.max_nodes && !live_survivor_due) return close_round(run);
-  if (count < run.min_nodes) return;
-  // Re-rendezvous after a restart: close as soon as every survivor is back.
-  if (run.round > 0 && run.survivors.empty()) return close_round(run);
-  if (!run.last_call_deadline || now < *run.last_call_deadline) return;
-  // Survivors first: the last call does not close the round without one that may still come back when a
-  // node new to it (a spare, a late joiner) would take its seat. (Scanned only here, past the last call:
-  // a 10k-node re-join calls this on every join.)
-  const auto newcomer = [&run] {
-    return std::any_of(run.participants.begin(), run.participants.end(),
-                       [&run](const auto& id) { return run.nodes.at(id).previous_rank < 0; });
-  };
-  if (live_survivor_due && (count >= run.max_nodes || newcomer())) return;
-  close_round(run);
+  round.survivors_due =
+      static_cast<int>(std::count_if(run.survivors.begin(), run.survivors.end(), [now](const auto& s) {
+        const Survivor& survivor = s.second;
+        return survivor.heard_since_restart ||
+               (!survivor.disconnected && to_seconds(now - survivor.last_seen) <= survivor.keep_alive_timeout_s);
+      }));
+  round.last_call_passed = run.last_call_deadline && now >= *run.last_call_deadline;
+  // Scanned only when it can matter (past the last call, a survivor due): a 10k-node re-join calls this on
+  // every join.
+  round.newcomer_joined = round.last_call_passed && round.survivors_due > 0 &&
+                          std::any_of(run.participants.begin(), run.participants.end(),
+                                      [&run](const auto& id) { return run.nodes.at(id).previous_rank < 0; });
+  if (proto::round_closes(round)) close_round(run);
 }
 
 void Membership::trim_to_max(Run& run) {
-  while (static_cast<int>(run.participants.size()) > run.max_nodes) {
-    const auto spare = std::find_if(run.participants.rbegin(), run.participants.rend(),
-                                    [&](const std::string& id) { return run.nodes.at(id).previous_rank < 0; });
-    const std::string id = spare != run.participants.rend() ? *spare : run.participants.back();
-    std::erase(run.participants, id);
-    run.nodes.at(id).participant = false;
-    run.waiting.insert(run.waiting.begin(), id);
+  if (static_cast<int>(run.participants.size()) <= run.max_nodes) return;
+  std::vector<bool> survivor;
+  for (const auto& id : run.participants) survivor.push_back(run.nodes.at(id).previous_rank >= 0);
+  const std::vector<size_t> seats = proto::seated(survivor, run.max_nodes);
+  std::vector<std::string> seated;
+  std::vector<std::string> spares;
+  for (size_t i = 0, next = 0; i < run.participants.size(); ++i) {
+    const bool has_seat = next < seats.size() && seats[next] == i;
+    next += has_seat ? 1 : 0;
+    (has_seat ? seated : spares).push_back(run.participants[i]);
+    run.nodes.at(run.participants[i]).participant = has_seat;
   }
+  run.participants = std::move(seated);
+  run.waiting.insert(run.waiting.begin(), spares.begin(), spares.end());
 }
 
 void Membership::close_round(Run& run) {
@@ -222,26 +226,21 @@ void Membership::close_round(Run& run) {
     run.assigned.push_back(info(*node));
   }
   run.closed = true;
-  run.steps_done_before = run.steps_beaten;
   ++version_;
   run.survivors.clear();
   run.last_call_deadline.reset();
-  run.fault_at.reset();
-  run.fault_known_at.reset();
   run.evicted.clear();
   run.last_event = fmt::format("round {} closed with {} node(s)", run.round, n);
-  if (run.round > 0 && !run.restarts.empty() && run.restarts.back().first.round == run.round) {
-    run.restarts.back().first.replaced = replacements(run);
-    if (!run.restarts.back().first.replaced.empty()) run.last_event += "; " + run.restarts.back().first.replaced;
-  }
-  if (run.recovery) run.recovery->closed(clock_.now(), run.participants);
+  const std::string replaced = run.round > 0 ? replacements(run) : "";
+  if (!replaced.empty()) run.last_event += "; " + replaced;
+  run.telemetry.round_closed(run.round, run.participants, replaced, clock_.now());
 }
 
 void Membership::invalidate(Run& run, RestartCause cause, const std::string& reason, std::string lost_node) {
   // Survivors of the closed round must re-join; late joiners carry over into the new round.
   const auto now = clock_.now();
   const auto lost = run.nodes.find(lost_node);
-  start_recovery(run, lost != run.nodes.end() ? lost->second.last_seen : now, cause);
+  const TimePoint lost_seen = lost != run.nodes.end() ? lost->second.last_seen : now;  // it died after that
   run.retired.clear();
   run.survivors.clear();
   for (const auto& id : run.participants) {
@@ -270,23 +269,15 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   run.assigned.clear();
   run.last_call_deadline.reset();
   ++run.round;
-  run.stragglers = StragglerFilter{};  // ranks may move to other hosts and steps go back to a checkpoint
-  run.arrivals = ArrivalTiming{};
   ++version_;
   run.last_event = reason;
   run.restart_cause = cause;
   run.restart_reason = reason;
-  proto::RestartRecord record;
-  record.round = run.round;
-  record.cause = cause;
-  record.reason = reason;
-  run.restarts.emplace_back(std::move(record), now);
-  if (run.restarts.size() > proto::kMaxRestartRecords) run.restarts.erase(run.restarts.begin());
-  ++run.restarts_by_cause[std::string(proto::to_string(cause))];
+  run.telemetry.restarted(run.round, cause, reason, lost_seen, now);
   int alive = static_cast<int>(run.participants.size());
   for (const auto& [who, survivor] : run.survivors) alive += survivor.rejoins_expected;
-  if (!lost_node.empty() && alive < run.min_nodes) {
-    run.fatal_error = fmt::format("{}; {} node(s) remain, fewer than the minimum of {}", reason, alive, run.min_nodes);
+  if (const auto too_few = proto::too_few_nodes(reason, alive, run.min_nodes); too_few && !lost_node.empty()) {
+    run.fatal_error = *too_few;
     run.last_event = run.fatal_error;
   }
   if (static_cast<int>(run.participants.size()) >= run.min_nodes) {
@@ -420,7 +411,7 @@ proto::Assignment Membership::assignment(const Run& run, const Node& node) const
   if (run.assigned.size() <= proto::kMaxNodesInAssignment) a.nodes = run.assigned;
   a.world_size = run.world_size;
   a.rank_offset = node.rank_offset;
-  a.steps_done = run.steps_done_before;
+  a.steps_done = run.telemetry.steps_done();
   a.run_secret = run.secret;
   return a;
 }
@@ -460,28 +451,23 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
   const bool in_closed_round = it != run->nodes.end() && run->closed && run->has_participant(node_id);
   if (in_closed_round) {
     it->second.last_seen = clock_.now();
-    if (attempt.round == run->round) {
-      time_recovery(*run, node_id, attempt);
-      feed_goodput(*run, attempt);
+    if (auto event = run->telemetry.milestones(run->round, node_id, attempt, clock_.now(), true)) {
+      run->last_event = std::move(*event);
     }
-    if (!run->restarts.empty() && run->restarts.back().first.recovery.complete) {
-      reply.recovered_round = run->restarts.back().first.round;
-      reply.recovery = run->restarts.back().first.recovery;
+    if (const proto::RestartRecord* recovered = run->telemetry.recovered()) {
+      reply.recovered_round = recovered->round;
+      reply.recovery = recovered->recovery;
     }
-    for (const auto& p : progress) run->steps_beaten = std::max(run->steps_beaten, p.step);
     it->second.progress = std::move(progress);
     it->second.clock = clock;
     std::set<int> fresh;
     for (const auto& p : it->second.progress) fresh.insert(p.rank);
     auto ranks = hosted_ranks(*run);
-    run->arrivals.update(ranks, run->world_size, clock_.now());
-    for (auto& r : ranks) r.progress.arrival_compute_s = run->arrivals.compute_s(r.progress.rank);  // fresh figures
-    const double threshold = straggler_threshold(*run);
-    run->stragglers.update(ranks, fresh, threshold, run->arrivals.counted(), run->arrivals.over_in_a_row(threshold));
+    run->telemetry.progress(ranks, fresh, run->world_size, straggler_threshold(*run), clock_.now());
     // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
     if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);
-      reply.arrival_probe = run->arrivals.probe();
+      reply.arrival_probe = run->telemetry.arrival_probe();
       return reply;
     }
     const Node& newcomer = run->nodes.at(run->waiting.front());
@@ -520,13 +506,11 @@ void Membership::record_failure(const std::string& run_id, const std::string& no
   }
   failure.node_id = node_id;
   if (run->closed) {
-    if (attempt.round == run->round) feed_goodput(*run, attempt);
-    const TimePoint at = clock_.now() - std::chrono::milliseconds(std::max<int64_t>(0, now_unix_ms - failure.unix_ms));
-    if (!run->fault_at || at < *run->fault_at) run->fault_at = at;
-    if (!run->fault_known_at) run->fault_known_at = clock_.now();
+    run->telemetry.milestones(run->round, node_id, attempt, clock_.now(), false);
+    run->telemetry.fault(clock_.now() - std::chrono::milliseconds(std::max<int64_t>(0, now_unix_ms - failure.unix_ms)),
+                         clock_.now());
   }
-  if (failure.cause == RestartCause::kHung)
-    ++run->hangs_by_kind[failure.hang_kind.empty() ? "beats" : failure.hang_kind];
+  if (failure.cause == RestartCause::kHung) run->telemetry.hang(failure.hang_kind);
   if (failure.cause == RestartCause::kHung && failure.step >= 0) {
     if (auto culprit = hung_elsewhere(*run, node_id, failure, now_unix_ms)) run->failures.record(std::move(*culprit));
   }
@@ -598,34 +582,6 @@ void Membership::report_failure(const std::string& run_id, const std::string& no
   invalidate(*run, cause == RestartCause::kHung ? RestartCause::kHung : RestartCause::kWorkerFailed, text, evict);
 }
 
-void Membership::start_recovery(Run& run, TimePoint lost_node_last_seen, RestartCause cause) {
-  const auto now = clock_.now();
-  if (run.recovery && !run.restarts.empty()) run.restarts.back().first.recovery = run.recovery->ledger();
-  // The fault: the first failure reported, else the lost node's last heartbeat (it died after it).
-  const TimePoint fault = run.fault_at.value_or(lost_node_last_seen);
-  run.goodput.restarted(run.round + 1, cause, std::min(fault, now));
-  run.recovery.emplace(fault, run.fault_known_at.value_or(now), now);
-  run.fault_at.reset();
-  run.fault_known_at.reset();
-}
-
-void Membership::feed_goodput(Run& run, const proto::AttemptMilestones& attempt) {
-  run.goodput.milestones(run.round, attempt, clock_.now());
-  run.steps_beaten = std::max(run.steps_beaten, attempt.steps.last_step);
-}
-
-void Membership::time_recovery(Run& run, const std::string& node_id, const proto::AttemptMilestones& attempt) {
-  if (!run.recovery || run.restarts.empty() || run.restarts.back().first.round != run.round) return;
-  run.recovery->milestones(node_id, attempt, clock_.now());
-  auto& record = run.restarts.back().first;
-  if (record.recovery.complete) return;
-  record.recovery = run.recovery->ledger();
-  if (record.recovery.complete) {
-    run.last_event =
-        fmt::format("round {} recovered: the first step {:.1f} s after the fault", run.round, record.recovery.total_s);
-  }
-}
-
 std::string Membership::replacements(const Run& run) const {
   std::string out;
   for (const auto& id : run.participants) {
@@ -653,7 +609,7 @@ std::vector<HostedRank> Membership::hosted_ranks(const Run& run) const {
     const Node& node = run.nodes.at(id);
     for (const auto& p : node.progress) {
       ranks.push_back(HostedRank{node.request.host, p});
-      ranks.back().progress.arrival_compute_s = run.arrivals.compute_s(p.rank);
+      ranks.back().progress.arrival_compute_s = run.telemetry.arrival_compute_s(p.rank);
     }
   }
   return ranks;
@@ -665,7 +621,7 @@ double Membership::straggler_threshold(const Run& run) const {
 
 std::vector<proto::Straggler> Membership::stragglers(const Run& run) const {
   if (!run.closed || run.participants.empty()) return {};
-  return run.stragglers.named(hosted_ranks(run), straggler_threshold(run));
+  return run.telemetry.stragglers(hosted_ranks(run), straggler_threshold(run));
 }
 
 std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id, const std::string& node_id,
@@ -684,7 +640,7 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
     return std::nullopt;
   }
   const bool participant = run->has_participant(node_id);
-  if (run->closed && participant && attempt.round == run->round) feed_goodput(*run, attempt);
+  if (run->closed && participant) run->telemetry.milestones(run->round, node_id, attempt, clock_.now(), false);
   if (ok && run->closed && participant) return finish_node(*run, it->second);
   // Another node's workers already ended well: the job's work is done (its ranks ran in lockstep), so a node
   // that leaves now, whatever its reason, ends with it rather than restarting a finished job.
@@ -692,7 +648,7 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
   if (run->closed && participant) {
     invalidate(*run, RestartCause::kNodeLeft, fmt::format("{} left: {}", describe(it->second.request), reason),
                node_id);
-    return run->goodput.report(clock_.now(), false);
+    return run->telemetry.goodput(clock_.now(), false);
   }
   remove_node(*run, node_id);
   if (run->nodes.empty() && run->participants.empty()) {
@@ -703,7 +659,7 @@ std::optional<proto::GoodputReport> Membership::leave(const std::string& run_id,
 }
 
 proto::GoodputReport Membership::finish_node(Run& run, Node& node) {
-  proto::GoodputReport goodput = run.goodput.report(clock_.now(), true);
+  proto::GoodputReport goodput = run.telemetry.goodput(clock_.now(), true);
   if (node.finished) return goodput;
   node.finished = true;
   ++run.finished_nodes;
@@ -728,7 +684,7 @@ bool Membership::tick() {
   bool changed = false;
   std::vector<std::string> ended;
   for (auto& [id, run] : runs_) {
-    run.goodput.spares(spare_count(run), clock_.now());
+    run.telemetry.spares(spare_count(run), clock_.now());
     if (!run.fatal_error.empty()) continue;
     const bool run_changed = run.closed ? expire_waiting(run) || expire_participants(run) : tick_open_round(run);
     changed = changed || run_changed;
@@ -850,25 +806,18 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
       n.clock = node.clock;
       n.ranks = node.progress;
       for (auto& r : n.ranks) {
-        r.arrival_compute_s = run.arrivals.compute_s(r.rank);
+        r.arrival_compute_s = run.telemetry.arrival_compute_s(r.rank);
         r.straggler = std::any_of(slow.begin(), slow.end(), [&](const auto& x) { return x.rank == r.rank; });
       }
       s.nodes.push_back(std::move(n));
     }
     for (const auto& node_id : run.waiting) s.waiting.push_back(info(run.nodes.at(node_id)));
     s.spares = spare_count(run);
-    s.goodput = run.goodput.report(clock_.now(), false);
     s.missing_ranks = missing_ranks(run);
     s.duplicate_ranks = run.duplicate_ranks;
     s.last_event = run.last_event;
     s.master_port = run.master_port;
-    for (const auto& [record, at] : run.restarts) {
-      s.restarts.push_back(record);
-      s.restarts.back().since_s = to_seconds(clock_.now() - at);
-    }
-    if (run.recovery && !s.restarts.empty()) s.restarts.back().recovery = run.recovery->ledger();  // so far
-    s.restarts_by_cause = run.restarts_by_cause;
-    s.hangs_by_kind = run.hangs_by_kind;
+    run.telemetry.fill(s, clock_.now());
     s.failures = run.failures.reports();
     out.push_back(std::move(s));
   }

@@ -21,11 +21,8 @@
 
 #include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
-#include "rendezvous/arrival_timing.hpp"
 #include "rendezvous/failure_log.hpp"
-#include "rendezvous/goodput_ledger.hpp"
-#include "rendezvous/recovery_timeline.hpp"
-#include "rendezvous/straggler.hpp"
+#include "rendezvous/run_telemetry.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -122,18 +119,8 @@ class Membership {
     std::string evicted;  // "host/pid" of the hang suspect that made way for a spare: it re-joins as a spare
     proto::RestartCause restart_cause = proto::RestartCause::kNone;  // why the current round was opened
     std::string restart_reason;
-    FailureLog failures;                                               // the root cause and its consequences
-    StragglerFilter stragglers;                                        // who is named slow (hysteresis)
-    ArrivalTiming arrivals;                                            // stragglers from collective arrival times
-    std::vector<std::pair<proto::RestartRecord, TimePoint>> restarts;  // the latest kMaxRestartRecords, for status
-    std::map<std::string, int64_t> restarts_by_cause;                  // every restart, by cause wire name
-    std::map<std::string, int64_t> hangs_by_kind;                      // every hang reported, by verdict kind
-    std::optional<TimePoint> fault_at;         // the closed round's first failure (its report's time)
-    std::optional<TimePoint> fault_known_at;   // ... when its report arrived
-    std::optional<RecoveryTimeline> recovery;  // the latest restart's phases, until its first step
-    GoodputLedger goodput;                     // the run's wall time split, since its first join
-    int64_t steps_beaten = -1;                 // the highest step any rank beat so far
-    int64_t steps_done_before = -1;            // ... when the closed round closed (work after it is done again)
+    FailureLog failures;     // the root cause and its consequences (a hang's suspect may make way for a spare)
+    RunTelemetry telemetry;  // restarts, recovery, goodput, stragglers: measured, not deciding
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
@@ -155,17 +142,11 @@ class Membership {
   /// More than max nodes (every survivor back, with spares promoted): the spare that joined last waits
   /// again (the last joiner when none of them is a spare), until the round has max nodes.
   void trim_to_max(Run& run);
-  /// Starts timing the restart `invalidate` opens for `cause`; the one before keeps what it reached.
-  void start_recovery(Run& run, TimePoint lost_node_last_seen, proto::RestartCause cause);
-  /// A node's milestones of the closed round, for the goodput ledger (and the run's high-water step).
-  void feed_goodput(Run& run, const proto::AttemptMilestones& attempt);
   /// A participant of the closed round left successfully; the run ends (and is forgotten) with its last.
   /// Returns the run's goodput as of now (`ended` for the last).
   proto::GoodputReport finish_node(Run& run, Node& node);
   /// How many hot spares the run has now (waiting nodes of a closed round that has max nodes).
   static int spare_count(const Run& run);
-  /// Feeds a node's milestones to the latest restart's timeline; the ledger goes to its record once complete.
-  void time_recovery(Run& run, const std::string& node_id, const proto::AttemptMilestones& attempt);
   /// "spare host-d (pid 7) took node rank 1" for the nodes of a closing round that were not in the last one.
   std::string replacements(const Run& run) const;
   void close_round(Run& run);

@@ -14,6 +14,7 @@
 #include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "proto/join_auth.hpp"
+#include "proto/round_policy.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::launcher {
@@ -520,10 +521,9 @@ std::optional<proto::GoodputReport> EtcdRendezvous::leave(const std::string& rea
     const auto it = std::find(next.survivors.begin(), next.survivors.end(), me);
     if (s.run.phase != RoundPhase::kOpen || it == next.survivors.end()) return goodput;
     next.survivors.erase(it);
-    if (static_cast<int>(next.survivors.size()) < next.min_nodes) {
+    if (const auto too_few = proto::too_few_nodes(who, static_cast<int>(next.survivors.size()), next.min_nodes)) {
       next.phase = RoundPhase::kFailed;
-      next.reason = who + "; " + std::to_string(next.survivors.size()) + " node(s) left, fewer than the minimum of " +
-                    std::to_string(next.min_nodes) + " (--nnodes)";
+      next.reason = *too_few;
     }
     replace_state(s, next);
   } catch (const Error& e) {

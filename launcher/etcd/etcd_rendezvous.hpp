@@ -28,7 +28,7 @@
 #include "launcher/etcd/etcd_client.hpp"
 #include "launcher/etcd/run_record.hpp"
 #include "launcher/rdzv/rendezvous_backend.hpp"
-#include "rendezvous/goodput_ledger.hpp"
+#include "proto/goodput_ledger.hpp"
 
 namespace meshrun::rendezvous {
 class Server;
@@ -145,7 +145,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   etcd::RunRecord assigned_run_;               // ... as it closed
   std::unique_ptr<rendezvous::Server> store_;  // node rank 0: the workers' store
   int interrupted_by_ = 0;
-  rendezvous::GoodputLedger goodput_;                           // the run's wall time as this node saw it
+  proto::GoodputLedger goodput_;                                // the run's wall time as this node saw it
   int64_t steps_beaten_ = -1;                                   // the highest step this node's ranks beat
   std::optional<std::chrono::steady_clock::time_point> fault_;  // the attempt's first fault seen here
 };

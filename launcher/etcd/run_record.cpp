@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "proto/group_ranks.hpp"
+#include "proto/round_policy.hpp"
 
 namespace meshrun::launcher::etcd {
 namespace {
@@ -67,30 +68,33 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
 
 std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
 
-// The round policy, as the daemon applies it to its own state (rendezvous/membership.cpp,
-// Membership::maybe_close): change both together. Node ranks come from the shared proto::assign_group_ranks.
+// The round policy is shared with the daemon (proto/round_policy.hpp); this feeds it the etcd backend's view.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
                                                       bool last_call_passed, const std::vector<std::string>& reported) {
   if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;
-  const int count = static_cast<int>(joined.size());
   std::set<std::string> back;
   for (const auto& node : joined) back.insert(survivor_key(node));
-  const auto is_survivor = [&](const proto::NodeInfo& node) {
-    return std::find(run.survivors.begin(), run.survivors.end(), survivor_key(node)) != run.survivors.end();
-  };
-  const bool all_back = !run.survivors.empty() && std::all_of(run.survivors.begin(), run.survivors.end(),
-                                                              [&](const auto& s) { return back.count(s) != 0; });
-  // A survivor that reported its own workers' failure is alive, only slower to stop them than spares are to
-  // join: a spare must not take its place. One that said nothing may be the node that was lost.
-  const bool reporter_pending = std::any_of(reported.begin(), reported.end(), [&](const std::string& s) {
-    return back.count(s) == 0 && std::find(run.survivors.begin(), run.survivors.end(), s) != run.survivors.end();
-  });
-  const bool close = count >= run.max_nodes ? !reporter_pending || last_call_passed
-                                            : count >= run.min_nodes && (all_back || last_call_passed);
-  if (!close) return std::nullopt;
-  std::vector<proto::NodeInfo> ordered = joined;  // survivors first, then the others in join order
-  std::stable_partition(ordered.begin(), ordered.end(), is_survivor);
-  std::vector<proto::NodeInfo> nodes(ordered.begin(), ordered.begin() + std::min(count, run.max_nodes));
+  const std::set<std::string> survivors(run.survivors.begin(), run.survivors.end());
+  proto::OpenRound round;
+  round.joined = static_cast<int>(joined.size());
+  round.min_nodes = run.min_nodes;
+  round.max_nodes = run.max_nodes;
+  round.restart = run.round > 0;
+  // A survivor that reported its own workers' failure is alive (due), only slower to stop them than spares
+  // are to join. One that said nothing may be the node that was lost: its lease tells only once it expires.
+  for (const auto& s : survivors) {
+    if (back.count(s) != 0) continue;
+    ++round.survivors_out;
+    if (std::find(reported.begin(), reported.end(), s) != reported.end()) ++round.survivors_due;
+  }
+  round.newcomer_joined = std::any_of(joined.begin(), joined.end(),
+                                      [&](const auto& node) { return survivors.count(survivor_key(node)) == 0; });
+  round.last_call_passed = last_call_passed;
+  if (!proto::round_closes(round)) return std::nullopt;
+  std::vector<bool> is_survivor;
+  for (const auto& node : joined) is_survivor.push_back(survivors.count(survivor_key(node)) != 0);
+  std::vector<proto::NodeInfo> nodes;
+  for (size_t i : proto::seated(is_survivor, run.max_nodes)) nodes.push_back(joined[i]);
   std::vector<proto::RankRequest> requests;
   for (const auto& node : nodes) {
     const auto previous = run.previous_ranks.find(survivor_key(node));
@@ -131,10 +135,9 @@ RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const s
     next.survivors.push_back(survivor_key(node));
     next.previous_ranks[survivor_key(node)] = node.group_rank;
   }
-  if (static_cast<int>(next.survivors.size()) < closed.min_nodes) {
+  if (const auto too_few = proto::too_few_nodes(reason, static_cast<int>(next.survivors.size()), closed.min_nodes)) {
     next.phase = RoundPhase::kFailed;
-    next.reason = fmt::format("{}; {} node(s) left, fewer than the minimum of {} (--nnodes)", reason,
-                              next.survivors.size(), closed.min_nodes);
+    next.reason = *too_few;
   }
   return next;
 }

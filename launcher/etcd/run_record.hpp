@@ -73,11 +73,11 @@ struct RunKeys {
 /// "host/pid": how a node is recognised across rounds (its node id changes when it re-joins).
 std::string survivor_key(const proto::NodeInfo& node);
 
-/// The joined nodes (join order) in group-rank order when the round may close now: max_nodes joined, or
-/// at least min_nodes and (every survivor of the last round is back, or the last call passed). `reported`:
-/// survivors (survivor_key) that reported their own workers' failure in the last round. They are known
-/// alive, so they are waited for even when spares fill the round, until the last call (as
-/// meshrun-rendezvous does). Survivors come first when more than max_nodes joined.
+/// The nodes that take the round's seats, in group-rank order, when the round closes now by the shared
+/// round policy (proto/round_policy.hpp), or nothing. `run.survivors`: those of the last round that may
+/// still come back (live_survivors). `reported`: survivors (survivor_key) that reported their own workers'
+/// failure in the last round: known alive, they are due, and a spare does not take their seat. One that
+/// said nothing may be the node that was lost.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
                                                       bool last_call_passed,
                                                       const std::vector<std::string>& reported = {});

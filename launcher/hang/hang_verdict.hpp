@@ -78,8 +78,8 @@ struct LatenessRule {
   double waited_s = 0;                   // how long the suspicion's rank had waited (or been silent)
   std::optional<double> busy_timeout_s;  // --hang-busy-timeout: a busy rank past it is hung too
 };
-HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional<FallbackSuspect>& fallback,
-                       const LatenessRule& lateness = {});
+[[nodiscard]] HangVerdict judge_hang(const std::vector<RankRecord>& ranks,
+                                     const std::optional<FallbackSuspect>& fallback, const LatenessRule& lateness = {});
 
 /// "0-3", "0,2,5", "0-2,7".
 std::string format_ranks(std::vector<int> ranks);

@@ -24,7 +24,7 @@ struct MemoryRoom {
 
 MemoryRoom memory_room(const ReadText& read);
 /// Why `need` more bytes may not be taken; "" when they may (at most half the room).
-std::string budget_refusal(uint64_t need, const MemoryRoom& room);
+[[nodiscard]] std::string budget_refusal(uint64_t need, const MemoryRoom& room);
 /// The real files.
 std::optional<std::string> read_text_file(const std::string& path);
 

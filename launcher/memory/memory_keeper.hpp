@@ -88,18 +88,19 @@ class MemoryKeeper {
 
   // The workers' requests (HandoverServer's thread). A reply goes with descriptors, in `fds`.
   /// `connection` names the worker's connection: its end tears only what that connection was writing.
-  proto::HandoverReply hello(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection);
-  proto::HandoverReply begin(int rank, int64_t step);
-  proto::HandoverReply sealed(int rank, int slot, int64_t step);
+  [[nodiscard]] proto::HandoverReply hello(int rank, const proto::CopyShape& shape, std::vector<int>& fds,
+                                           uint64_t connection);
+  [[nodiscard]] proto::HandoverReply begin(int rank, int64_t step);
+  [[nodiscard]] proto::HandoverReply sealed(int rank, int slot, int64_t step);
   void commit(int rank, int64_t step);
   void durable(int rank, int64_t step);
   void restored(int rank, int64_t step, proto::LoadSource source);
   /// Where this round's workers restored from, as they told (the slowest kind over its ranks).
   proto::LoadSource load_source() const;
-  proto::HandoverReply plan(int rank);
+  [[nodiscard]] proto::HandoverReply plan(int rank);
   /// `copy_rank` and `world_size` name a copy of another layout (a reshard after the job shrank); -1: the
   /// worker's own rank in the round's layout.
-  proto::HandoverReply open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds);
+  [[nodiscard]] proto::HandoverReply open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds);
   void disconnected(int rank, uint64_t connection);
 
   // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
@@ -108,7 +109,7 @@ class MemoryKeeper {
 
   // The replicator's side.
   /// The committed copy of `step` of `rank`, pinned until pushed() (nullopt: it was overwritten).
-  std::optional<OutgoingCopy> take_for_push(int rank, int64_t step);
+  [[nodiscard]] std::optional<OutgoingCopy> take_for_push(int rank, int64_t step);
   /// The push ended; `ok`: the buddy holds it (the worker sees it in its control block).
   void pushed(int rank, int64_t step, bool ok);
   /// Where this round's buddy takes copies (reads its inventory; nullopt without one).
@@ -134,18 +135,20 @@ class MemoryKeeper {
   /// descriptor (owned by the keeper) and size. Under mutex_.
   std::optional<std::pair<int, uint64_t>> find_copy_locked(int rank, int64_t step, int world_size) const;
   /// Fetches another layout's copy from `from` into a slot of its own (kept this round); its fd in `fds`.
-  std::string fetch_other(int rank, int64_t step, int world_size, const CopySource& from, std::vector<int>& fds);
+  [[nodiscard]] std::string fetch_other(int rank, int64_t step, int world_size, const CopySource& from,
+                                        std::vector<int>& fds);
 
   Inventory inventory_locked() const;
-  proto::HandoverReply hello_slots(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection);
+  [[nodiscard]] proto::HandoverReply hello_slots(int rank, const proto::CopyShape& shape, std::vector<int>& fds,
+                                                 uint64_t connection);
   /// Opens the copy port on this round's address (again, when the address changed). True when it opened now.
   bool open_copy_port_locked();
   /// Whether a push of `rank` of `bytes` is one this node expects: a rank of the node it backs this round, no
   /// larger than this node's own copies. "" or why not (logged here, never told to the pusher).
-  std::string push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const;
+  [[nodiscard]] std::string push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const;
   void set_pushed_locked(int rank, int64_t step);
   /// Fetches `rank`'s copy of `step` from `from` into a slot of this node; "" or why not.
-  std::string fetch(int rank, int64_t step, const CopySource& from);
+  [[nodiscard]] std::string fetch(int rank, int64_t step, const CopySource& from);
 
   std::string socket_path_;
   std::string name_;

@@ -30,7 +30,7 @@ UniqueFd open_peer_request(const std::string& addr, int port, const std::string&
 /// The agent's side, on a connection just accepted: sends the challenge, reads the request, checks its proof
 /// and answers with the agent's own. nullopt: refused (kRefused was sent). Throws ProtocolError when the
 /// request is malformed.
-std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key);
+[[nodiscard]] std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key);
 
 /// The peer's address, for the log ("10.0.0.2:41234"), or "a peer".
 std::string peer_address(int socket);

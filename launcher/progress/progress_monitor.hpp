@@ -77,7 +77,7 @@ class ProgressMonitor {
   /// A late verdict named local rank `lr`.
   void mark_late(size_t lr, LateMark mark) { late_[lr] = std::move(mark); }
   /// The late line of local rank `lr`, while its mark stands.
-  std::optional<std::string> late(size_t lr, Clock::time_point now) const;
+  [[nodiscard]] std::optional<std::string> late(size_t lr, Clock::time_point now) const;
   /// No suspicion from silence or a collective wait before `until` (a late verdict stands until then; a
   /// stopped worker is still suspected at once).
   void defer_suspicions(Clock::time_point until) { quiet_until_ = until; }
@@ -111,10 +111,10 @@ class ProgressMonitor {
   void close_accounts(Clock::time_point now);
 
  private:
-  std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
+  [[nodiscard]] std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
   /// Where local rank `lr`'s hook listens for the agent's requests.
   std::string hook_path(size_t lr) const;
-  std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
+  [[nodiscard]] std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
   std::optional<HangReport> stopped_now(const std::vector<pid_t>& pids, Clock::time_point now,
                                         const std::string& context);
 

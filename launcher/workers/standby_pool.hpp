@@ -39,7 +39,7 @@ struct StandbySettings {
 class StandbyPool {
  public:
   /// Why standbys cannot run `command` (a worker not run by Python), or nullopt.
-  static std::optional<std::string> refusal(const WorkerCommand& command);
+  [[nodiscard]] static std::optional<std::string> refusal(const WorkerCommand& command);
 
   /// Writes the bootstrap into settings.folder; starts nothing yet. Throws Error naming the path.
   explicit StandbyPool(StandbySettings settings);

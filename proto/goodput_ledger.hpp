@@ -1,6 +1,7 @@
-// GoodputLedger: a run's wall time split into productive training and badput by cause (proto::GoodputReport),
-// from what the daemon already sees: its rounds and restarts, and the step accounts and milestones the agents
-// send with their heartbeats. Pure: times come in as arguments, on the daemon's Clock.
+// GoodputLedger: a run's wall time split into productive training and badput by cause (GoodputReport), from
+// what a rendezvous backend sees (the daemon, for each run; with etcd, each agent, for the run as it saw it):
+// the rounds and restarts, and the step accounts and milestones the agents send with their heartbeats. Pure:
+// times come in as arguments, on the caller's clock.
 //
 // The run is a chain of attempts, each from its start (the run's first join, or a restart's fault) to the
 // next restart's fault or the end:
@@ -19,24 +20,24 @@
 #include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
 
-namespace meshrun::rendezvous {
+namespace meshrun::proto {
 
 class GoodputLedger {
  public:
   explicit GoodputLedger(TimePoint started = {});
 
   /// A node's milestones for `round` (its step account among them), received at `at` (ages before `at`).
-  void milestones(int64_t round, const proto::AttemptMilestones& attempt, TimePoint at);
+  void milestones(int64_t round, const AttemptMilestones& attempt, TimePoint at);
   /// The first attempt this ledger sees is `round` (an agent of the etcd backend that joined a running job).
   void first_round(int64_t round) { current_.round = round; }
   /// The run restarted into `round` for `cause`; the fault happened at `fault`.
-  void restarted(int64_t round, proto::RestartCause cause, TimePoint fault);
+  void restarted(int64_t round, RestartCause cause, TimePoint fault);
   /// From `at` on, `count` hot spares wait (their idle node-seconds add up until the next call).
   void spares(int count, TimePoint at);
 
   /// The split as of `now`. `workers_done`: the job's workers finished (the tail is shutdown, not a step in
   /// progress).
-  proto::GoodputReport report(TimePoint now, bool workers_done) const;
+  GoodputReport report(TimePoint now, bool workers_done) const;
 
  private:
   struct Attempt {
@@ -44,18 +45,17 @@ class GoodputLedger {
     TimePoint begun;
     bool restart = false;                 // opened by a restart (else the run's start-up)
     std::optional<TimePoint> first_step;  // the reference account's first step, else the nodes' last one
-    proto::StepAccount account;           // the reference account
+    StepAccount account;                  // the reference account
     std::optional<TimePoint> counted;     // the end of what it covers; none while no node beat a step
   };
   /// Adds `attempt`, which ended at `end`, to `into`; its tail (after the last thing counted) goes to `tail`.
-  static void settle(const Attempt& attempt, TimePoint end, double proto::GoodputReport::*tail,
-                     proto::GoodputReport& into);
+  static void settle(const Attempt& attempt, TimePoint end, double GoodputReport::*tail, GoodputReport& into);
 
   TimePoint started_;
-  proto::GoodputReport done_;  // the attempts that ended
+  GoodputReport done_;  // the attempts that ended
   Attempt current_;
   int spares_ = 0;
   TimePoint spares_since_;
 };
 
-}  // namespace meshrun::rendezvous
+}  // namespace meshrun::proto

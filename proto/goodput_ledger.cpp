@@ -1,8 +1,8 @@
-#include "rendezvous/goodput_ledger.hpp"
+#include "proto/goodput_ledger.hpp"
 
 #include <algorithm>
 
-namespace meshrun::rendezvous {
+namespace meshrun::proto {
 namespace {
 
 TimePoint before(TimePoint at, double age_s) { return at - from_seconds(age_s); }
@@ -13,9 +13,9 @@ GoodputLedger::GoodputLedger(TimePoint started) : started_(started), spares_sinc
   current_.begun = started;
 }
 
-void GoodputLedger::milestones(int64_t round, const proto::AttemptMilestones& attempt, TimePoint at) {
+void GoodputLedger::milestones(int64_t round, const AttemptMilestones& attempt, TimePoint at) {
   if (round != current_.round) return;  // a report of an attempt already settled
-  const proto::StepAccount& a = attempt.steps;
+  const StepAccount& a = attempt.steps;
   if (a.first_step_age_s >= 0 && a.counted_age_s >= 0) {
     const TimePoint counted = before(at, a.counted_age_s);
     if (!current_.counted || counted >= *current_.counted) {
@@ -33,13 +33,12 @@ void GoodputLedger::milestones(int64_t round, const proto::AttemptMilestones& at
   }
 }
 
-void GoodputLedger::restarted(int64_t round, proto::RestartCause cause, TimePoint fault) {
+void GoodputLedger::restarted(int64_t round, RestartCause cause, TimePoint fault) {
   // A node lost between heartbeats: the others counted steps after its last sign of life, which they did
   // finish; the restart starts after them.
   TimePoint boundary = std::max(fault, current_.begun);
   if (current_.counted) boundary = std::max(boundary, *current_.counted);
-  settle(current_, boundary,
-         cause == proto::RestartCause::kHung ? &proto::GoodputReport::hang_wait_s : &proto::GoodputReport::work_lost_s,
+  settle(current_, boundary, cause == RestartCause::kHung ? &GoodputReport::hang_wait_s : &GoodputReport::work_lost_s,
          done_);
   ++done_.restarts;
   current_ = Attempt{};
@@ -54,8 +53,7 @@ void GoodputLedger::spares(int count, TimePoint at) {
   spares_since_ = std::max(at, spares_since_);
 }
 
-void GoodputLedger::settle(const Attempt& a, TimePoint end, double proto::GoodputReport::*tail,
-                           proto::GoodputReport& into) {
+void GoodputLedger::settle(const Attempt& a, TimePoint end, double GoodputReport::*tail, GoodputReport& into) {
   end = std::max(end, a.begun);
   const TimePoint opened = a.first_step ? std::clamp(*a.first_step, a.begun, end) : end;
   (a.restart ? into.restarts_s : into.startup_s) += to_seconds(opened - a.begun);
@@ -74,13 +72,13 @@ void GoodputLedger::settle(const Attempt& a, TimePoint end, double proto::Goodpu
   into.*tail += to_seconds(end - std::clamp(*a.counted, opened, end));
 }
 
-proto::GoodputReport GoodputLedger::report(TimePoint now, bool workers_done) const {
-  proto::GoodputReport r = done_;
-  settle(current_, now, workers_done ? &proto::GoodputReport::shutdown_s : &proto::GoodputReport::in_progress_s, r);
+GoodputReport GoodputLedger::report(TimePoint now, bool workers_done) const {
+  GoodputReport r = done_;
+  settle(current_, now, workers_done ? &GoodputReport::shutdown_s : &GoodputReport::in_progress_s, r);
   if (now > spares_since_) r.spare_node_s += spares_ * to_seconds(now - spares_since_);
   r.wall_s = to_seconds(now - started_);
   r.ratio = r.wall_s > 0 ? r.productive_s / r.wall_s : 0;
   return r;
 }
 
-}  // namespace meshrun::rendezvous
+}  // namespace meshrun::proto

@@ -4,10 +4,10 @@
 #include <chrono>
 
 #include "proto/goodput.hpp"
-#include "rendezvous/goodput_ledger.hpp"
+#include "proto/goodput_ledger.hpp"
 
 using namespace meshrun;
-using namespace meshrun::rendezvous;
+using meshrun::proto::GoodputLedger;
 using namespace std::chrono_literals;
 
 namespace {
