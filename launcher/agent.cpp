@@ -12,8 +12,10 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/scope_exit.hpp"
 #include "common/signal_set.hpp"
 #include "launcher/activity/activity_rule.hpp"
+#include "launcher/attempt.hpp"
 #include "launcher/failure/root_cause.hpp"
 #include "launcher/hang/hang_exchange.hpp"
 #include "launcher/hang/hang_inquiry.hpp"
@@ -133,13 +135,16 @@ int Agent::run() {
   job_token_ = make_job_token();
   const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
   // Memory copies of the workers' state (checkpoint.memory_interval) outlive each attempt, never this agent.
-  MemoryKeeper memory(progress_root_ + "/memory.sock",
-                      "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()), rdzv.run_id(),
-                      rdzv.hostname(), options_.rdzv_conf.token);
-  memory_socket_ = memory.socket_path();
-  memory_ = &memory;
-  std::optional<StandbyPool> standbys = make_standbys();
-  standbys_ = standbys ? &*standbys : nullptr;
+  memory_ = std::make_unique<MemoryKeeper>(progress_root_ + "/memory.sock",
+                                           "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()),
+                                           rdzv.run_id(), rdzv.hostname(), options_.rdzv_conf.token);
+  memory_socket_ = memory_->socket_path();
+  standbys_ = make_standbys();
+  // They end with this run, as its locals do, before the watchdog and the rendezvous: the standbys first.
+  const ScopeExit end_helpers([this] {
+    standbys_.reset();
+    memory_.reset();
+  });
   // A hot spare waits with nothing to run: its standbys are what the round that takes it starts from.
   if (standbys_ != nullptr) {
     rdzv.on_spare([this] { standbys_->fill([this](int lr) { return standby_env(lr); }, StandbyPool::Pace::kAllNow); });
@@ -162,35 +167,22 @@ int Agent::run() {
                  assignment->rank_offset + options_.nproc_per_node - 1, assignment->world_size);
     AttemptResult result;
     try {
-      std::vector<int> ranks;
-      for (int lr = 0; lr < options_.nproc_per_node; ++lr) ranks.push_back(assignment->rank_offset + lr);
-      ProgressMonitor progress(progress_root_, ranks, options_.progress, assignment->steps_done);
-      progress_ = &progress;
-      group_rank_ = assignment->group_rank;
-      group_world_size_ = assignment->group_world_size;
-      memory.begin_attempt(memory_attempt(*assignment));
-      const GroupSpec spec = group_spec(*assignment, rdzv, progress);
-      settings_ = spec.settings;
+      memory_->begin_attempt(memory_attempt(*assignment));
       // A standby still importing is waited for (never longer than a fresh worker's start): beat meanwhile.
-      std::optional<HeartbeatKeeper> beating;
-      if (standbys_ != nullptr)
-        beating.emplace(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s),
-                        progress.summaries(std::chrono::steady_clock::now()));
-      WorkerGroup group(spec);
-      beating.reset();
-      say_standby_starts(group);
-      HangExchange exchange(
-          Endpoint{strip_brackets(assignment->master_addr), static_cast<uint16_t>(assignment->master_port)},
-          assignment->round, assignment->group_rank, assignment->group_world_size);
-      AttemptClock attempt(assignment->round, static_cast<size_t>(options_.nproc_per_node),
-                           std::chrono::steady_clock::now());
-      result = supervise(group, progress, rdzv, exchange, attempt);
+      Attempt attempt(
+          *assignment, rdzv, progress_root_, options_.nproc_per_node, options_.progress,
+          [&](const ProgressMonitor& progress) {
+            GroupSpec spec = group_spec(*assignment, rdzv, progress);
+            settings_ = spec.settings;
+            return spec;
+          },
+          standbys_ != nullptr ? to_ms(options_.rdzv_conf.keep_alive_interval_s) : Ms(0));
+      say_standby_starts(attempt.group);
+      result = supervise(attempt);
       last_attempt_at_ = std::chrono::steady_clock::now();
-      progress.close_accounts(last_attempt_at_);
-      last_attempt_ = milestones_at(attempt, progress, memory, last_attempt_at_);
-      progress_ = nullptr;
+      attempt.progress.close_accounts(last_attempt_at_);
+      last_attempt_ = milestones_at(attempt.clock, attempt.progress, *memory_, last_attempt_at_);
     } catch (const SpawnError& e) {
-      progress_ = nullptr;
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
@@ -255,22 +247,22 @@ void Agent::make_log_root(const std::string& run_id) {
   }
 }
 
-std::optional<StandbyPool> Agent::make_standbys() const {
-  if (!options_.standby) return std::nullopt;
+std::unique_ptr<StandbyPool> Agent::make_standbys() const {
+  if (!options_.standby) return nullptr;
   if (const auto refusal = StandbyPool::refusal(command_)) {
     if (options_.max_restarts > 0) say("no standby workers: " + *refusal + "; restarts start them afresh");
-    return std::nullopt;
+    return nullptr;
   }
   // torch._dynamo is what DDP, FSDP and torch.compile import on first use (about as long as torch itself).
   std::vector<std::string> modules{"torch", "torch._dynamo"};
   for (const auto& m : options_.preload) {
     if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
   }
-  return std::make_optional<StandbyPool>(StandbySettings{.command = command_,
-                                                         .modules = std::move(modules),
-                                                         .folder = progress_root_ + "/standby",
-                                                         .local_world_size = options_.nproc_per_node,
-                                                         .child_sigmask = signals_.original_mask()});
+  return std::make_unique<StandbyPool>(StandbySettings{.command = command_,
+                                                       .modules = std::move(modules),
+                                                       .folder = progress_root_ + "/standby",
+                                                       .local_world_size = options_.nproc_per_node,
+                                                       .child_sigmask = signals_.original_mask()});
 }
 
 std::vector<std::string> Agent::standby_env(int local_rank) const {
@@ -287,13 +279,13 @@ std::vector<std::string> Agent::standby_env(int local_rank) const {
   return WorkerEnvironment(base_env_, std::move(settings)).for_worker(slot);
 }
 
-void Agent::keep_standbys(const AttemptClock& attempt) {
+void Agent::keep_standbys(const Attempt& attempt) {
   const auto now = std::chrono::steady_clock::now();
   if (standbys_ == nullptr || now < next_standby_check_) return;
   next_standby_check_ = now + kStandbyCheckEvery;
   standbys_->poll();
   if (!restarts_left()) return;  // no restart can come: nothing would take them
-  const proto::AttemptMilestones m = attempt.milestones(now);
+  const proto::AttemptMilestones m = attempt.clock.milestones(now);
   if (m.first_step_age_s < 0 && m.spawned_age_s * 1000 < static_cast<double>(kStandbyDelay.count())) return;
   standbys_->fill([this](int lr) { return standby_env(lr); }, StandbyPool::Pace::kIntoIdleCores);
 }
@@ -350,12 +342,11 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
   spec.hostname = rdzv.hostname();
   spec.child_sigmask = signals_.original_mask();
   spec.progress_sockets = progress.socket_paths();
-  spec.standbys = standbys_;
+  spec.standbys = standbys_.get();
   return spec;
 }
 
-Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                      HangExchange& exchange, AttemptClock& attempt) {
+Agent::AttemptResult Agent::supervise(Attempt& attempt) {
   using Clock = std::chrono::steady_clock;
   const Ms monitor = to_ms(options_.monitor_interval_s);
   const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
@@ -363,34 +354,34 @@ Agent::AttemptResult Agent::supervise(WorkerGroup& group, ProgressMonitor& progr
   auto next_hang_check = Clock::now() + kHangCheckEvery;
   for (;;) {
     const Ms until_beat = std::max(Ms(0), std::chrono::duration_cast<Ms>(heartbeats.next - Clock::now()));
-    const auto signals = group.wait(signals_, std::min(monitor, until_beat), progress.fds());
-    progress.drain(Clock::now());
-    if (!attempt.settled()) attempt.observe(progress.summaries(Clock::now()), Clock::now());
+    const auto signals = attempt.group.wait(signals_, std::min(monitor, until_beat), attempt.progress.fds());
+    attempt.progress.drain(Clock::now());
+    if (!attempt.clock.settled()) attempt.clock.observe(attempt.progress.summaries(Clock::now()), Clock::now());
     keep_standbys(attempt);
-    poll_root_cause(rdzv);
-    if (auto r = on_signals(group, signals, rdzv)) return *r;
-    if (auto r = on_worker_exits(group, rdzv)) return *r;
+    poll_root_cause(attempt.rdzv);
+    if (auto r = on_signals(attempt, signals)) return *r;
+    if (auto r = on_worker_exits(attempt)) return *r;
     if (Clock::now() >= next_hang_check) {
       next_hang_check = Clock::now() + kHangCheckEvery;
-      if (auto r = on_hang(group, progress, rdzv, exchange)) return *r;
+      if (auto r = on_hang(attempt)) return *r;
     }
     if (Clock::now() < heartbeats.next) continue;
     heartbeats.next = Clock::now() + keep_alive;
-    if (auto r = on_heartbeat(group, progress, rdzv, heartbeats, attempt)) return *r;
+    if (auto r = on_heartbeat(attempt, heartbeats)) return *r;
   }
 }
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the attempt; SIGUSR1/SIGUSR2 are forwarded and the workers decide
 // (checkpoint, then exit or go on).
-std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const std::vector<int>& signals,
-                                                      RendezvousBackend& rdzv) {
+std::optional<Agent::AttemptResult> Agent::on_signals(Attempt& attempt, const std::vector<int>& signals) {
+  WorkerGroup& group = attempt.group;
   for (int sig : signals) {
     if (!is_terminating_signal(sig)) {
       group.signal_all(sig);
       continue;
     }
     say("got " + signal_name(sig) + ": forwarding it to the workers and stopping them");
-    stop_workers(group, rdzv, grace_, sig);
+    stop_workers(attempt, grace_, sig);
     AttemptResult result{AttemptResult::Kind::kSignaled, 128 + sig, "launcher got " + signal_name(sig)};
     for (const auto& w : group.workers()) {
       if (w.process && w.process->status() && checkpointed_on_signal(*w.process->status())) {
@@ -405,21 +396,22 @@ std::optional<Agent::AttemptResult> Agent::on_signals(WorkerGroup& group, const 
   return std::nullopt;
 }
 
-std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, RendezvousBackend& rdzv) {
+std::optional<Agent::AttemptResult> Agent::on_worker_exits(Attempt& attempt) {
+  WorkerGroup& group = attempt.group;
   if (const auto failed = group.first_failure()) {
     const auto found = std::chrono::steady_clock::now();
     group.drain_output(*failed);  // its last words (the traceback) before the report
     const FailureInfo first = group.failure_info(*failed);
     if (checkpointed_on_signal(first.status)) {
-      stop_workers(group, rdzv, grace_);
+      stop_workers(attempt, grace_);
       // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
       say("checkpointed on signal: rank " + std::to_string(first.rank) + " wrote a checkpoint and stopped (exit " +
           std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
       return AttemptResult{AttemptResult::Kind::kSignaled, kCheckpointedOnSignalExit, "checkpointed on signal"};
     }
     // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
-    rdzv.record_failure(failure_report(first, group.attempt()), account_now(group.attempt()));
-    stop_workers(group, rdzv, fault_grace_);
+    attempt.rdzv.record_failure(failure_report(first, group.attempt()), attempt.account_now());
+    stop_workers(attempt, fault_grace_);
     const FailureInfo info = group.failure_info(*failed);  // with all the output, now that the group stopped
     std::fputs(format_failure_summary(info).c_str(), stderr);
     return AttemptResult{
@@ -427,7 +419,7 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
         "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe(), found};
   }
   if (group.all_exited()) {
-    stop_workers(group, rdzv, grace_);  // reaps, kills leftovers of the workers' groups, drains output
+    stop_workers(attempt, grace_);  // reaps, kills leftovers of the workers' groups, drains output
     return AttemptResult{AttemptResult::Kind::kSucceeded, 0, "all workers exited 0"};
   }
   return std::nullopt;
@@ -435,10 +427,10 @@ std::optional<Agent::AttemptResult> Agent::on_worker_exits(WorkerGroup& group, R
 
 // A hang suspected here (beats, a stopped worker, a collective waited on past its budget) or by another
 // node (its request in the workers' store): every node judges every rank's record the same way.
-std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressMonitor& progress,
-                                                   RendezvousBackend& rdzv, HangExchange& exchange) {
+std::optional<Agent::AttemptResult> Agent::on_hang(Attempt& attempt) {
+  ProgressMonitor& progress = attempt.progress;
   const auto now = std::chrono::steady_clock::now();
-  const auto pids = group.running_pids();
+  const auto pids = attempt.group.running_pids();
   progress.watch_activity(pids, now);
   auto hang = progress.find_hang(pids, now);
   if (!hang) hang = progress.find_collective_wait(pids, now);
@@ -446,13 +438,14 @@ std::optional<Agent::AttemptResult> Agent::on_hang(WorkerGroup& group, ProgressM
   if (hang) {
     progress.mark_hung(hang->local_rank);
     spdlog::info("suspected hang: rank {}: {}; gathering every rank's collective record", hang->rank, hang->reason);
-    return conclude_hang(group, progress, rdzv, exchange,
-                         proto::HangRequest{group_rank_, hang->rank, hang->reason, hang->waited_s, hang->route}, true);
+    return conclude_hang(
+        attempt,
+        proto::HangRequest{attempt.assignment.group_rank, hang->rank, hang->reason, hang->waited_s, hang->route}, true);
   }
-  if (const auto request = exchange.poll(now)) {
+  if (const auto request = attempt.exchange.poll(now)) {
     spdlog::info("another node suspects a hang (rank {}: {}); gathering this node's collective records", request->rank,
                  request->reason);
-    return conclude_hang(group, progress, rdzv, exchange, *request, false);
+    return conclude_hang(attempt, *request, false);
   }
   return std::nullopt;
 }
@@ -468,28 +461,31 @@ std::string late_subject(const HangVerdict& v) {
 
 }  // namespace
 
-std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, ProgressMonitor& progress,
-                                                         RendezvousBackend& rdzv, HangExchange& exchange,
-                                                         const proto::HangRequest& suspicion, bool requested_here) {
+std::optional<Agent::AttemptResult> Agent::conclude_hang(Attempt& attempt, const proto::HangRequest& suspicion,
+                                                         bool requested_here) {
+  WorkerGroup& group = attempt.group;
+  ProgressMonitor& progress = attempt.progress;
+  HangExchange& exchange = attempt.exchange;
+  const int node = attempt.assignment.group_rank;
+  const int nodes = attempt.assignment.group_world_size;
   const auto found = std::chrono::steady_clock::now();
-  HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress.summaries(found));
+  HeartbeatKeeper keeper(attempt.rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress.summaries(found));
   proto::HangRequest standing = suspicion;
-  if (requested_here && group_world_size_ > 1) {
+  if (requested_here && nodes > 1) {
     try {
       standing = exchange.request(suspicion);  // the first request wins on every node
     } catch (const std::exception& e) {
       spdlog::warn("cannot tell the other nodes about the hang through the workers' store: {}", e.what());
     }
   }
-  HangInquiry inquiry(
-      progress, group, exchange,
-      HangInquirySite{group_rank_, group_world_size_, rdzv.hostname(), group.attempt_dir(), command_.executable});
+  HangInquiry inquiry(progress, group, exchange,
+                      HangInquirySite{node, nodes, attempt.rdzv.hostname(), group.attempt_dir(), command_.executable});
   const FallbackSuspect suspect{standing.rank, standing.reason,
                                 standing.route == proto::SuspicionRoute::kCollectiveWait};
   const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
                                             LatenessRule{standing.waited_s, options_.progress.busy_timeout_s});
   if (verdict.outcome == HangOutcome::kLate) {
-    on_late(group, progress, exchange, verdict);
+    on_late(attempt, verdict);
     return std::nullopt;
   }
   if (verdict.outcome == HangOutcome::kResolved) {  // the hook's next report shows it; until then, no new suspicion
@@ -522,7 +518,7 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, Pro
     const auto lr = static_cast<size_t>(local - workers.begin());
     proto::FailureReport report = failure_report(with_hang(group.failure_info(lr)), group.attempt());
     report.hang_kind = std::string(to_string(verdict.kind));
-    const proto::AttemptMilestones account = account_now(group.attempt());
+    const proto::AttemptMilestones account = attempt.account_now();
     keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(report, account); });
   }
   const auto stacks = inquiry.stacks();
@@ -552,7 +548,7 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(WorkerGroup& group, Pro
 // Every rank the others wait for is busy: a late rank, not a hang. Every node says so (once, then every
 // kLateRepeat while it lasts), marks its own late ranks for status, and looks again after kLateRecheck (or
 // when --hang-busy-timeout runs out), in a new inquiry: a late rank that stops moving is then named hung.
-void Agent::on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange& exchange, const HangVerdict& verdict) {
+void Agent::on_late(Attempt& attempt, const HangVerdict& verdict) {
   const auto now = std::chrono::steady_clock::now();
   const std::string subject = late_subject(verdict);
   if (subject != late_said_.subject || now - late_said_.at >= kLateRepeat) {
@@ -564,35 +560,34 @@ void Agent::on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange&
   if (const auto& busy = options_.progress.busy_timeout_s) {
     recheck = std::min(recheck, now + std::max(Ms(1000), to_ms(*busy - verdict.waited_s)));
   }
-  const auto& workers = group.workers();
+  const auto& workers = attempt.group.workers();
   for (size_t lr = 0; lr < workers.size(); ++lr) {
     if (std::find(verdict.culprits.begin(), verdict.culprits.end(), workers[lr].rank) == verdict.culprits.end())
       continue;
-    progress.mark_late(lr, LateMark{verdict.line, verdict.group, verdict.seq, now, recheck + kLateRecheck});
+    attempt.progress.mark_late(lr, LateMark{verdict.line, verdict.group, verdict.seq, now, recheck + kLateRecheck});
   }
-  progress.clear_suspicion();
-  progress.defer_suspicions(recheck);
-  exchange.next_inquiry();
+  attempt.progress.clear_suspicion();
+  attempt.progress.defer_suspicions(recheck);
+  attempt.exchange.next_inquiry();
 }
 
-void Agent::stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, Ms grace, int first_signal) {
-  if (group.all_exited()) {
-    group.stop(signals_, grace, first_signal);  // reaps and sweeps at once: nothing to wait for
+void Agent::stop_workers(Attempt& attempt, Ms grace, int first_signal) {
+  if (attempt.group.all_exited()) {
+    attempt.group.stop(signals_, grace, first_signal);  // reaps and sweeps at once: nothing to wait for
     return;
   }
-  const auto progress = progress_ != nullptr ? progress_->summaries(std::chrono::steady_clock::now())
-                                             : std::vector<proto::RankProgress>{};
-  const HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress);
-  group.stop(signals_, grace, first_signal);
+  const HeartbeatKeeper keeper(attempt.rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s),
+                               attempt.progress.summaries(std::chrono::steady_clock::now()));
+  attempt.group.stop(signals_, grace, first_signal);
 }
 
-std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, ProgressMonitor& progress,
-                                                        RendezvousBackend& rdzv, HeartbeatSchedule& schedule,
-                                                        const AttemptClock& attempt) {
+std::optional<Agent::AttemptResult> Agent::on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule) {
+  RendezvousBackend& rdzv = attempt.rdzv;
+  ProgressMonitor& progress = attempt.progress;
   try {
     const auto now = std::chrono::steady_clock::now();
-    const auto beat =
-        rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()), milestones_at(attempt, progress, *memory_, now));
+    const auto beat = rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()),
+                                     milestones_at(attempt.clock, progress, *memory_, now));
     schedule.failures = 0;
     report_stragglers(beat.stragglers);
     report_recovery(beat);
@@ -600,14 +595,14 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
     progress.ask_arrivals(beat.arrival_probe);
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
-      stop_workers(group, rdzv, beat.cause == proto::RestartCause::kScaleUp ? grace_ : fault_grace_);
+      stop_workers(attempt, beat.cause == proto::RestartCause::kScaleUp ? grace_ : fault_grace_);
       const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
                                                                     : AttemptResult::Kind::kRemoteRestart;
       return AttemptResult{kind, 1, beat.reason};
     }
     if (beat.action == proto::HeartbeatAction::kFail) {
       say("the run failed: " + beat.reason + "; stopping the workers");
-      stop_workers(group, rdzv, fault_grace_);
+      stop_workers(attempt, fault_grace_);
       return AttemptResult{AttemptResult::Kind::kRunFailed, 1, beat.reason};
     }
     return std::nullopt;
@@ -625,16 +620,9 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(WorkerGroup& group, Prog
                                  ? "are the etcd members up and reachable from this node?"
                                  : "is the rendezvous host up? see `meshrun ping " + endpoint + "`";
     say(reason + "; stopping the workers (" + hint + ")");
-    group.stop(signals_, fault_grace_);
+    attempt.group.stop(signals_, fault_grace_);
     return AttemptResult{AttemptResult::Kind::kRendezvousLost, 1, reason};
   }
-}
-
-proto::AttemptMilestones Agent::account_now(int attempt) const {
-  proto::AttemptMilestones m;
-  m.round = attempt;
-  if (progress_ != nullptr) m.steps = progress_->step_account(std::chrono::steady_clock::now());
-  return m;
 }
 
 void Agent::leave(RendezvousBackend& rdzv, const std::string& reason, bool ok) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,13 +41,11 @@ struct Straggler;
 
 namespace meshrun::launcher {
 
-class AttemptClock;
+struct Attempt;
 class RendezvousBackend;
-class HangExchange;
 struct HangVerdict;
 class ProgressMonitor;
 class StandbyPool;
-class WorkerGroup;
 struct GroupSpec;
 struct MemoryAttempt;
 class MemoryKeeper;
@@ -89,10 +88,10 @@ class Agent {
   void make_log_root(const std::string& run_id);
   void make_progress_root();
   /// The standby workers, unless --no-standby or the workers are not Python (said once where restarts may come).
-  std::optional<StandbyPool> make_standbys() const;
+  std::unique_ptr<StandbyPool> make_standbys() const;
   /// Starts the standbys a restart would take, once this attempt no longer needs the cores to start (its first
   /// step, or kStandbyDelay), and only while a restart may still come.
-  void keep_standbys(const AttemptClock& attempt);
+  void keep_standbys(const Attempt& attempt);
   /// The environment a standby starts with: its worker's, for the attempt settings known now.
   std::vector<std::string> standby_env(int local_rank) const;
   GroupSpec group_spec(const proto::Assignment& assignment, const RendezvousBackend& rdzv,
@@ -100,27 +99,20 @@ class Agent {
   /// What the memory keeper needs of a round: its store, this node's place and address.
   MemoryAttempt memory_attempt(const proto::Assignment& assignment) const;
   /// Supervises one attempt's workers until it ends.
-  AttemptResult supervise(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                          HangExchange& exchange, AttemptClock& attempt);
-  std::optional<AttemptResult> on_signals(WorkerGroup& group, const std::vector<int>& signals, RendezvousBackend& rdzv);
-  std::optional<AttemptResult> on_worker_exits(WorkerGroup& group, RendezvousBackend& rdzv);
-  std::optional<AttemptResult> on_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                       HangExchange& exchange);
+  AttemptResult supervise(Attempt& attempt);
+  std::optional<AttemptResult> on_signals(Attempt& attempt, const std::vector<int>& signals);
+  std::optional<AttemptResult> on_worker_exits(Attempt& attempt);
+  std::optional<AttemptResult> on_hang(Attempt& attempt);
   /// Every node's records judged together (hang/hang_inquiry.hpp), the verdict printed and reported, the
   /// workers stopped; nothing when the verdict is "late" (the ranks waited for are busy: the job goes on).
   /// `suspicion` is the first request (this node's or another's).
-  std::optional<AttemptResult> conclude_hang(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                             HangExchange& exchange, const proto::HangRequest& suspicion,
+  std::optional<AttemptResult> conclude_hang(Attempt& attempt, const proto::HangRequest& suspicion,
                                              bool requested_here);
   /// A late verdict: said, marked on this node's late ranks, judged again later.
-  void on_late(WorkerGroup& group, ProgressMonitor& progress, HangExchange& exchange, const HangVerdict& verdict);
+  void on_late(Attempt& attempt, const HangVerdict& verdict);
   /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
-  void stop_workers(WorkerGroup& group, RendezvousBackend& rdzv, std::chrono::milliseconds grace,
-                    int first_signal = 15);
-  std::optional<AttemptResult> on_heartbeat(WorkerGroup& group, ProgressMonitor& progress, RendezvousBackend& rdzv,
-                                            HeartbeatSchedule& schedule, const AttemptClock& attempt);
-  /// This node's step account now, as milestones of attempt `attempt` (sent with a failure report).
-  proto::AttemptMilestones account_now(int attempt) const;
+  void stop_workers(Attempt& attempt, std::chrono::milliseconds grace, int first_signal = 15);
+  std::optional<AttemptResult> on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule);
   /// Leaves the run with the last attempt's step account; prints the run's goodput line the daemon answers with.
   void leave(RendezvousBackend& rdzv, const std::string& reason, bool ok);
   /// Prints a restart's recovery ledger once the daemon has it complete (once per restart).
@@ -163,18 +155,14 @@ class Agent {
   std::vector<std::string> base_env_;
   std::string log_root_;  // <log-dir>/<run id>, or a temporary folder
   bool temporary_root_ = false;
-  std::string job_token_;  // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
-  std::string memory_socket_;
-  const MemoryKeeper* memory_ =
-      nullptr;                 // the copies in memory, owned by run()  // the HandoverServer's socket (MESHRUN_MEMORY)
-  std::string progress_root_;  // the workers' progress sockets (short path: a socket name is <108 bytes)
-  std::string hook_dir_;       // meshrun's Python hook (empty: --hang-timeout off)
-  const ProgressMonitor* progress_ = nullptr;
-  StandbyPool* standbys_ = nullptr;          // owned by run(); nullptr when off
+  std::string job_token_;                    // every worker's MESHRUN_JOB_TOKEN (launcher/workers/job_token.hpp)
+  std::unique_ptr<MemoryKeeper> memory_;     // the copies in memory: they outlive each attempt, never the agent
+  std::string memory_socket_;                // the HandoverServer's socket (MESHRUN_MEMORY)
+  std::string progress_root_;                // the workers' progress sockets (short path: a socket name is <108 bytes)
+  std::string hook_dir_;                     // meshrun's Python hook (empty: --hang-timeout off)
+  std::unique_ptr<StandbyPool> standbys_;    // nullptr when off
   std::optional<AttemptSettings> settings_;  // the current attempt's (standby_env)
   std::chrono::steady_clock::time_point next_standby_check_{};
-  int group_rank_ = 0;                // this node in the current attempt
-  int group_world_size_ = 1;          // the attempt's, for the heartbeats sent while stopping
   std::vector<int> straggler_ranks_;  // as last reported by the daemon
   struct LateSaid {
     std::string subject;  // the late ranks and the collective (a new subject is said at once)

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "common/error.hpp"
 #include "launcher/memory/handover_server.hpp"
@@ -30,6 +31,35 @@ constexpr int kSlotsPerRank = 2;
 constexpr std::chrono::seconds kInventoryWait{10};
 
 UniqueFd dup_fd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
+/// Asks `from` for the copy `request` names and receives it into the descriptor `into(bytes, why)` gives for
+/// the size the peer announces (or sets `why`: not taken). "" once received, else why not.
+std::string receive_fetched(const CopySource& from, const std::string& key, const CopyPortRequest& request,
+                            const std::function<int(uint64_t bytes, std::string& why)>& into) {
+  try {
+    const UniqueFd peer = open_peer_request(from.addr, from.port, key, request);
+    const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
+    if (reply.kind != CopyPortReply::Kind::kOk)
+      return "node " + std::to_string(from.node) + " says: " + proto::describe(reply);
+    std::string why;
+    const int fd = into(reply.bytes, why);
+    if (!why.empty()) return why;
+    receive_copy(peer.get(), fd, reply.bytes);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+/// A fetched copy checked whole (header and every chunk) and for being the one asked for (`world_size` -1: any
+/// world). "" or why not.
+std::string check_fetched(const MemfdSlot& slot, int rank, int64_t step, int world_size) {
+  if (std::string why = slot.check(); !why.empty()) return why;
+  const proto::CopyHeader h = slot.read_header();
+  if (h.step != step || h.rank != rank || (world_size >= 0 && h.world_size != world_size))
+    return "it holds another step, rank or world";
+  return "";
+}
 
 }  // namespace
 
@@ -321,16 +351,11 @@ HandoverReply MemoryKeeper::open(int rank, int64_t step, int copy_rank, int worl
   std::optional<CopySource> from;
   {
     std::lock_guard lock(mutex_);
-    const auto slot = shelf_.committed_slot(rank, step);
-    if (own_layout && slot) {
-      fds.push_back(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
-      return HandoverReply::copy(step, *slot);
-    }
-    if (!own_layout) {
-      if (const auto held = find_copy_locked(wanted, step, world_size)) {
-        fds.push_back(held->first);
-        return HandoverReply::copy(step, -1);
-      }
+    // Its own layout: only its own committed slot will do (the worker writes the next copies into its slots).
+    if (const auto held = find_copy_locked(wanted, step, own_layout ? -1 : world_size);
+        held && (!own_layout || held->home == CopyHome::kOwn)) {
+      fds.push_back(held->memfd->fd());
+      return HandoverReply::copy(step, own_layout ? held->slot : -1);  // -1: a copy not in its slots
     }
     if (plan_) {
       for (const auto& c : plan_->candidates) {
@@ -356,26 +381,27 @@ HandoverReply MemoryKeeper::open(int rank, int64_t step, int copy_rank, int worl
   return HandoverReply::copy(step, *slot, from->node, from->host);
 }
 
-std::optional<std::pair<int, uint64_t>> MemoryKeeper::find_copy_locked(int rank, int64_t step, int world_size) const {
-  const auto world_of = [](const MemfdSlot& slot) { return slot.read_header().world_size; };
+std::optional<MemoryKeeper::HeldCopy> MemoryKeeper::find_copy_locked(int rank, int64_t step, int world_size) const {
+  const auto in_world = [world_size](const MemfdSlot& memfd) {
+    return world_size < 0 || memfd.read_header().world_size == world_size;
+  };
   if (const auto it = own_.find(rank); it != own_.end()) {
     if (const auto slot = shelf_.committed_slot(rank, step)) {
-      const auto& memfd = *it->second->slots[static_cast<size_t>(*slot)];
-      if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
+      const MemfdSlot& memfd = *it->second->slots[static_cast<size_t>(*slot)];
+      if (in_world(memfd)) return HeldCopy{&memfd, CopyHome::kOwn, *slot};
     }
   }
   if (const auto it = retired_.find(rank); it != retired_.end() && it->second.committed.count(step) > 0) {
-    const auto& memfd = *it->second.slots->slots[static_cast<size_t>(it->second.committed.at(step))];
-    if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
+    const MemfdSlot& memfd = *it->second.slots->slots[static_cast<size_t>(it->second.committed.at(step))];
+    if (in_world(memfd)) return HeldCopy{&memfd, CopyHome::kRetired};
   }
   if (const auto replica = replicas_.slot_of(rank, step)) {
-    const auto& memfd = *replica_slots_.at(rank).at(static_cast<size_t>(*replica));
-    if (world_size < 0 || world_of(memfd) == world_size) return std::make_pair(memfd.fd(), memfd.bytes());
+    const MemfdSlot& memfd = *replica_slots_.at(rank).at(static_cast<size_t>(*replica));
+    if (in_world(memfd)) return HeldCopy{&memfd, CopyHome::kReplica};
   }
   for (const auto& memfd : fetched_) {
     const proto::CopyHeader h = memfd->read_header();
-    if (h.rank == rank && h.step == step && (world_size < 0 || h.world_size == world_size))
-      return std::make_pair(memfd->fd(), memfd->bytes());
+    if (h.rank == rank && h.step == step && in_world(*memfd)) return HeldCopy{memfd.get(), CopyHome::kFetched};
   }
   return std::nullopt;
 }
@@ -383,29 +409,16 @@ std::optional<std::pair<int, uint64_t>> MemoryKeeper::find_copy_locked(int rank,
 std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, const CopySource& from,
                                       std::vector<int>& fds) {
   std::unique_ptr<MemfdSlot> into;
-  std::string why;
-  try {
-    const UniqueFd peer =
-        open_peer_request(from.addr, from.port, copy_key(), CopyPortRequest::fetch(run_id_, rank, step, world_size));
-    const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
-    const uint64_t bytes = reply.bytes;
-    if (reply.kind != CopyPortReply::Kind::kOk || bytes < proto::kHeaderBytes) {
-      why = "node " + std::to_string(from.node) + " says: " +
-            (reply.kind == CopyPortReply::Kind::kOk ? "a copy of " + std::to_string(bytes) + " bytes"
-                                                    : proto::describe(reply));
-    } else if (const std::string room = budget_refusal(bytes, memory_room(read_)); !room.empty()) {
-      why = room;
-    } else {
-      into = std::make_unique<MemfdSlot>(name_ + " fetched rank" + std::to_string(rank), bytes);
-      receive_copy(peer.get(), into->fd(), bytes);
-      why = into->check();
-      const proto::CopyHeader h = into->read_header();
-      if (why.empty() && (h.step != step || h.rank != rank || h.world_size != world_size))
-        why = "it holds another step, rank or world";
-    }
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
+  std::string why = receive_fetched(
+      from, copy_key(), CopyPortRequest::fetch(run_id_, rank, step, world_size), [&](uint64_t bytes, std::string& no) {
+        if (bytes < proto::kHeaderBytes) {
+          no = "node " + std::to_string(from.node) + " says: a copy of " + std::to_string(bytes) + " bytes";
+        } else if (no = budget_refusal(bytes, memory_room(read_)); no.empty()) {
+          into = std::make_unique<MemfdSlot>(name_ + " fetched rank" + std::to_string(rank), bytes);
+        }
+        return into ? into->fd() : -1;
+      });
+  if (why.empty()) why = check_fetched(*into, rank, step, world_size);
   if (!why.empty())
     return "rank " + std::to_string(rank) + "'s copy of step " + std::to_string(step) + " (" +
            std::to_string(world_size) + " ranks) from node " + std::to_string(from.node) + ": " + why;
@@ -420,7 +433,7 @@ std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, co
 std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) {
   UniqueFd into;
   int slot = -1;
-  uint64_t bytes = 0;
+  uint64_t slot_bytes = 0;
   {
     std::lock_guard lock(mutex_);
     const auto it = own_.find(rank);
@@ -429,30 +442,18 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
     if (!lent.slot) return "no slot to fetch into: " + lent.busy_reason;
     slot = *lent.slot;
     into = dup_fd(it->second->slots[static_cast<size_t>(slot)]->fd());
-    bytes = it->second->slot_bytes;
+    slot_bytes = it->second->slot_bytes;
   }
-  std::string why;
-  try {
-    const UniqueFd peer =
-        open_peer_request(from.addr, from.port, copy_key(), CopyPortRequest::fetch(run_id_, rank, step));
-    const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
-    if (reply.kind != CopyPortReply::Kind::kOk) {
-      why = "node " + std::to_string(from.node) + " says: " + proto::describe(reply);
-    } else if (reply.bytes != bytes) {
-      why = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(reply.bytes) +
-            " bytes, this rank's slots " + std::to_string(bytes);
-    } else {
-      receive_copy(peer.get(), into.get(), bytes);
-    }
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
+  std::string why = receive_fetched(
+      from, copy_key(), CopyPortRequest::fetch(run_id_, rank, step), [&](uint64_t bytes, std::string& no) {
+        if (bytes != slot_bytes) {
+          no = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(bytes) +
+               " bytes, this rank's slots " + std::to_string(slot_bytes);
+        }
+        return into.get();
+      });
   std::lock_guard lock(mutex_);
-  if (why.empty()) {
-    const proto::CopyHeader header = own_.at(rank)->slots[static_cast<size_t>(slot)]->read_header();
-    why = own_.at(rank)->slots[static_cast<size_t>(slot)]->check();
-    if (why.empty() && (header.step != step || header.rank != rank)) why = "it holds another step or rank";
-  }
+  if (why.empty()) why = check_fetched(*own_.at(rank)->slots[static_cast<size_t>(slot)], rank, step, -1);
   if (why.empty()) why = shelf_.seal(rank, slot, step);
   if (!why.empty()) {
     shelf_.on_disconnect(rank);  // the lent slot: torn
@@ -473,81 +474,77 @@ void MemoryKeeper::disconnected(int rank, uint64_t connection) {
 }
 
 void MemoryKeeper::receive_push(const CopyPortRequest& request, int socket) {
-  const int rank = request.rank;
-  const int64_t step = request.step;
-  const uint64_t bytes = request.bytes;
-  const int64_t round = request.round;
-  if (rank < 0 || step < 0 || bytes < proto::kHeaderBytes) {
-    send_frame(socket, CopyPortReply::failed("a push needs a rank, a step and the copy's bytes"));
-    return;
-  }
-  ReplicaShelf::Placement placed;
-  UniqueFd into;
-  {
-    std::lock_guard lock(mutex_);
-    if (const std::string why = push_refusal_locked(rank, bytes, request.digest, std::max(request.world_size, 0));
-        !why.empty()) {
-      spdlog::warn("memory: refused a push of rank {}'s copy of step {} from {}: {}", rank, step, peer_address(socket),
-                   why);
-      send_frame(socket, CopyPortReply::refused());
-      return;
-    }
-    auto& slots = replica_slots_[rank];
-    if (slots.empty() || slots.front()->bytes() != MemfdSlot::rounded(bytes)) {
-      const uint64_t need = 2 * MemfdSlot::rounded(bytes);
-      if (const std::string why = budget_refusal(need, memory_room(read_)); !why.empty()) {
-        send_frame(socket, CopyPortReply::failed(why));
-        return;
-      }
-      replicas_.forget(rank);
-      slots.clear();
-      try {
-        for (int i = 0; i < kSlotsPerRank; ++i) {
-          slots.push_back(std::make_unique<MemfdSlot>(
-              name_ + " replica rank" + std::to_string(rank) + " slot" + std::to_string(i), bytes));
-        }
-      } catch (const std::exception& e) {
-        replica_slots_.erase(rank);
-        send_frame(socket, CopyPortReply::failed(e.what()));
-        return;
-      }
-    }
-    placed = replicas_.place(rank, step, round);
-    if (placed.slot && !placed.have) into = dup_fd(slots[static_cast<size_t>(*placed.slot)]->fd());
-  }
-  if (placed.have) {
-    send_frame(socket, CopyPortReply::have());
-    return;
-  }
-  if (!placed.slot) {
-    send_frame(socket, CopyPortReply::failed(placed.busy_reason));
+  PushTarget target = place_push(request, socket);
+  if (target.answer) {
+    send_frame(socket, *target.answer);
     return;
   }
   std::string why;
   try {
     send_frame(socket, CopyPortReply::go());
-    receive_copy(socket, into.get(), bytes);
+    receive_copy(socket, target.into.get(), request.bytes);
   } catch (const std::exception& e) {
     why = e.what();
   }
-  std::lock_guard lock(mutex_);
-  const auto& slot = replica_slots_.at(rank).at(static_cast<size_t>(*placed.slot));
-  if (why.empty()) {
-    why = slot->check();
-    const proto::CopyHeader header = slot->read_header();
-    if (why.empty() && (header.step != step || header.rank != rank)) why = "it holds another step or rank";
-    if (why.empty()) {
-      replicas_.complete(rank, *placed.slot,
-                         {ReplicaView::State::kComplete, step, header.world_size, header.config_digest, round});
-    }
-  }
-  if (!why.empty()) {
-    replicas_.failed(rank, *placed.slot);
-    spdlog::warn("memory: the push of rank {}'s copy of step {} failed: {}", rank, step, why);
-  }
+  why = settle_push(request, target.slot, std::move(why));
   try {
     send_frame(socket, why.empty() ? CopyPortReply::ok() : CopyPortReply::failed(why));
   } catch (const std::exception&) {}
+}
+
+MemoryKeeper::PushTarget MemoryKeeper::place_push(const CopyPortRequest& request, int socket) {
+  const int rank = request.rank;
+  const uint64_t bytes = request.bytes;
+  if (rank < 0 || request.step < 0 || bytes < proto::kHeaderBytes)
+    return PushTarget::answered(CopyPortReply::failed("a push needs a rank, a step and the copy's bytes"));
+  std::lock_guard lock(mutex_);
+  if (const std::string why = push_refusal_locked(rank, bytes, request.digest, std::max(request.world_size, 0));
+      !why.empty()) {
+    spdlog::warn("memory: refused a push of rank {}'s copy of step {} from {}: {}", rank, request.step,
+                 peer_address(socket), why);
+    return PushTarget::answered(CopyPortReply::refused());
+  }
+  if (const std::string why = replica_slots_locked(rank, bytes); !why.empty())
+    return PushTarget::answered(CopyPortReply::failed(why));
+  const ReplicaShelf::Placement placed = replicas_.place(rank, request.step, request.round);
+  if (placed.have) return PushTarget::answered(CopyPortReply::have());
+  if (!placed.slot) return PushTarget::answered(CopyPortReply::failed(placed.busy_reason));
+  return PushTarget{std::nullopt, dup_fd(replica_slots_.at(rank)[static_cast<size_t>(*placed.slot)]->fd()),
+                    *placed.slot};
+}
+
+std::string MemoryKeeper::replica_slots_locked(int rank, uint64_t bytes) {
+  auto& slots = replica_slots_[rank];
+  if (!slots.empty() && slots.front()->bytes() == MemfdSlot::rounded(bytes)) return "";
+  if (std::string why = budget_refusal(2 * MemfdSlot::rounded(bytes), memory_room(read_)); !why.empty()) return why;
+  replicas_.forget(rank);
+  slots.clear();
+  try {
+    for (int i = 0; i < kSlotsPerRank; ++i) {
+      slots.push_back(std::make_unique<MemfdSlot>(
+          name_ + " replica rank" + std::to_string(rank) + " slot" + std::to_string(i), bytes));
+    }
+  } catch (const std::exception& e) {
+    replica_slots_.erase(rank);
+    return e.what();
+  }
+  return "";
+}
+
+std::string MemoryKeeper::settle_push(const CopyPortRequest& request, int slot, std::string why) {
+  std::lock_guard lock(mutex_);
+  const MemfdSlot& memfd = *replica_slots_.at(request.rank).at(static_cast<size_t>(slot));
+  if (why.empty()) why = check_fetched(memfd, request.rank, request.step, -1);
+  if (why.empty()) {
+    const proto::CopyHeader header = memfd.read_header();
+    replicas_.complete(
+        request.rank, slot,
+        {ReplicaView::State::kComplete, request.step, header.world_size, header.config_digest, request.round});
+    return "";
+  }
+  replicas_.failed(request.rank, slot);
+  spdlog::warn("memory: the push of rank {}'s copy of step {} failed: {}", request.rank, request.step, why);
+  return why;
 }
 
 void MemoryKeeper::serve_fetch(const CopyPortRequest& request, int socket) {
@@ -558,18 +555,11 @@ void MemoryKeeper::serve_fetch(const CopyPortRequest& request, int socket) {
   bool pinned = false;
   {
     std::lock_guard lock(mutex_);
-    const int world_size = request.world_size;
-    const auto slot = shelf_.committed_slot(rank, step);
-    const bool own = slot && (world_size < 0 ||
-                              own_.at(rank)->slots[static_cast<size_t>(*slot)]->read_header().world_size == world_size);
-    if (own) {
-      from = dup_fd(own_.at(rank)->slots[static_cast<size_t>(*slot)]->fd());
-      bytes = own_.at(rank)->slot_bytes;
-      shelf_.pin(rank, step);
-      pinned = true;
-    } else if (const auto held = find_copy_locked(rank, step, world_size)) {
-      from = dup_fd(held->first);  // a replica, or a retired layout's copy
-      bytes = held->second;
+    if (const auto held = find_copy_locked(rank, step, request.world_size)) {
+      from = dup_fd(held->memfd->fd());
+      pinned = held->home == CopyHome::kOwn;                              // its slot is not lent out while it is sent
+      bytes = pinned ? own_.at(rank)->slot_bytes : held->memfd->bytes();  // own: the copy's size, as its hello said
+      if (pinned) shelf_.pin(rank, step);
     }
   }
   try {

@@ -131,9 +131,21 @@ class MemoryKeeper {
     std::map<int64_t, int> committed;  // step -> slot
     int world_size = 0;
   };
-  /// A sealed copy held here (own, retired or replica) of `rank` at `step` in a `world_size` world: its
-  /// descriptor (owned by the keeper) and size. Under mutex_.
-  std::optional<std::pair<int, uint64_t>> find_copy_locked(int rank, int64_t step, int world_size) const;
+  /// Where a copy held here lives.
+  enum class CopyHome {
+    kOwn,      // a committed slot of this node's rank (`slot`)
+    kRetired,  // a committed copy of the rank's previous layout
+    kReplica,  // held for the node this one backs
+    kFetched,  // another layout's copy fetched for a reshard (this round)
+  };
+  struct HeldCopy {
+    const MemfdSlot* memfd = nullptr;  // owned by the keeper
+    CopyHome home = CopyHome::kOwn;
+    int slot = -1;  // kOwn: the rank's slot
+  };
+  /// The one lookup of a sealed copy of `rank` at `step` in a `world_size` world (-1: any), in this order: own,
+  /// retired, replica, fetched. Under mutex_.
+  std::optional<HeldCopy> find_copy_locked(int rank, int64_t step, int world_size) const;
   /// Fetches another layout's copy from `from` into a slot of its own (kept this round); its fd in `fds`.
   [[nodiscard]] std::string fetch_other(int rank, int64_t step, int world_size, const CopySource& from,
                                         std::vector<int>& fds);
@@ -147,6 +159,25 @@ class MemoryKeeper {
   /// larger than this node's own copies. "" or why not (logged here, never told to the pusher).
   [[nodiscard]] std::string push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const;
   void set_pushed_locked(int rank, int64_t step);
+  /// Where a push goes: an answer to send at once (refused, have, busy, failed), or the replica slot to
+  /// receive it into (its descriptor, a duplicate).
+  struct PushTarget {
+    std::optional<proto::CopyPortReply> answer;
+    UniqueFd into;
+    int slot = -1;
+
+    static PushTarget answered(proto::CopyPortReply reply) {
+      PushTarget target;
+      target.answer = std::move(reply);
+      return target;
+    }
+  };
+  [[nodiscard]] PushTarget place_push(const proto::CopyPortRequest& request, int socket);
+  /// Two replica slots of `bytes` for `rank` (new ones when the size changed): "" or why not.
+  [[nodiscard]] std::string replica_slots_locked(int rank, uint64_t bytes);
+  /// The push received into `slot` (`why`: the transfer failed) checked and recorded, or the slot given back:
+  /// "" or why not.
+  [[nodiscard]] std::string settle_push(const proto::CopyPortRequest& request, int slot, std::string why);
   /// Fetches `rank`'s copy of `step` from `from` into a slot of this node; "" or why not.
   [[nodiscard]] std::string fetch(int rank, int64_t step, const CopySource& from);
 
