@@ -112,9 +112,9 @@ class Kit:
         return rc, tail(text), {"steps": steps_log, "ranks": ranks, "seconds": seconds, "output": text}
 
     def reference(self, tag, config, extra, steps=30, timeout=600):
-        """PyTorch FSDP2 (bench/train_fsdp2_reference.py) on the same GPU, started by torchrun."""
+        """PyTorch FSDP2 (bench/trainer/train_fsdp2_reference.py) on the same GPU, started by torchrun."""
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-               os.path.join(self.root, "bench", "train_fsdp2_reference.py"),
+               os.path.join(self.root, "bench", "trainer", "train_fsdp2_reference.py"),
                "--config", os.path.join(self.root, "configs", config), "--device", "cuda", "--steps", str(steps), *extra]
         rc, text, _ = self.run(tag, cmd, timeout)
         lines = [l[l.index('{"rank"'):] for l in text.splitlines() if '{"rank"' in l]

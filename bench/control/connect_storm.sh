@@ -3,13 +3,13 @@
 # (VALIDATE + PING), SET a key each and meet at torch.distributed.elastic's store barrier (ADD on a counter,
 # the last one in sets the release key, everyone WAITs on it). Against meshrun-rendezvous and PyTorch's own
 # TCPStore server (libuv backend, pinned torch) in the same run, each fresh for every N, driven by the same
-# client (bench/storm/connect_storm.cpp: one epoll process, sockets spread over 127.77.x.y source addresses).
+# client (bench/control/storm/connect_storm.cpp: one epoll process, sockets spread over 127.77.x.y source addresses).
 # Prints the time until every rank is released, connection failures, the server's CPU time and peak RSS
 # (VmHWM; growth = peak - RSS before the storm, so the Python interpreter under torch's server is not
 # counted), the kernel's accept-queue overflows, and ratios (meshrun / libuv: < 1 is better). Not in ctest.
-#   bench/connect_storm.sh [N...]                       (default 4096 16384 65536)
-#   BIN=build-launcher/bin bench/connect_storm.sh 4096  (programs from another build folder; default build/bin)
-#   TIMEOUT_S=600 bench/connect_storm.sh 65536          (give up on a storm after this long; default 300)
+#   bench/control/connect_storm.sh [N...]                       (default 4096 16384 65536)
+#   BIN=build-launcher/bin bench/control/connect_storm.sh 4096  (programs from another build folder; default build/bin)
+#   TIMEOUT_S=600 bench/control/connect_storm.sh 65536          (give up on a storm after this long; default 300)
 # Each process holds one descriptor per rank: an N that the hard fd limit (ulimit -Hn) cannot hold is
 # reported and skipped.
 # NOTE: torch's libuv server turns every accepted peer address into a host name (getnameinfo) on its event
@@ -18,7 +18,7 @@
 # mount namespace whose /etc/hosts names the source addresses (needs root; REVERSE_DNS=resolver, or no
 # root, leaves the lookups to the system's resolver, and the header says so).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${BIN:-$ROOT/build/bin}"
 PY="$ROOT/.venv/bin/python"
 TIMEOUT_S="${TIMEOUT_S:-300}"

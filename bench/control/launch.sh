@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Launch overhead: meshrun vs torchrun for `--standalone --nproc-per-node P --no-python /bin/true`.
 # Prints the median wall time of RUNS runs per launcher and P, and the ratio. Not part of ctest.
-#   bench/launch.sh [RUNS]        (default 10; env MESHRUN, TORCHRUN override the binaries)
+#   bench/control/launch.sh [RUNS]        (default 10; env MESHRUN, TORCHRUN override the binaries)
 set -euo pipefail
-here="$(cd "$(dirname "$0")/.." && pwd)"
+here="$(cd "$(dirname "$0")/../.." && pwd)"
 runs="${1:-10}"
 meshrun="${MESHRUN:-$here/build/bin/meshrun}"
 torchrun="${TORCHRUN:-$here/.venv/bin/torchrun}"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Rendezvous at scale: N simulated agents join one run on a fresh daemon; prints the time until every
 # agent holds its rank, the daemon's peak RSS and its CPU time.
-#   bench/rendezvous.sh [N...]                        (default 64 256 1024; 4096 and 10000 work too)
-#   BIN=build-launcher/bin bench/rendezvous.sh 10000  (programs from another build folder; default build/bin)
+#   bench/control/rendezvous.sh [N...]                        (default 64 256 1024; 4096 and 10000 work too)
+#   BIN=build-launcher/bin bench/control/rendezvous.sh 10000  (programs from another build folder; default build/bin)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${BIN:-$ROOT/build/bin}"
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(64 256 1024)
 for p in rdzv_bench meshrun-rendezvous; do

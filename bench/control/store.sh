@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Store throughput: meshrun-rendezvous vs PyTorch's own TCPStore server (libuv backend, pinned torch),
-# both on 127.0.0.1, measured by the same client program (bench/store/store_bench.cpp).
-#   bench/store.sh [SECONDS_PER_OP]             (default 2)
-#   BIN=build-launcher/bin bench/store.sh     (programs from another build folder; default build/bin)
+# both on 127.0.0.1, measured by the same client program (bench/control/store/store_bench.cpp).
+#   bench/control/store.sh [SECONDS_PER_OP]             (default 2)
+#   BIN=build-launcher/bin bench/control/store.sh     (programs from another build folder; default build/bin)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${BIN:-$ROOT/build/bin}"
 PY="$ROOT/.venv/bin/python"
 SECS="${1:-2}"

@@ -1,7 +1,7 @@
 """One client's huge request must not stall the others: while client A sets up a wait on N missing keys
 (one per rank of an N-rank job), client B times its get() round trips. Our daemon and PyTorch's libuv
 TCPStore server, side by side, through PyTorch's own Python client.
-    .venv/bin/python bench/store_big_wait.py build/bin/meshrun-rendezvous [N ...]   (default 65536 131072)"""
+    .venv/bin/python bench/control/store_big_wait.py build/bin/meshrun-rendezvous [N ...]   (default 65536 131072)"""
 import datetime
 import subprocess
 import sys

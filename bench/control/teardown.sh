@@ -3,15 +3,15 @@
 # cleanly? RUNS jobs of 2 ranks per launcher and script variant, interleaved (torchrun, meshrun, meshrun
 # with --hang-timeout off: no startup hook), each job judged failed when it exits non-zero or a rank prints
 # "terminate called". Prints the failure rate with its 95 % Wilson interval per cell. Not part of ctest.
-#   bench/teardown.sh             (env RUNS=20, VARIANTS="plain mesh nodestroy")
+#   bench/control/teardown.sh             (env RUNS=20, VARIANTS="plain mesh nodestroy")
 set -euo pipefail
-here="$(cd "$(dirname "$0")/.." && pwd)"
+here="$(cd "$(dirname "$0")/../.." && pwd)"
 exec "$here/.venv/bin/python" - "$here" "${RUNS:-20}" "${VARIANTS:-plain mesh nodestroy}" << 'PY'
 import math, os, subprocess, sys, tempfile
 
 here, runs, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 venv = os.path.join(here, ".venv", "bin")
-job = os.path.join(here, "bench", "teardown_job.py")
+job = os.path.join(here, "bench", "control", "teardown_job.py")
 launchers = {
     "torchrun": [os.path.join(venv, "torchrun"), "--standalone", "--nproc-per-node", "2"],
     "meshrun": [os.path.join(here, "build", "bin", "meshrun"), "--standalone", "--nproc-per-node", "2"],

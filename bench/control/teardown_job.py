@@ -1,4 +1,4 @@
-# How most scripts end, for bench/teardown.sh: a few all_reduces, then destroy_process_group() right after
+# How most scripts end, for bench/control/teardown.sh: a few all_reduces, then destroy_process_group() right after
 # the last one, and a normal interpreter exit. VARIANT: "plain" (the default group only), "mesh" (a 1-D
 # DeviceMesh over the world first, as FSDP2 scripts have) or "nodestroy" (plain, without the destroy).
 import sys

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Chaos: a fault of a random kind every EVERY seconds for DURATION seconds against one meshrun job, then
 # the job's goodput ledger (docs/daemon.md#the-goodput-ledger) beside the job's own timing of its work
-# (bench/chaos_job.py times every step's start and end; each step counts once, the first time it is done, as
+# (bench/faults/chaos_job.py times every step's start and end; each step counts once, the first time it is done, as
 # redone steps are work lost). BEATS=0 runs the job without beats (the ledger then times it by its
 # collectives). Root; network namespaces; not part of ctest.
 #   nodes:  a standalone meshrun-rendezvous on node 4; agents on nodes 0-3 with --nnodes 2:3 (three train,
@@ -12,13 +12,13 @@
 #                   its agent either gives up on the rendezvous (it is started again once the link is
 #                   back) or hears, once the link is back, that it was declared dead and re-joins
 #           hang    SIGSTOP of one training worker (meshrun's stopped-worker verdict after --hang-floor)
-#   bench/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=100 CKPT_SECONDS=0.5 BEATS=1)
+#   bench/faults/chaos.sh   (env DURATION=900 EVERY=60 SEED=1 HANG_FLOOR=10 CKPT_EVERY=100 CKPT_SECONDS=0.5 BEATS=1)
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
 RDZV=${RDZV:-$ROOT/build/bin/meshrun-rendezvous}
 VENV_BIN=$ROOT/.venv/bin
-JOB=$ROOT/bench/chaos_job.py
+JOB=$ROOT/bench/faults/chaos_job.py
 DURATION=${DURATION:-900} EVERY=${EVERY:-60} SEED=${SEED:-1} HANG_FLOOR=${HANG_FLOOR:-10}
 CKPT_EVERY=${CKPT_EVERY:-100} CKPT_SECONDS=${CKPT_SECONDS:-0.5} BEATS=${BEATS:-1}
 JOB_FLAGS=(); [ "$BEATS" = 0 ] && JOB_FLAGS=(--no-beats)

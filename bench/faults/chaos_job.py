@@ -1,4 +1,4 @@
-# The training job of bench/chaos.sh, a PyTorch Gloo DDP loop that beats its steps and checkpoints to its
+# The training job of bench/faults/chaos.sh, a PyTorch Gloo DDP loop that beats its steps and checkpoints to its
 # agent (docs/progress.md; the only meshrun-specific lines are the beats, and --no-beats drops them) and times
 # its own work: rank 0 appends to OUT/steps.log
 #   "step <n> <unix time at its start> <unix time at its end> <restart count>"   after every step

@@ -7,13 +7,13 @@
 # it. Then torchrun on the same fault: what it has printed after the same wall time. Then the hook's cost per
 # step: STEPS steps with the hook (default) and without (--hang-timeout off), REPEATS runs each.
 # The hook run includes the daemon's arrival probes (stragglers from arrival times) every 3 s.
-#   bench/hang.sh                   (env TRIALS=10 DEFAULT_TRIALS=3 STEPS=400 REPEATS=3
+#   bench/faults/hang.sh                   (env TRIALS=10 DEFAULT_TRIALS=3 STEPS=400 REPEATS=3
 #                                        PARTS="verdicts torchrun cost": the sections to run,
 #                                        CLASSES="skip stop spin mismatch subgroup defaults": the fault classes;
 #                                        also stopremote, stopremote_defaults: rank 2 on node1 stopped 3 s after
 #                                        node0's ranks began waiting, floor 6 s or the defaults)
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
 VENV_BIN=$ROOT/.venv/bin
 JOB=$ROOT/tests/cluster/hang_job.py

@@ -6,12 +6,12 @@
 # For each row and launcher: the exit code, the wall time, and for meshrun the seconds from the fault (the rank's
 # own mark, OUT/fault) to the first "late" line and to the hang verdict. A stuck row under torchrun waits for
 # PyTorch's own timeout (30 minutes for Gloo): the bench stops it after CAP seconds and says so.
-#   bench/hang_defaults.sh            (env TRIALS=3 CAP=180 ROWS="save eval compile dataloader lock socket spin spin_bounded"
+#   bench/faults/hang_defaults.sh            (env TRIALS=3 CAP=180 ROWS="save eval compile dataloader lock socket spin spin_bounded"
 #                                          LAUNCHERS="meshrun torchrun")
 # Rows: save 100 s, eval 100 s, compile 90 s, dataloader 70 s (healthy: must end 0); lock, socket (stuck: must be
 # named hung); spin (busy forever: late, never ended by default); spin_bounded (spin with --hang-busy-timeout 120).
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
 VENV_BIN=$ROOT/.venv/bin
 JOB=$ROOT/tests/launcher/default_jobs.py
@@ -64,7 +64,7 @@ run_job() {
     "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$(since "$late")" "$(since "$hang")"
 }
 
-echo "# bench/hang_defaults.sh $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, TRIALS=$TRIALS CAP=$CAP"
+echo "# bench/faults/hang_defaults.sh $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, TRIALS=$TRIALS CAP=$CAP"
 echo "# row           launcher  n  outcome                                              wall          late (after the fault)   hung"
 for row in $ROWS; do
   for n in $(seq "$TRIALS"); do

@@ -1,4 +1,4 @@
-"""The figures behind bench/progress.sh: beat overhead, hang detection latency, straggler detection."""
+"""The figures behind bench/faults/progress.sh: beat overhead, hang detection latency, straggler detection."""
 import argparse
 import json
 import os

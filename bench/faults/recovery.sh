@@ -1,9 +1,9 @@
 #!/bin/bash
 # Recovery after a fault, meshrun and torchrun side by side on the same harness (root; network namespaces; not part
-# of ctest). The job is bench/recovery_job.py (PyTorch Gloo DDP, one rank per node, a checkpoint every 10 steps);
+# of ctest). The job is bench/faults/recovery_job.py (PyTorch Gloo DDP, one rank per node, a checkpoint every 10 steps);
 # the fault comes at step KILL_AT (with standbys on: once they are up) and under meshrun the job runs until the bench
 # stops it, once it stepped again and the ledger is out (STEPS is torchrun's); the figure is the seconds from the fault to the first step of the restarted job,
-# read from the job's own log (bench/recovery_job.py), not from the launchers.
+# read from the job's own log (bench/faults/recovery_job.py), not from the launchers.
 #   FAULT=node    the node of node rank VICTIM killed whole (kill -9 of every process in its namespace)
 #   FAULT=worker  only its worker killed (kill -9 of the script's process)
 #   FAULT=link    its cable pulled at the switch (the node is cut off; its agent and worker live on)
@@ -14,14 +14,14 @@
 #   torchrun: PyTorch's TCPStore alone on the fifth node (the c10d rendezvous store); three agents with
 #             --nnodes 2:3 (torchrun has no spares); a node that does not host the store is killed; the job
 #             continues on two nodes
-#   bench/recovery.sh  (env TRIALS=20 TORCHRUN_TRIALS=3 KILL_AT=30 STEPS=45 VICTIM=1 FAULT=node STANDBY=on;
+#   bench/faults/recovery.sh  (env TRIALS=20 TORCHRUN_TRIALS=3 KILL_AT=30 STEPS=45 VICTIM=1 FAULT=node STANDBY=on;
 #                       TORCHRUN_TRIALS=0 skips torchrun)
 set -u
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
 RDZV=${RDZV:-$ROOT/build/bin/meshrun-rendezvous}
 VENV_BIN=$ROOT/.venv/bin
-JOB=$ROOT/bench/recovery_job.py
+JOB=$ROOT/bench/faults/recovery_job.py
 TRIALS=${TRIALS:-20} TORCHRUN_TRIALS=${TORCHRUN_TRIALS:-3} KILL_AT=${KILL_AT:-30} STEPS=${STEPS:-45} VICTIM=${VICTIM:-1}
 FAULT=${FAULT:-node} STANDBY=${STANDBY:-on}
 STANDBY_FLAG=(); [ "$STANDBY" = off ] && STANDBY_FLAG=(--no-standby)

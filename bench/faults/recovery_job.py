@@ -1,4 +1,4 @@
-# A small PyTorch Gloo DDP job for bench/recovery.sh, the same under meshrun and torchrun: a linear model,
+# A small PyTorch Gloo DDP job for bench/faults/recovery.sh, the same under meshrun and torchrun: a linear model,
 # one all-reduce per step, a checkpoint every CKPT steps (rank 0, atomic), resumed from it after a restart.
 # Rank 0 appends "step <n> <unix time> <restart count>" to OUT/steps.log after every step: the bench reads
 # the first step after a fault from it (an independent stopwatch: no launcher's own figures).

@@ -4,13 +4,13 @@
 # then rank 0's worker limited to half a core by a CPU cgroup while it runs), TRIALS times per route; prints
 # each trial and the min / median / max seconds from the limit to the first straggler line. Root. Not part of
 # ctest.
-#   bench/straggler_throttle.sh        (env TRIALS=10 ROUTES="throttled throttled_beats", MESHRUN)
+#   bench/faults/straggler_throttle.sh        (env TRIALS=10 ROUTES="throttled throttled_beats", MESHRUN)
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
 TRIALS=${TRIALS:-10}
 ROUTES=${ROUTES:-throttled throttled_beats}
-echo "# bench/straggler_throttle.sh $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, TRIALS=$TRIALS"
+echo "# bench/faults/straggler_throttle.sh $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, TRIALS=$TRIALS"
 for route in $ROUTES; do
   times=()
   for n in $(seq "$TRIALS"); do

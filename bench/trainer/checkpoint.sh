@@ -4,7 +4,7 @@
 # fp32 parameters + AdamW moments, ~305 MB) on 1, 2 and 4 ranks, CPU. Median of REPS saves (every save
 # fsyncs its files) and of REPS loads (just after the saves: the files are in the page cache for both).
 # Ratios > 1 mean meshrun is faster. Not part of ctest.
-#   bench/checkpoint.sh [REPS]      (default 3)
+#   bench/trainer/checkpoint.sh [REPS]      (default 3)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
 REPS="${1:-3}"
@@ -13,7 +13,7 @@ printf '# checkpoint speed, small config (fp32 params + AdamW moments), CPU, OMP
 printf '# %-5s %-8s %9s %9s %9s %9s | %9s %9s | %10s %10s\n' world format "save s" "save GB/s" "load s" "load GB/s" \
   "DCP save" "DCP load" "save x DCP" "load x DCP"
 for world in 1 2 4; do
-  "$PY" -m torch.distributed.run --standalone --nproc-per-node "$world" "$ROOT/bench/checkpoint_dcp_reference.py" \
+  "$PY" -m torch.distributed.run --standalone --nproc-per-node "$world" "$ROOT/bench/trainer/checkpoint_dcp_reference.py" \
     --config "$ROOT/configs/small.json" --dir "$WORK" --reps "$REPS" > "$WORK/dcp.log" 2>&1 \
     || { cat "$WORK/dcp.log" >&2; exit 1; }
   for format in sharded full; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Background checkpoints (checkpoint.async) vs blocking ones, and PyTorch DCP's dcp.save vs dcp.async_save
-# (FSDP2 fully_shard, Gloo, torchrun; bench/checkpoint_dcp_reference.py --train-steps) in the same run, for
+# (FSDP2 fully_shard, Gloo, torchrun; bench/trainer/checkpoint_dcp_reference.py --train-steps) in the same run, for
 # the small (25.4M params, 305 MB of state) and 150m (152M params, fp32 here, 1.8 GB of state) configs:
 # NPROC (2) CPU ranks, OMP_NUM_THREADS=1, 1 x 128 tokens per rank and step, a save every EVERY of STEPS
 # steps (no final save).
@@ -10,7 +10,7 @@
 # loop's seconds (steps, saves, and the wait for the last background save; the fastest of REPS runs, as other
 # work on the machine only ever slows a run down) against the same loop without checkpoints. Every save
 # fsyncs its files (ours always, DCP's FileSystemWriter by default). Not in ctest.
-#   bench/checkpoint_async.sh [STEPS] [EVERY] [REPS]      (default 10 3 2: saves at 3, 6, 9)
+#   bench/trainer/checkpoint_async.sh [STEPS] [EVERY] [REPS]      (default 10 3 2: saves at 3, 6, 9)
 #   env NPROC (ranks, default 2), CONFIGS (default "small 150m")
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"
@@ -42,7 +42,7 @@ for config in ${CONFIGS:-small 150m}; do
       --set output.dir="\"$out\"" > "$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
     rm -rf "$ck"
   done; done
-  "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NPROC" "$ROOT/bench/checkpoint_dcp_reference.py" \
+  "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NPROC" "$ROOT/bench/trainer/checkpoint_dcp_reference.py" \
     --config "$ROOT/configs/$config.json" --dir "$WORK" --train-steps "$STEPS" --every "$EVERY" --seq-len 128 \
     --global-batch-size "$NPROC" --loop-reps "$REPS" > "$WORK/$config-dcp.log" 2>&1 || { cat "$WORK/$config-dcp.log" >&2; exit 1; }
   "$PY" - "$WORK" "$config" <<'PY'

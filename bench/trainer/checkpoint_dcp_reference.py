@@ -1,4 +1,4 @@
-"""PyTorch DCP reference for bench/checkpoint.sh and bench/checkpoint_async.sh: the same Llama-style model as
+"""PyTorch DCP reference for bench/trainer/checkpoint.sh and bench/trainer/checkpoint_async.sh: the same Llama-style model as
 meshrun-trainer (from train_fsdp2_reference.py), sharded with FSDP2 fully_shard, Gloo, torchrun; AdamW state
 materialised by one step.
 

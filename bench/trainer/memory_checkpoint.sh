@@ -11,7 +11,7 @@
 #             seconds from the fault to the first step after it, the steps done again and their seconds; from
 #             the trainer, the load's seconds.
 # Not in ctest.
-#   bench/memory_checkpoint.sh [STEPS] [REPS] [TRIALS]      (default 60 3 3); env NPROC, KILL_AT (35), CONFIG (small),
+#   bench/trainer/memory_checkpoint.sh [STEPS] [REPS] [TRIALS]      (default 60 3 3); env NPROC, KILL_AT (35), CONFIG (small),
 #   PARTS ("cost recovery")
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/trainer_env.sh"

@@ -7,9 +7,9 @@
 # timed) and per-rank memory two ways: the peak RSS (max over ranks) and the peak above the rank's own
 # baseline, its RSS just before the model is built (the reference's baseline holds Python and the CUDA
 # libraries `import torch` maps; ours holds LibTorch). Ratios are meshrun / FSDP2. Not part of ctest.
-#   bench/train.sh [STEPS]        (default 30 steps per run)
-#   CONFIGS="small" TRAINER=/path/to/meshrun-trainer bench/train.sh 20   (one config; another trainer binary)
-#   REPEATS=3 CONFIGS="small" bench/train.sh   (three pairs per config and their median ratio: on a shared
+#   bench/trainer/train.sh [STEPS]        (default 30 steps per run)
+#   CONFIGS="small" TRAINER=/path/to/meshrun-trainer bench/trainer/train.sh 20   (one config; another trainer binary)
+#   REPEATS=3 CONFIGS="small" bench/trainer/train.sh   (three pairs per config and their median ratio: on a shared
 #                                               machine one pair's ratio moves by +-5 % from run to run)
 set -euo pipefail
 THREADS="${OMP_NUM_THREADS:-1}"  # the caller's choice, applied to both sides
@@ -24,7 +24,7 @@ for cfg in ${CONFIGS:-tiny small}; do
   ratios=()
   for ((rep = 1; rep <= REPEATS; rep++)); do
     run_pair "$WORK/$cfg.$rep" 2 "$ROOT/configs/$cfg.json" "$STEPS" system.threads="$THREADS"
-    row="$("$PY" "$ROOT/bench/trainer_compare.py" train "$WORK/$cfg.$rep" 2 5 "$cfg")"
+    row="$("$PY" "$ROOT/bench/trainer/trainer_compare.py" train "$WORK/$cfg.$rep" 2 5 "$cfg")"
     echo "$row"
     ratios+=("$(sed -n 's/.*throughput x\([0-9.]*\),.*/\1/p' <<< "$row")")
   done

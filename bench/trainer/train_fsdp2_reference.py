@@ -1,4 +1,4 @@
-"""PyTorch reference for bench/train.sh, bench/strategies.sh, bench/memory.sh and scripts/gpu_kit.sh: the
+"""PyTorch reference for bench/trainer/train.sh, bench/trainer/strategies.sh, bench/trainer/memory.sh and scripts/gpu_kit.sh: the
 same Llama-style model, shapes, batches, dtype, optimizer and timed window as meshrun-trainer, parallelized
 the way PyTorch users do it, launched by torchrun (or meshrun).
 

@@ -1,6 +1,6 @@
 """One row of a trainer benchmark: meshrun-trainer's run (output.dir) beside the PyTorch reference's run
-(bench/train_fsdp2_reference.py's log) with the same settings. Used by bench/train.sh, strategies.sh and
-memory.sh through run_pair in bench/trainer_env.sh.
+(bench/trainer/train_fsdp2_reference.py's log) with the same settings. Used by bench/trainer/train.sh, strategies.sh and
+memory.sh through run_pair in bench/trainer/trainer_env.sh.
 
 Both sides are read the same way:
   step time    rank 0's median over the steps after the first SKIP (ours: metrics.jsonl's step_time_s;

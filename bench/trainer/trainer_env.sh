@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the trainer benchmarks: paths of the built programs and the pinned Python, a scratch folder
 # removed on exit, and one intra-op thread per rank on both sides of every comparison.
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="$ROOT/.venv/bin/python"
 TRAINER="${TRAINER:-$ROOT/build/bin/meshrun-trainer}"
 LAUNCHER="$ROOT/build/bin/meshrun"
@@ -12,9 +12,9 @@ trap 'rm -rf "$WORK"' EXIT
 
 # run_pair OUT RANKS CONFIG STEPS [KEY=VALUE ...]
 # One comparison: meshrun-trainer under meshrun (output.dir OUT, log OUT.log), then the PyTorch reference
-# (bench/train_fsdp2_reference.py) under torchrun with the same config, the same KEY=VALUE overrides
+# (bench/trainer/train_fsdp2_reference.py) under torchrun with the same config, the same KEY=VALUE overrides
 # (fsdp.strategy picks the FSDP2 equivalent) and the same step count (log OUT.ref.log). Read the pair with
-# bench/trainer_compare.py. A failed run keeps its log (its path is printed with its tail) and stops the script.
+# bench/trainer/trainer_compare.py. A failed run keeps its log (its path is printed with its tail) and stops the script.
 # REF_ARGS adds flags to the reference alone, e.g. REF_ARGS="--adamw for-loop" (PyTorch's CPU default).
 run_pair() {
   local out="$1" ranks="$2" config="$3" steps="$4"
@@ -26,7 +26,7 @@ run_pair() {
     --set train.log_interval=1000 --set output.progress_bar=false --set output.dir="\"$out\"" \
     ${sets[@]+"${sets[@]}"} > "$out.log" 2>&1 || failed "$out.log"
   # shellcheck disable=SC2086  # REF_ARGS is a list of flags: split on purpose
-  "$PY" -m torch.distributed.run --standalone --nproc-per-node "$ranks" "$ROOT/bench/train_fsdp2_reference.py" \
+  "$PY" -m torch.distributed.run --standalone --nproc-per-node "$ranks" "$ROOT/bench/trainer/train_fsdp2_reference.py" \
     --config "$config" --steps "$steps" ${sets[@]+"${sets[@]}"} ${REF_ARGS:-} > "$out.ref.log" 2>&1 \
     || failed "$out.ref.log"
 }

@@ -1,5 +1,5 @@
 # A plain PyTorch Gloo training loop with no beats and no meshrun code (what users run), for the hang
-# tests (tests/cluster/hang_test.sh) and bench/hang.sh. One fault, chosen by the command line:
+# tests (tests/cluster/hang_test.sh) and bench/faults/hang.sh. One fault, chosen by the command line:
 #   hang_job.py OUT FAULT CULPRIT STEP [STEPS]
 #     none      no fault: STEPS steps of a matmul and an all_reduce, then exit 0
 #     skip      rank CULPRIT skips the all_reduce of STEP and then sleeps (never enters it)
@@ -16,7 +16,7 @@
 #     stoplate  at STEP, rank CULPRIT waits 3 s and then stops itself (SIGSTOP); rank CULPRIT + 1 waits 3 s too,
 #               so the other node's ranks are the first to wait: that node suspects first
 # Every rank writes OUT/started.<rank> once the group is up and OUT/done.<rank> at a clean end (holding
-# the step loop's seconds); the culprit writes OUT/fault (time.time()) when its fault begins (bench/hang.sh).
+# the step loop's seconds); the culprit writes OUT/fault (time.time()) when its fault begins (bench/faults/hang.sh).
 import datetime
 import os
 import signal

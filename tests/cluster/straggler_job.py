@@ -1,5 +1,5 @@
 # A plain PyTorch Gloo loop with no meshrun code, for the straggler tests (tests/cluster/straggler_test.sh)
-# and bench/progress.sh:
+# and bench/faults/progress.sh:
 #   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats] [--for=SECONDS]
 # Each step every rank computes for STEP_MS ms, SLOW_RANK for FACTOR times as long, then all-reduces twice
 # (two collectives per step, like a model in two buckets). The compute is a busy loop (real compute, not a

@@ -17,7 +17,7 @@
 #   healthy_jitter   one healthy job for HEALTHY_S seconds (default 300) on the route HEALTHY_ROUTE (beats or
 #            arrivals), equal work per step on its two ranks, the cores shared with another busy process (a
 #            spinning Python, not part of the job): no straggler line on either agent, and both ranks have their
-#            route's figure (bench/straggler_healthy.sh runs it for 30 minutes).
+#            route's figure (bench/faults/straggler_healthy.sh runs it for 30 minutes).
 #   throttled / throttled_beats   equal work on both ranks (a fixed amount per step, not a clock), then
 #            rank 0's worker is put in a CPU cgroup limited to half a core while it runs: both agents name
 #            rank 0, never rank 1, from arrival times (no beats) or from the beats' compute_s; the seconds

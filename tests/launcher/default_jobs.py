@@ -1,4 +1,4 @@
-"""Jobs as people run them, for the "right by default" table (tests/launcher/defaults_test.sh, bench/hang/defaults.sh):
+"""Jobs as people run them, for the "right by default" table (tests/launcher/defaults_test.sh, bench/faults/hang_defaults.sh):
 an unmodified PyTorch Gloo script, no beats, no meshrun code, 3 ranks. One row per run:
 
     default_jobs.py ROW SECONDS OUT

@@ -15,7 +15,7 @@
 #   socket      (--hang-floor 10) rank 2 blocks on a silent socket before collective #1: named hung
 #   spin        (--hang-floor 10 --hang-busy-timeout 30) rank 1 spins forever: named late at the budget, then
 #               hung past the busy timeout, the job ends 1
-# Timings are printed, never asserted (bench/hang_defaults.sh measures them against torchrun).
+# Timings are printed, never asserted (bench/faults/hang_defaults.sh measures them against torchrun).
 # Usage: defaults_test.sh "ROW [ROW...]" MESHRUN DAEMON VENV_BIN
 ROWS=$1 MESHRUN=$2 DAEMON=$3 VENV_BIN=$4
 HERE=$(cd "$(dirname "$0")" && pwd)

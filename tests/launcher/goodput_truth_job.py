@@ -1,5 +1,5 @@
 """A Gloo job that times its own work, for the goodput ledger's truth test (tests/launcher/goodput_truth_test.sh)
-and bench/chaos.sh: the ledger must agree with what the script itself measured.
+and bench/faults/chaos.sh: the ledger must agree with what the script itself measured.
 
     goodput_truth_job.py OUT STEPS [--beats]
 

@@ -2,9 +2,9 @@
 # The guard of meshrun's fix for PyTorch's teardown race (docs/launcher.md, "Ending a script"): a worker that
 # used torch.distributed gets the hook's pause at exit, after the script's own atexit handlers (the pause that
 # closes the window of the abort half the scripts that end without destroy_process_group() meet under
-# torchrun: bench/teardown.sh); a worker that never imported torch.distributed gets none, and neither does one
+# torchrun: bench/control/teardown.sh); a worker that never imported torch.distributed gets none, and neither does one
 # under --hang-timeout off. The pause does not depend on how the script ends, so every run here ends with
-# destroy_process_group() (never an abort: 0 in bench/teardown.sh), and no run can lose the race by luck; the
+# destroy_process_group() (never an abort: 0 in bench/control/teardown.sh), and no run can lose the race by luck; the
 # script replaces time.sleep with one that writes down every call, so the hook's pause is seen.
 # Usage: hook_settle_test.sh MESHRUN PYTHON
 MESHRUN=$1 PYTHON=$2

@@ -1,12 +1,12 @@
 """meshrun-trainer against PyTorch's own parts, step by step: the same tiny Llama, the same initial weights,
 the same batches, fp32 on 2 CPU ranks. meshrun-trainer (FULL_SHARD) on one side; on the other
-bench/train_fsdp2_reference.py: an nn.Module with scaled_dot_product_attention, FSDP2 fully_shard,
+bench/trainer/train_fsdp2_reference.py: an nn.Module with scaled_dot_product_attention, FSDP2 fully_shard,
 torch.optim.AdamW, clip_grad_norm_ and a LambdaLR warm-up + cosine, started from the trainer's own
 exported initial weights (--init-from). Both launched by meshrun --standalone.
   - per-step losses agree within REL (relative), every step;
   - the final weights agree: the largest difference of any tensor, relative to its norm, within WREL.
 Prints both figures. The bench version (more steps, and PyTorch against itself with another reduction
-order as the noise floor) is bench/trainer_parity.sh.
+order as the noise floor) is bench/trainer/trainer_parity.sh.
 Usage: pytorch_parity_test.py MESHRUN TRAINER REPO [STEPS] [--reference-only]
   --reference-only: the reference FULL_SHARD (reduce-scatter) against the reference NO_SHARD (DDP's
   all-reduce), both from the trainer's initial weights: what another reduction order alone moves.
@@ -46,7 +46,7 @@ def trainer(work, name, steps, sets):
 def reference(work, init, strategy):
     """The reference's per-step losses and its final weights' file."""
     final = os.path.join(work, f"reference_{strategy}.safetensors")
-    printed = run([MESHRUN, "--standalone", "--nproc-per-node", "2", os.path.join(REPO, "bench", "train_fsdp2_reference.py"),
+    printed = run([MESHRUN, "--standalone", "--nproc-per-node", "2", os.path.join(REPO, "bench", "trainer", "train_fsdp2_reference.py"),
                    "--config", CONFIG, "--set", f"train.steps={STEPS}", "--steps", str(STEPS), "--strategy", strategy,
                    "--init-from", init, "--save-final", final])
     lines = [line.split("]:", 1)[-1] for line in printed.splitlines()]  # without meshrun's "[rankN]:"

@@ -358,5 +358,5 @@ def _stop(thread, listen, path):
         # PyTorch's Gloo threads go on releasing the last collective for a few milliseconds after it returned;
         # an interpreter that finalises meanwhile aborts ("terminate called without an active exception",
         # pytorch/pytorch#190489: half the scripts that end without destroy_process_group(), under torchrun).
-        # Leaving them SETTLE_S closes that window (bench/teardown.sh).
+        # Leaving them SETTLE_S closes that window (bench/control/teardown.sh).
         time.sleep(SETTLE_S)
