@@ -134,17 +134,18 @@ int Agent::run() {
   if (!hook_dir_.empty()) add_python_hook(base_env_, hook_dir_);
   job_token_ = make_job_token();
   const OrphanWatchdog watchdog(job_token_);  // kills the workers' leftovers should this process die
+  // The helpers below end with this run, as its locals do, before the watchdog and the rendezvous: the standbys
+  // first (also when one of them fails to start).
+  const ScopeExit end_helpers([this] {
+    standbys_.reset();
+    memory_.reset();
+  });
   // Memory copies of the workers' state (checkpoint.memory_interval) outlive each attempt, never this agent.
   memory_ = std::make_unique<MemoryKeeper>(progress_root_ + "/memory.sock",
                                            "meshrun-memory " + rdzv.run_id() + " agent" + std::to_string(::getpid()),
                                            rdzv.run_id(), rdzv.hostname(), options_.rdzv_conf.token);
   memory_socket_ = memory_->socket_path();
   standbys_ = make_standbys();
-  // They end with this run, as its locals do, before the watchdog and the rendezvous: the standbys first.
-  const ScopeExit end_helpers([this] {
-    standbys_.reset();
-    memory_.reset();
-  });
   // A hot spare waits with nothing to run: its standbys are what the round that takes it starts from.
   if (standbys_ != nullptr) {
     rdzv.on_spare([this] { standbys_->fill([this](int lr) { return standby_env(lr); }, StandbyPool::Pace::kAllNow); });

@@ -17,7 +17,7 @@ struct OpenRound {
   int joined = 0;  // nodes in the round now: survivors back, spares, late joiners
   int min_nodes = 1;
   int max_nodes = 1;
-  bool restart = false;           // a restart opened it: the survivors of the last round re-join
+  bool restart = false;           // a restart opened it and survivors of the last round are expected back
   int survivors_out = 0;          // survivors not back yet and not known lost
   int survivors_due = 0;          // ... of them, known alive (stopping their workers): they will be back
   bool newcomer_joined = false;   // a joined node was not in the last round (a spare, a late joiner)

@@ -79,7 +79,9 @@ std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, cons
   round.joined = static_cast<int>(joined.size());
   round.min_nodes = run.min_nodes;
   round.max_nodes = run.max_nodes;
-  round.restart = run.round > 0;
+  // A restart here is a round with survivors expected (a fresh run may start at a round above 0: an id reused,
+  // a failed run started over). One whose survivors all lost their lease waits for the last call.
+  round.restart = !run.survivors.empty();
   // A survivor that reported its own workers' failure is alive (due), only slower to stop them than spares
   // are to join. One that said nothing may be the node that was lost: its lease tells only once it expires.
   for (const auto& s : survivors) {
@@ -95,6 +97,9 @@ std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, cons
   for (const auto& node : joined) is_survivor.push_back(survivors.count(survivor_key(node)) != 0);
   std::vector<proto::NodeInfo> nodes;
   for (size_t i : proto::seated(is_survivor, run.max_nodes)) nodes.push_back(joined[i]);
+  // Survivors first: a node rank two nodes request goes to the survivor.
+  std::stable_partition(nodes.begin(), nodes.end(),
+                        [&](const proto::NodeInfo& node) { return survivors.count(survivor_key(node)) != 0; });
   std::vector<proto::RankRequest> requests;
   for (const auto& node : nodes) {
     const auto previous = run.previous_ranks.find(survivor_key(node));

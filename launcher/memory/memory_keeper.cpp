@@ -56,8 +56,8 @@ std::string receive_fetched(const CopySource& from, const std::string& key, cons
 std::string check_fetched(const MemfdSlot& slot, int rank, int64_t step, int world_size) {
   if (std::string why = slot.check(); !why.empty()) return why;
   const proto::CopyHeader h = slot.read_header();
-  if (h.step != step || h.rank != rank || (world_size >= 0 && h.world_size != world_size))
-    return "it holds another step, rank or world";
+  if (h.step != step || h.rank != rank) return "it holds another step or rank";
+  if (world_size >= 0 && h.world_size != world_size) return "it holds another world";
   return "";
 }
 

@@ -74,6 +74,11 @@ TEST_CASE("etcd round closing: at max at once, at min only after the last call o
   CHECK(etcd::close_now(run, two, false));
   run.survivors = {"a/2", "b/1", "c/3"};
   CHECK_FALSE(etcd::close_now(run, two, false));
+  // A fresh run that starts at a later round (a reused id) is no restart: the last call still runs.
+  RunRecord reused = open_run(2, 3);
+  reused.round = 5;
+  CHECK_FALSE(etcd::close_now(reused, two, false));
+  CHECK(etcd::close_now(reused, two, true));
   // More than max joined: the first max (join order) make the round, the rest wait.
   const auto capped = etcd::close_now(open_run(1, 1), two, false);
   REQUIRE(capped);
