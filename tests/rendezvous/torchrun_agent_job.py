@@ -15,7 +15,10 @@ dist.init_process_group("gloo")
 t = torch.ones(4)
 dist.all_reduce(t)
 if mode == "fail" and attempt == 0 and dist.get_rank() == 1:
-    sys.exit(3)
+    # Not sys.exit(3): the interpreter's teardown would destroy a Gloo process group that was never destroyed,
+    # which aborts the process (SIGABRT, exit -6) when rank 0's failure lands at that moment (seen in CI).
+    sys.stdout.flush()
+    os._exit(3)
 dist.barrier()
 open(os.path.join(out, f"done.{rank}.{attempt}"), "w").write(str(int(t[0])))
 dist.destroy_process_group()
