@@ -190,14 +190,13 @@ void Membership::trim_to_max(Run& run) {
   if (static_cast<int>(run.participants.size()) <= run.max_nodes) return;
   std::vector<bool> survivor;
   for (const auto& id : run.participants) survivor.push_back(run.nodes.at(id).previous_rank >= 0);
-  const std::vector<size_t> seats = proto::seated(survivor, run.max_nodes);
+  std::vector<bool> has_seat(run.participants.size(), false);
+  for (size_t i : proto::seated(survivor, run.max_nodes)) has_seat[i] = true;
   std::vector<std::string> seated;
   std::vector<std::string> spares;
-  for (size_t i = 0, next = 0; i < run.participants.size(); ++i) {
-    const bool has_seat = next < seats.size() && seats[next] == i;
-    next += has_seat ? 1 : 0;
-    (has_seat ? seated : spares).push_back(run.participants[i]);
-    run.nodes.at(run.participants[i]).participant = has_seat;
+  for (size_t i = 0; i < run.participants.size(); ++i) {
+    (has_seat[i] ? seated : spares).push_back(run.participants[i]);
+    run.nodes.at(run.participants[i]).participant = has_seat[i];
   }
   run.participants = std::move(seated);
   run.waiting.insert(run.waiting.begin(), spares.begin(), spares.end());

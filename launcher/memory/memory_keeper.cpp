@@ -413,10 +413,12 @@ std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, co
       from, copy_key(), CopyPortRequest::fetch(run_id_, rank, step, world_size), [&](uint64_t bytes, std::string& no) {
         if (bytes < proto::kHeaderBytes) {
           no = "node " + std::to_string(from.node) + " says: a copy of " + std::to_string(bytes) + " bytes";
-        } else if (no = budget_refusal(bytes, memory_room(read_)); no.empty()) {
-          into = std::make_unique<MemfdSlot>(name_ + " fetched rank" + std::to_string(rank), bytes);
+          return -1;
         }
-        return into ? into->fd() : -1;
+        no = budget_refusal(bytes, memory_room(read_));
+        if (!no.empty()) return -1;
+        into = std::make_unique<MemfdSlot>(name_ + " fetched rank" + std::to_string(rank), bytes);
+        return into->fd();
       });
   if (why.empty()) why = check_fetched(*into, rank, step, world_size);
   if (!why.empty())
