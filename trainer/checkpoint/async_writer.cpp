@@ -2,7 +2,7 @@
 
 #include <chrono>
 #include <cstring>
-#include <exception>
+#include <memory>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -21,11 +21,6 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// What the writer throws to drop a job when the checkpointer is destroyed mid-save.
-struct Cancelled : std::exception {
-  const char* what() const noexcept override { return "checkpoint save cancelled"; }
-};
 
 }  // namespace
 
@@ -58,17 +53,9 @@ AsyncCheckpointer::AsyncCheckpointer(const TrainerConfig& config, ShardedModel& 
   buffer_ = at::empty({total}, at::TensorOptions().dtype(at::kFloat).pinned_memory(on_device_));
   buffer_.zero_();
   buffer_data_ = buffer_.data_ptr<float>();
-  writer_ = std::thread([this] { writer_loop(); });
 }
 
-AsyncCheckpointer::~AsyncCheckpointer() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
-  writer_.join();
-}
+AsyncCheckpointer::~AsyncCheckpointer() = default;
 
 int64_t AsyncCheckpointer::snapshot_bytes() const { return static_cast<int64_t>(buffer_.nbytes()); }
 
@@ -85,12 +72,9 @@ AsyncCheckpointer::Started AsyncCheckpointer::start(const TrainState& state) {
     if (world_.rank() == 0) prepare_step_dir(config_.checkpoint.dir, path_);
   });  // the folder exists for every rank from here on
 
-  Job job;
-  job.kind = JobKind::kWrite;
-  job.path = path_;
-  job.state = state;
-  job.copied = copy_device_pieces();
-  submit(std::move(job));
+  // Shared: a c10::Event cannot be copied, and a job must be.
+  auto job = std::make_shared<ShardJob>(ShardJob{path_, state, copy_device_pieces()});
+  writer_.submit([this, job] { write_shard(*job); }, /*holds_gate=*/true);
   phase_ = Phase::kWriting;
   gate_pending_ = true;
   started_at_ = now_seconds();
@@ -123,19 +107,15 @@ std::optional<c10::Event> AsyncCheckpointer::copy_device_pieces() {
 
 void AsyncCheckpointer::before_update() {
   if (!gate_pending_) return;
-  const double begin = now_seconds();
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return snapshot_taken_; });
-  lock.unlock();
+  snapshot_wait_ = writer_.wait_for_gate();
   gate_pending_ = false;
-  snapshot_wait_ = now_seconds() - begin;
   blocked_ += snapshot_wait_;
 }
 
 std::array<double, 2> AsyncCheckpointer::status() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const bool failed = !error_.empty();
-  const bool done = phase_ != Phase::kIdle && !busy_ && !failed;
+  const auto writer = writer_.state();
+  const bool failed = !writer.first_error.empty();
+  const bool done = phase_ != Phase::kIdle && writer.idle && !failed;
   return {failed ? 1.0 : 0.0, done ? 1.0 : 0.0};
 }
 
@@ -146,21 +126,16 @@ std::optional<CheckpointStats> AsyncCheckpointer::advance(double failed, double 
     // Every rank's shard file is durable: metadata.json may go in now.
     phase_ = Phase::kFinishing;
     if (world_.rank() == 0) {
-      Job job;
-      job.kind = JobKind::kFinish;
-      job.path = path_;
-      job.state = state_;
-      submit(std::move(job));
+      const SaveRecord record{state_.step, state_.optimizer_steps, world_.world_size(), model_.layout()};
+      writer_.submit(
+          [this, path = path_, record] { finished_bytes_ = finish_checkpoint(config_, path, record, nullptr); },
+          /*holds_gate=*/false);
     }
     return std::nullopt;
   }
   phase_ = Phase::kIdle;
-  CheckpointStats stats{path_, 0, now_seconds() - started_at_};
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats.bytes = finished_bytes_;
-    stats.written_during_step = written_during_step_;
-  }
+  CheckpointStats stats{path_, finished_bytes_, now_seconds() - started_at_};
+  stats.written_during_step = written_during_step_;
   stats.async = true;
   stats.blocked_seconds = blocked_;
   stats.snapshot_wait_seconds = snapshot_wait_;
@@ -171,7 +146,7 @@ std::optional<CheckpointStats> AsyncCheckpointer::finish() {
   std::optional<CheckpointStats> completed;
   // One collective per phase: after wait_idle() every rank is done or failed, so each round moves on.
   while (phase_ != Phase::kIdle) {
-    wait_idle();
+    writer_.wait_idle();
     const auto own = status();
     const auto sums = world_.sum_over_ranks({own[0], own[1]});
     if (auto stats = advance(sums[0], sums[1])) completed = std::move(stats);
@@ -180,71 +155,11 @@ std::optional<CheckpointStats> AsyncCheckpointer::finish() {
 }
 
 void AsyncCheckpointer::fail() {
-  std::string own;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    own = error_;
-  }
+  const std::string own = writer_.state().first_error;
   phase_ = Phase::kIdle;
   const auto failure = world_.first_failure(own);
   throw_if_failed(failure, path_);
   throw Error("internal: a rank reported a failed checkpoint write but no rank named it");
-}
-
-void AsyncCheckpointer::submit(Job job) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = std::move(job);
-    busy_ = true;
-    snapshot_taken_ = job_->kind != JobKind::kWrite;
-  }
-  changed_.notify_all();
-}
-
-void AsyncCheckpointer::wait_idle() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return !busy_; });
-}
-
-void AsyncCheckpointer::writer_loop() {
-  for (;;) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [this] { return stop_ || job_.has_value(); });
-    if (stop_) return;
-    Job job = std::move(*job_);
-    job_.reset();
-    lock.unlock();
-    std::string error;
-    try {
-      run(job);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    lock.lock();
-    busy_ = false;
-    snapshot_taken_ = true;  // also when the job failed: the gate must not wait forever
-    if (!error.empty() && error_.empty()) error_ = error;
-    lock.unlock();
-    changed_.notify_all();
-  }
-}
-
-void AsyncCheckpointer::run(Job& job) {
-  if (job.kind == JobKind::kFinish) {
-    const SaveRecord record{job.state.step, job.state.optimizer_steps, world_.world_size(), model_.layout()};
-    const int64_t bytes = finish_checkpoint(config_, job.path, record, nullptr);
-    std::lock_guard<std::mutex> lock(mutex_);
-    finished_bytes_ = bytes;
-    return;
-  }
-  if (job.copied) job.copied->synchronize();
-  copy_host_pieces();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    snapshot_taken_ = true;
-  }
-  changed_.notify_all();
-  write_shard(job);
 }
 
 void AsyncCheckpointer::copy_host_pieces() {
@@ -255,19 +170,18 @@ void AsyncCheckpointer::copy_host_pieces() {
   }
 }
 
-void AsyncCheckpointer::write_shard(const Job& job) {
+void AsyncCheckpointer::write_shard(const ShardJob& job) {
+  if (job.copied) job.copied->synchronize();
+  copy_host_pieces();
+  writer_.release_gate();
   if (!model_.writes_checkpoint()) return;
   const int rank = world_.rank();
   ShardFileWriter file(job.path, "rank" + std::to_string(rank) + ".bin", {job.state.step, rank, unit_count_});
   for (const auto& p : pieces_) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stop_) throw Cancelled();
-    }
+    writer_.throw_if_stopping();
     file.append(*p.spec, p.unit, p.kind, buffer_data_ + p.at, p.lo, p.lo, p.hi);
   }
   write_rank_index(job.path, rank, file.commit());
-  std::lock_guard<std::mutex> lock(mutex_);
   written_during_step_ = training_step_.load();
 }
 

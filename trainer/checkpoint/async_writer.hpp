@@ -32,17 +32,15 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Event.h>
 
+#include "trainer/checkpoint/background_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/config.hpp"
 
@@ -96,22 +94,17 @@ class AsyncCheckpointer {
     int64_t source_offset = 0;           // element lo in `source`
     const float* host_source = nullptr;  // element lo, when `source` is in host memory (the writer copies it)
   };
-  enum class JobKind { kWrite, kFinish };
-  struct Job {
-    JobKind kind = JobKind::kWrite;
+  /// A save's shard file: what the writer thread needs to write it.
+  struct ShardJob {
     std::string path;
     TrainState state;
     std::optional<c10::Event> copied;  // GPU sources: the device-to-host copies are done
   };
 
-  void writer_loop();
-  void run(Job& job);
+  /// The writer thread's job for this rank's shard file: takes the snapshot, releases the gate, writes.
+  void write_shard(const ShardJob& job);
   /// Snapshot of the host-resident sources into the buffer (writer thread).
   void copy_host_pieces();
-  void write_shard(const Job& job);
-  void submit(Job job);
-  /// Waits until the writer has no job.
-  void wait_idle();
   /// GPU sources: device-to-host copies into the pinned buffer on a side stream; their completion event.
   std::optional<c10::Event> copy_device_pieces();
   [[noreturn]] void fail();
@@ -136,17 +129,11 @@ class AsyncCheckpointer {
   double snapshot_wait_ = 0;
   bool gate_pending_ = false;
 
-  // Shared with the writer thread, under mutex_.
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::optional<Job> job_;
-  bool busy_ = false;
-  bool snapshot_taken_ = true;
-  bool stop_ = false;
-  std::string error_;
+  // Written by the writer's jobs, read once BackgroundWriter::state() says idle.
   int64_t finished_bytes_ = 0;
   int64_t written_during_step_ = 0;
-  std::thread writer_;
+
+  BackgroundWriter writer_;  // last: stopped first, while everything its job reads still exists
 };
 
 }  // namespace meshrun::trainer

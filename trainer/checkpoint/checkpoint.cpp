@@ -70,17 +70,11 @@ std::pair<int64_t, int64_t> local_range(const FlatParamUnit& unit) {
 int64_t fill_shard(const FlatParamUnit& unit, at::Tensor& dst, const ReadPiece& read) {
   const auto [lo, hi] = local_range(unit);
   at::Tensor buffer = at::zeros({unit.shard_numel()}, at::kFloat);  // padding stays zero
-  int64_t offset = 0;
   int64_t elements = 0;
-  for (const auto& p : unit.spec().params) {
-    const int64_t s = std::max(lo, offset);
-    const int64_t e = std::min(hi, offset + p.numel());
-    if (s < e) {
-      read(p, s - offset, e - s, buffer.data_ptr<float>() + (s - unit.shard_offset()));
-      elements += e - s;
-    }
-    offset += p.numel();
-  }
+  for_each_param_slice(unit.spec(), lo, hi, [&](const ParamSlice& slice) {
+    read(slice.param, slice.begin, slice.count, buffer.data_ptr<float>() + (slice.at - unit.shard_offset()));
+    elements += slice.count;
+  });
   dst.copy_(buffer);
   return elements;
 }

@@ -185,23 +185,23 @@ void prepare_step_dir(const std::string& dir, const std::string& path) {
   fs::create_directories(path);
 }
 
-ShardFileWriter::ShardFileWriter(const std::string& path, std::string file, SaveSite site)
-    : file_name_(std::move(file)), site_(site), file_(data_file_path(path, file_name_, site)) {}
+void ChunkIndex::add(int kind, const UnitSpec& unit, const ParamSlice& slice, uint64_t offset, uint32_t crc) {
+  chunks_[global_name(kCheckpointKinds[kind], unit, slice.param)].push_back(
+      {{"file", file_}, {"offset", offset}, {"begin", slice.begin}, {"count", slice.count}, {"crc32", crc}});
+}
+
+json ChunkIndex::to_json(uint64_t bytes) const { return {{"file", file_}, {"bytes", bytes}, {"chunks", chunks_}}; }
+
+ShardFileWriter::ShardFileWriter(const std::string& path, const std::string& file, SaveSite site)
+    : site_(site), file_(data_file_path(path, file, site)), index_(file) {}
 
 void ShardFileWriter::append(const UnitSpec& unit, size_t unit_index, int kind, const float* data, int64_t base,
                              int64_t lo, int64_t hi) {
-  int64_t offset = 0;
-  for (const auto& p : unit.params) {
-    const int64_t s = std::max(lo, offset);
-    const int64_t e = std::min(hi, offset + p.numel());
-    if (s < e) {
-      const uint64_t at = file_.bytes_written();
-      const uint32_t crc = file_.write(data + (s - base), static_cast<size_t>(e - s) * sizeof(float));
-      chunks_[global_name(kCheckpointKinds[kind], unit, p)].push_back(
-          {{"file", file_name_}, {"offset", at}, {"begin", s - offset}, {"count", e - s}, {"crc32", crc}});
-    }
-    offset += p.numel();
-  }
+  for_each_param_slice(unit, lo, hi, [&](const ParamSlice& slice) {
+    const uint64_t at = file_.bytes_written();
+    index_.add(kind, unit, slice, at,
+               file_.write(data + (slice.at - base), static_cast<size_t>(slice.count) * sizeof(float)));
+  });
   if (unit_index != site_.units / 2 || kind != 0) return;
   kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_IN_SAVE", fault_site(site_));
   stall_if_asked("MESHRUN_TRAINER_FAULT_STALL_IN_SAVE", fault_site(site_));
@@ -209,7 +209,7 @@ void ShardFileWriter::append(const UnitSpec& unit, size_t unit_index, int kind, 
 
 json ShardFileWriter::commit() {
   file_.commit();
-  return {{"file", file_name_}, {"bytes", file_.bytes_written()}, {"chunks", std::move(chunks_)}};
+  return index_.to_json(file_.bytes_written());
 }
 
 void write_rank_index(const std::string& path, int rank, const json& index) {

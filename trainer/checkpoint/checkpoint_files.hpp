@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -41,12 +42,27 @@ struct SaveSite {
   size_t units = 0;  // units in the model: the kill hook fires after unit units/2
 };
 
+/// The chunk index of one data file (rank<R>.bin, full.bin, or a copy in memory in rank<R>.bin's layout):
+/// where each parameter's slice lies in the file, and its CRC; metadata.json is merged from these.
+class ChunkIndex {
+ public:
+  explicit ChunkIndex(std::string file) : file_(std::move(file)) {}
+  /// The slice `slice` of tensor kind `kind` of `unit` lies at byte `offset` of the file.
+  void add(int kind, const UnitSpec& unit, const ParamSlice& slice, uint64_t offset, uint32_t crc);
+  /// {file, bytes, chunks}.
+  nlohmann::json to_json(uint64_t bytes) const;
+
+ private:
+  std::string file_;
+  nlohmann::json chunks_ = nlohmann::json::object();
+};
+
 /// One data file of a checkpoint (rank<R>.bin or full.bin), written under a temporary name and committed
 /// atomically, with the index of the chunks it holds.
 class ShardFileWriter {
  public:
   /// Throws meshrun::Error naming the path when the file cannot be created.
-  ShardFileWriter(const std::string& path, std::string file, SaveSite site);
+  ShardFileWriter(const std::string& path, const std::string& file, SaveSite site);
 
   /// Appends unit-flat elements [lo, hi) of one tensor kind of `unit` (data[0] is unit element `base`) and
   /// records one chunk per parameter it touches. Throws meshrun::Error naming the file when a write fails.
@@ -56,10 +72,9 @@ class ShardFileWriter {
   nlohmann::json commit();
 
  private:
-  std::string file_name_;
   SaveSite site_;
   AtomicFile file_;
-  nlohmann::json chunks_ = nlohmann::json::object();
+  ChunkIndex index_;
 };
 
 /// <path>/rank<R>.index.json: a rank's index, for rank 0 to collect (sharded format).

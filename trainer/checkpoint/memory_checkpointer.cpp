@@ -98,7 +98,7 @@ std::unique_ptr<MemoryCheckpointer> MemoryCheckpointer::create(const TrainerConf
     std::fflush(stdout);
   }
   if (failure) return nullptr;
-  made->writer_ = std::thread([m = made.get()] { m->writer_loop(); });
+  made->writer_ = std::make_unique<BackgroundWriter>();
   return made;
 }
 
@@ -117,12 +117,7 @@ MemoryCheckpointer::MemoryCheckpointer(const TrainerConfig& config, Communicator
 }
 
 MemoryCheckpointer::~MemoryCheckpointer() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  changed_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  writer_.reset();  // before the slots it writes into go
   for (const auto& slot : slots_) ::munmap(slot.data, slot.bytes);
   if (pushed_step_ != nullptr) ::munmap(const_cast<std::atomic<int64_t>*>(pushed_step_), proto::kHeaderBytes);
 }
@@ -157,26 +152,17 @@ std::string MemoryCheckpointer::say_hello(ShardedModel& model) {
 }
 
 json MemoryCheckpointer::chunk_index(const std::vector<uint32_t>* crcs) const {
-  const std::string file = "rank" + std::to_string(world_.rank()) + ".bin";
-  json chunks = json::object();
+  ChunkIndex index("rank" + std::to_string(world_.rank()) + ".bin");
   uint64_t at = 0;
   size_t n = 0;
   for (const auto& p : pieces_) {
-    int64_t offset = 0;
-    for (const auto& param : p.spec->params) {
-      const int64_t s = std::max(p.lo, offset);
-      const int64_t e = std::min(p.hi, offset + param.numel());
-      if (s < e) {
-        const uint32_t crc = crcs != nullptr ? (*crcs)[n] : 4294967295U;
-        chunks[global_name(kCheckpointKinds[p.kind], *p.spec, param)].push_back(
-            {{"file", file}, {"offset", at}, {"begin", s - offset}, {"count", e - s}, {"crc32", crc}});
-        at += static_cast<uint64_t>(e - s) * sizeof(float);
-        ++n;
-      }
-      offset += param.numel();
-    }
+    for_each_param_slice(*p.spec, p.lo, p.hi, [&](const ParamSlice& slice) {
+      index.add(p.kind, *p.spec, slice, at, crcs != nullptr ? (*crcs)[n] : 4294967295U);
+      at += static_cast<uint64_t>(slice.count) * sizeof(float);
+      ++n;
+    });
   }
-  return {{"file", file}, {"bytes", payload_bytes_}, {"chunks", std::move(chunks)}};
+  return index.to_json(payload_bytes_);
 }
 
 void MemoryCheckpointer::resumed_from(int64_t step, const std::string& source) {
@@ -189,31 +175,23 @@ void MemoryCheckpointer::resumed_from(int64_t step, const std::string& source) {
 }
 
 void MemoryCheckpointer::start(const TrainState& state) {
-  {
-    std::lock_guard lock(mutex_);
-    job_ = state;
-    done_ = false;
-    stats_ = MemoryCopyStats{};
-    stats_.step = state.step;
-  }
-  changed_.notify_all();
+  // The gate holds until the copy is sealed: it reads the live shards to its last byte.
+  writer_->submit([this, state] { copy_job(state); }, /*holds_gate=*/true);
   in_flight_ = true;
   gate_pending_ = true;
+  blocked_ = 0;
 }
 
 void MemoryCheckpointer::before_update() {
   if (!gate_pending_) return;
-  const double begin = now_seconds();
-  std::unique_lock lock(mutex_);
-  changed_.wait(lock, [this] { return done_; });
-  stats_.blocked_seconds = now_seconds() - begin;
+  blocked_ = writer_->wait_for_gate();
   gate_pending_ = false;
 }
 
 std::array<double, 2> MemoryCheckpointer::status() const {
   const bool pushed = durable_pending_ > 0 && pushed_step_->load(std::memory_order_relaxed) >= durable_pending_;
-  std::lock_guard lock(mutex_);
-  return {in_flight_ && done_ && stats_.skipped.empty() ? 1.0 : 0.0, pushed ? 1.0 : 0.0};
+  const bool sealed = in_flight_ && writer_->state().idle && copied_.skipped.empty();
+  return {sealed ? 1.0 : 0.0, pushed ? 1.0 : 0.0};
 }
 
 std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, double pushed_sum) {
@@ -228,11 +206,8 @@ std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, do
   }
   if (!in_flight_ || gate_pending_) return std::nullopt;
   in_flight_ = false;
-  MemoryCopyStats stats;
-  {
-    std::lock_guard lock(mutex_);
-    stats = stats_;
-  }
+  MemoryCopyStats stats = copied_;  // the gate passed: the job ended
+  stats.blocked_seconds = blocked_;
   if (sealed_sum < static_cast<double>(world_size_)) return stats;
   try {
     link_->tell(proto::HandoverRequest::commit(stats.step));
@@ -245,32 +220,20 @@ std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, do
   return stats;
 }
 
-void MemoryCheckpointer::writer_loop() {
-  for (;;) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [this] { return stop_ || job_.has_value(); });
-    if (stop_) return;
-    const TrainState state = *job_;
-    job_.reset();
-    lock.unlock();
-    MemoryCopyStats stats;
-    stats.step = state.step;
-    const double begin = now_seconds();
-    try {
-      stats.skipped = copy(state, stats);
-    } catch (const std::exception& e) {
-      stats.skipped = e.what();
-    }
-    stats.copy_seconds = now_seconds() - begin;
-    if (!stats.skipped.empty())
-      std::fprintf(stderr, "checkpoint: rank %d made no copy in memory of step %lld: %s\n", world_.rank(),
-                   static_cast<long long>(state.step), stats.skipped.c_str());
-    lock.lock();
-    stats_ = stats;
-    done_ = true;
-    lock.unlock();
-    changed_.notify_all();
+void MemoryCheckpointer::copy_job(const TrainState& state) {
+  MemoryCopyStats stats;
+  stats.step = state.step;
+  const double begin = now_seconds();
+  try {
+    stats.skipped = copy(state, stats);
+  } catch (const std::exception& e) {
+    stats.skipped = e.what();  // a copy that fails skips this step; training and storage saves go on
   }
+  stats.copy_seconds = now_seconds() - begin;
+  if (!stats.skipped.empty())
+    std::fprintf(stderr, "checkpoint: rank %d made no copy in memory of step %lld: %s\n", world_.rank(),
+                 static_cast<long long>(state.step), stats.skipped.c_str());
+  copied_ = stats;
 }
 
 std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& stats) {
@@ -303,18 +266,12 @@ std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& s
   std::vector<uint32_t> crcs;
   const FaultSite site{state.step, world_.rank()};
   for (const auto& p : pieces_) {
-    int64_t offset = 0;
-    for (const auto& param : p.spec->params) {
-      const int64_t s = std::max(p.lo, offset);
-      const int64_t e = std::min(p.hi, offset + param.numel());
-      if (s < e) {
-        const size_t n = static_cast<size_t>(e - s) * sizeof(float);
-        std::memcpy(payload, p.source + (s - p.lo), n);
-        crcs.push_back(crc32_of(payload, n));  // cache-hot
-        payload += n;
-      }
-      offset += param.numel();
-    }
+    for_each_param_slice(*p.spec, p.lo, p.hi, [&](const ParamSlice& slice) {
+      const size_t n = static_cast<size_t>(slice.count) * sizeof(float);
+      std::memcpy(payload, p.source + (slice.at - p.lo), n);
+      crcs.push_back(crc32_of(payload, n));  // cache-hot
+      payload += n;
+    });
     if (p.unit == unit_count_ / 2 && p.kind == 0) {
       kill_if_asked("MESHRUN_TRAINER_FAULT_KILL_IN_MEMORY_COPY", site);
       stall_if_asked("MESHRUN_TRAINER_FAULT_STALL_IN_MEMORY_COPY", site);

@@ -19,16 +19,14 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "trainer/checkpoint/agent_link.hpp"
+#include "trainer/checkpoint/background_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/config.hpp"
 
@@ -95,8 +93,9 @@ class MemoryCheckpointer {
   MemoryCheckpointer(const TrainerConfig& config, Communicator& world, std::vector<Piece> pieces,
                      std::unique_ptr<AgentLink> link, const std::atomic<int64_t>& training_step);
   std::string say_hello(ShardedModel& model);
-  void writer_loop();
-  /// The copy of `state` (writer thread): asks for a slot, fills it, seals it. Returns why not, or "".
+  /// The writer thread's job: the copy of `state`, its stats into copied_.
+  void copy_job(const TrainState& state);
+  /// The copy of `state`: asks for a slot, fills it, seals it. Returns why not, or "".
   std::string copy(const TrainState& state, MemoryCopyStats& stats);
   /// The chunk index of the payload (rank<R>.bin's), with `crcs` per chunk or the widest CRC text.
   nlohmann::json chunk_index(const std::vector<uint32_t>* crcs) const;
@@ -121,17 +120,10 @@ class MemoryCheckpointer {
   bool in_flight_ = false;  // started, not yet decided by advance()
   bool gate_pending_ = false;
   int64_t durable_pending_ = 0;  // the newest committed step not yet on every buddy (0: none)
-  double blocked_ = 0;
-  int64_t uncommitted_streak_ = 0;
+  double blocked_ = 0;           // the copy in flight's wait in before_update()
 
-  // Shared with the writer thread, under mutex_.
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::optional<TrainState> job_;
-  bool done_ = true;  // the copy in flight is sealed or skipped
-  bool stop_ = false;
-  MemoryCopyStats stats_;
-  std::thread writer_;
+  MemoryCopyStats copied_;  // written by the writer's job, read once BackgroundWriter::state() says idle
+  std::unique_ptr<BackgroundWriter> writer_;  // started by create() once the slots are mapped; stopped first
 };
 
 }  // namespace meshrun::trainer

@@ -62,19 +62,16 @@ std::vector<int64_t> split_sizes_of(const UnitSpec& spec, int64_t padded_numel) 
 std::vector<std::pair<int64_t, int64_t>> decay_ranges_in_shard(const UnitSpec& spec, int64_t shard_offset,
                                                                int64_t shard_numel) {
   std::vector<std::pair<int64_t, int64_t>> ranges;
-  int64_t offset = 0;
-  for (const auto& p : spec.params) {
-    if (p.decay) {
-      const int64_t begin = std::max(offset, shard_offset) - shard_offset;
-      const int64_t end = std::min(offset + p.numel(), shard_offset + shard_numel) - shard_offset;
-      if (begin < end && !ranges.empty() && ranges.back().second == begin) {
-        ranges.back().second = end;  // adjacent matrices: one range
-      } else if (begin < end) {
-        ranges.emplace_back(begin, end);
-      }
+  for_each_param_slice(spec, shard_offset, shard_offset + shard_numel, [&](const ParamSlice& slice) {
+    if (!slice.param.decay) return;
+    const int64_t begin = slice.at - shard_offset;
+    const int64_t end = begin + slice.count;
+    if (!ranges.empty() && ranges.back().second == begin) {
+      ranges.back().second = end;  // adjacent matrices: one range
+    } else {
+      ranges.emplace_back(begin, end);
     }
-    offset += p.numel();
-  }
+  });
   return ranges;
 }
 

@@ -4,6 +4,7 @@
 // buffer, so the sharding layer decides where the memory lives.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,28 @@ struct UnitSpec {
   std::vector<ParamSpec> params;
   int64_t numel() const;
 };
+
+/// The part of one parameter that falls inside a unit-flat range: elements [begin, begin + count) of the
+/// parameter, which sit at unit-flat element `at`.
+struct ParamSlice {
+  const ParamSpec& param;
+  int64_t begin = 0;
+  int64_t count = 0;
+  int64_t at = 0;
+};
+
+/// Calls visit(ParamSlice) for each parameter of `unit` that overlaps the unit-flat range [lo, hi), in
+/// spec order: the walk every shard, file chunk and copy in memory is cut by.
+template <class Visit>
+void for_each_param_slice(const UnitSpec& unit, int64_t lo, int64_t hi, Visit&& visit) {
+  int64_t offset = 0;
+  for (const auto& param : unit.params) {
+    const int64_t begin = std::max(lo, offset);
+    const int64_t end = std::min(hi, offset + param.numel());
+    if (begin < end) visit(ParamSlice{param, begin - offset, end - begin, begin});
+    offset += param.numel();
+  }
+}
 
 /// Unit 0 is the root (embedding, final norm, untied head); units 1..n_layers are the blocks.
 std::vector<UnitSpec> build_unit_specs(const ModelConfig& config);
