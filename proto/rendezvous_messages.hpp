@@ -131,6 +131,15 @@ struct ArrivalProbe {
   int64_t last_seq = 0;
 };
 
+/// What became of a run's arrival probes: only counted ones move a rank's figure, so a straggler that is
+/// named late (or never) shows here why.
+struct ArrivalProbeTally {
+  int64_t counted = 0;
+  int64_t imprecise = 0;  // the clock offsets were too uncertain for the range's span
+  int64_t partial = 0;    // some rank's recorder no longer held the whole range
+  int64_t abandoned = 0;  // some rank never answered (restarted, or its hook went quiet)
+};
+
 /// One rank's answer to an ArrivalProbe: when it entered the range's collectives (PyTorch's Flight Recorder
 /// `time_created_ns`), already moved onto the daemon's clock with the offsets its agent measured.
 struct ArrivalBlock {
@@ -329,6 +338,7 @@ struct RunStatus {
   std::map<std::string, int64_t> hangs_by_kind;      // every hang reported in the run, by verdict kind
   std::vector<FailureReport> failures;               // the latest failing round's, first (by time) first
   GoodputReport goodput;                             // the run's wall time so far, split (goodput.hpp)
+  ArrivalProbeTally arrival_probes;                  // the straggler measure without beats (arrival_timing)
 };
 
 struct StatusReply {
@@ -360,6 +370,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr,
                                                 requested_rank, last_call_timeout_s, join_timeout_s,
                                                 keep_alive_timeout_s, pid, straggler_threshold, evict_suspects)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbe, group, first_seq, last_seq)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbeTally, counted, imprecise, partial, abandoned)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalBlock, group, first_seq, last_seq, count, mean_unix_s, span_s,
                                                 uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankProgress, rank, step, phase, step_time_s, compute_s, since_beat_s,
@@ -384,7 +395,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, loca
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s, recovery, replaced)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 spares, missing_ranks, duplicate_ranks, last_event, master_port, keys,
-                                                restarts, restarts_by_cause, hangs_by_kind, failures, goodput)
+                                                restarts, restarts_by_cause, hangs_by_kind, failures, goodput,
+                                                arrival_probes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

@@ -49,6 +49,7 @@ void ArrivalTiming::update(const std::vector<HostedRank>& ranks, int world_size,
       probe_ = {};
     } else if (now - opened_at_ > kGiveUpAfter) {
       probe_ = {};  // a rank restarted or never answers: ask for a newer range
+      ++tally_.abandoned;
     }
   }
   if (probe_.group.empty() && now - opened_at_ >= kProbeEvery) open_next(ranks, world_size, now);
@@ -78,7 +79,10 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
   double earliest = std::numeric_limits<double>::max();
   double uncertainty = 0;
   for (const auto* b : blocks) {
-    if (b->count != expected) return;  // the ring lost part of the range on some rank
+    if (b->count != expected) {  // the ring lost part of the range on some rank
+      ++tally_.partial;
+      return;
+    }
     spans.push_back(b->span_s);
     earliest = std::min(earliest, b->mean_unix_s);
     uncertainty = std::max(uncertainty, b->uncertainty_s);
@@ -87,7 +91,7 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
   if (span <= 0) return;
   const auto count = static_cast<double>(expected);
   if (uncertainty * count > kMaxUncertainty * span) {
-    ++imprecise_;
+    ++tally_.imprecise;
     return;
   }
   std::vector<double> lateness;
@@ -109,7 +113,7 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
     ratios.push_back(computes[i] / reference);
     if (ratios.size() > kInARow) ratios.pop_front();
   }
-  ++counted_;
+  ++tally_.counted;
 }
 
 std::set<int> ArrivalTiming::over_in_a_row(double threshold) const {

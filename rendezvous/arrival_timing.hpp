@@ -54,10 +54,10 @@ class ArrivalTiming {
   void update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now);
   /// The rank's compute per collective (seconds), a median over the window; 0 while unknown.
   double compute_s(int rank) const;
-  /// Probes answered but not counted because the clock offsets were too uncertain.
-  int64_t imprecise() const { return imprecise_; }
+  /// What became of the probes so far.
+  const proto::ArrivalProbeTally& tally() const { return tally_; }
   /// Probes counted so far: a rank's figure is a new reading only when this moved.
-  int64_t counted() const { return counted_; }
+  int64_t counted() const { return tally_.counted; }
   /// The ranks each of the last kInARow probes found over `threshold` times that probe's reference (the
   /// lower median of every rank's figure in it).
   std::set<int> over_in_a_row(double threshold) const;
@@ -72,8 +72,7 @@ class ArrivalTiming {
   std::string group_;
   std::map<int, std::deque<double>> figures_;
   std::map<int, std::deque<double>> ratios_;  // the last kInARow probes' figure / reference
-  int64_t imprecise_ = 0;
-  int64_t counted_ = 0;
+  proto::ArrivalProbeTally tally_;
 };
 
 }  // namespace meshrun::rendezvous

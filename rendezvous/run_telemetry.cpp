@@ -92,6 +92,7 @@ void RunTelemetry::fill(proto::RunStatus& status, TimePoint now) const {
   status.restarts_by_cause = restarts_by_cause_;
   status.hangs_by_kind = hangs_by_kind_;
   status.goodput = goodput(now, false);
+  status.arrival_probes = arrivals_.tally();
 }
 
 }  // namespace meshrun::rendezvous

@@ -143,6 +143,15 @@ void recovery_families(Exposition& e, const LiveSnapshot& s) {
               x.sample({{"run", r.run_id}, {"cause", cause}}, static_cast<double>(count));
             }
           });
+  per_run(e, s, "meshrun_arrival_probes_total", "counter",
+          "Arrival probes of the run (the straggler measure without beats), by what became of them",
+          [](Exposition& x, const proto::RunStatus& r) {
+            const auto& t = r.arrival_probes;
+            const std::pair<const char*, int64_t> outcomes[] = {
+                {"counted", t.counted}, {"imprecise", t.imprecise}, {"partial", t.partial}, {"abandoned", t.abandoned}};
+            for (const auto& [outcome, count] : outcomes)
+              x.sample({{"run", r.run_id}, {"outcome", outcome}}, static_cast<double>(count));
+          });
   per_run(e, s, "meshrun_hangs_total", "counter", "Hangs named in the run, by the verdict's kind",
           [](Exposition& x, const proto::RunStatus& r) {
             for (const auto& [kind, count] : r.hangs_by_kind) {

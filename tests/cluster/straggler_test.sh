@@ -220,7 +220,12 @@ if scenario == "throttled" and not (arrival[0] and arrival[1] and arrival[0] > 1
     problems.append(f"meshrun_rank_arrival_compute_seconds {arrival}: rank 0's not above 1.3x rank 1's")
 if "# TYPE meshrun_hangs_total counter" not in text:
     problems.append("no meshrun_hangs_total family")
-print("METRICS", {"straggler": [value("meshrun_rank_straggler", r) for r in (0, 1)], "arrival_compute_s": arrival})
+probes = {o: float(m.group(1)) for o in ("counted", "imprecise", "partial", "abandoned")
+          for m in [re.search(r'meshrun_arrival_probes_total\{[^}]*outcome="' + o + r'"\} ([0-9.e+-]+)', text)] if m}
+if len(probes) != 4 or (scenario == "throttled" and probes["counted"] < 2):
+    problems.append(f"meshrun_arrival_probes_total {probes}: every outcome, and the probes that named rank 0 counted")
+print("METRICS", {"straggler": [value("meshrun_rank_straggler", r) for r in (0, 1)], "arrival_compute_s": arrival,
+                  "arrival_probes": probes})
 for p in problems:
     print("FAILED:", p)
 sys.exit(1 if problems else 0)

@@ -82,7 +82,8 @@ TEST_CASE("arrival timing: the rank the others wait for computes 1.5x, on any cl
   run_probes(t, clock, {0.030, 0.020}, 3);
   CHECK(t.compute_s(0) == Approx(0.030).epsilon(0.02));
   CHECK(t.compute_s(1) == Approx(0.020).epsilon(0.02));
-  CHECK(t.imprecise() == 0);
+  CHECK(t.tally().imprecise == 0);
+  CHECK(t.tally().counted == 3);
 }
 
 TEST_CASE("arrival timing: probes tile the group's history, one at a time, after the warm-up", "[straggler]") {
@@ -116,7 +117,7 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
     ArrivalTiming t;
     run_probes(t, clock, {0.030, 0.020}, 2, 0.005);  // 5 ms per collective of 30 ms: > 10 %
     CHECK(t.compute_s(0) == 0);
-    CHECK(t.imprecise() == 2);
+    CHECK(t.tally().imprecise == 2);
   }
   SECTION("a rank's recorder lost part of the range") {
     ArrivalTiming t;
@@ -127,6 +128,8 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
     t.update(ranks, 2, clock.now());
     CHECK(t.compute_s(0) == 0);
     CHECK(t.probe().group.empty());  // dropped: a newer range is asked next
+    CHECK(t.tally().partial == 1);
+    CHECK(t.tally().counted == 0);
   }
   SECTION("a rank never answers: the probe is given up") {
     ArrivalTiming t;
@@ -137,6 +140,7 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
     t.update(ranks, 2, clock.now());
     CHECK(t.probe().first_seq == 111);  // a fresh probe at once
     CHECK(t.probe().last_seq == 400);
+    CHECK(t.tally().abandoned == 1);
   }
 }
 
