@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 
@@ -116,11 +117,14 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
   ++tally_.counted;
 }
 
-std::set<int> ArrivalTiming::over_in_a_row(double threshold) const {
+std::set<int> ArrivalTiming::over_lately(double threshold) const {
+  const double exit_ratio = 1 + (threshold - 1) / 2;
   std::set<int> over;
   for (const auto& [rank, ratios] : ratios_) {
-    if (ratios.size() == kInARow && std::all_of(ratios.begin(), ratios.end(), [&](double r) { return r > threshold; }))
-      over.insert(rank);
+    if (ratios.size() < kInARow) continue;
+    const bool each = std::all_of(ratios.begin(), ratios.end(), [&](double r) { return r > exit_ratio; });
+    const double mean = std::accumulate(ratios.begin(), ratios.end(), 0.0) / static_cast<double>(ratios.size());
+    if (each && mean > threshold + kMargin) over.insert(rank);
   }
   return over;
 }
@@ -128,7 +132,7 @@ std::set<int> ArrivalTiming::over_in_a_row(double threshold) const {
 double ArrivalTiming::compute_s(int rank) const {
   const auto it = figures_.find(rank);
   if (it == figures_.end() || it->second.empty()) return 0;
-  return median(std::vector<double>(it->second.begin(), it->second.end()));
+  return std::accumulate(it->second.begin(), it->second.end(), 0.0) / static_cast<double>(it->second.size());
 }
 
 }  // namespace meshrun::rendezvous

@@ -8,14 +8,17 @@
 // each collective for the last one to enter, so a rank's total lateness over the range (the sum of its
 // entry times minus the earliest rank's) is the compute the others did not have to do: a rank computes
 // the range's span minus what it waited, span - (max lateness - its lateness). That figure per collective,
-// a median over the last kWindow probes, is the rank's measure.
+// a mean over the last kWindow probes, is the rank's measure.
 //
-// The figure also holds what a rank spends between the collective's end and its next compute, which is not
-// its own slowness: on busy cores a rank woken from a wait can sit runnable for milliseconds, and the one
-// that entered last (still hot) tends to again, so a healthy rank's figure can lead by 20-30 % for a few
-// probes before the lead passes to another (docs/progress.md, "Stragglers from arrival times", has the
-// figures). A slow rank leads probe after probe. So a rank counts as over a threshold only when
-// each of the last kInARow probes found it over (over_in_a_row), not when the window's median is.
+// One probe is noisy both ways. The figure also holds what a rank spends between the collective's end and
+// its next compute, which is not its own slowness: on busy cores a rank woken from a wait can sit runnable
+// for milliseconds, and the one that entered last (still hot) tends to again, so a healthy rank can lead by
+// 20-35 % for a probe or two before the lead passes to another. And a slow rank's time stopped inside a
+// collective (a CPU limit's off-period) counts for every rank, so a rank limited to half a core reads
+// anywhere from 1.15x to 1.9x in one probe. So a rank counts as over the threshold (over_lately) when each
+// of the last kInARow probes found it over the exit ratio (a lead that passed to another rank is not) and
+// their mean is over the threshold by kMargin (the highest healthy pair seen read 1.30x on average against
+// a threshold of 1.3: docs/progress.md has the figures).
 //
 // A probe counts only when every rank answered it with the whole range (the recorder's ring may have
 // dropped older entries) and the offsets are precise enough: their uncertainty, counted once per collective,
@@ -38,13 +41,14 @@ namespace meshrun::rendezvous {
 class ArrivalTiming {
  public:
   // Reading the recorder costs the worker ~20 ms a probe: every 2 s is 1 % of a core at most, and a slow rank's
-  // figure moves within two probes (the window's median of 3).
+  // figure moves within two probes (the window's mean of 2).
   static constexpr auto kProbeEvery = std::chrono::seconds(2);
   static constexpr auto kGiveUpAfter = std::chrono::seconds(20);
   static constexpr int64_t kMaxRange = 512;  // the recorder keeps 2000 entries over every group
   static constexpr int64_t kMinRange = 4;
-  static constexpr size_t kWindow = 3;
+  static constexpr size_t kWindow = 2;
   static constexpr size_t kInARow = 2;
+  static constexpr double kMargin = 0.05;
   static constexpr double kMaxUncertainty = 0.1;
 
   /// What was asked of the ranks and is not answered yet (empty group: nothing).
@@ -52,15 +56,16 @@ class ArrivalTiming {
   /// Reads the answers in `ranks` (every rank of the run): evaluates the probe once all `world_size` ranks
   /// answered it, and opens the next one when due.
   void update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now);
-  /// The rank's compute per collective (seconds), a median over the window; 0 while unknown.
+  /// The rank's compute per collective (seconds), a mean over the window; 0 while unknown.
   double compute_s(int rank) const;
   /// What became of the probes so far.
   const proto::ArrivalProbeTally& tally() const { return tally_; }
   /// Probes counted so far: a rank's figure is a new reading only when this moved.
   int64_t counted() const { return tally_.counted; }
-  /// The ranks each of the last kInARow probes found over `threshold` times that probe's reference (the
-  /// lower median of every rank's figure in it).
-  std::set<int> over_in_a_row(double threshold) const;
+  /// The ranks the last kInARow probes found slow: each over the exit ratio (halfway between 1 and
+  /// `threshold`) times that probe's reference (the lower median of every rank's figure in it), and on
+  /// average over `threshold` + kMargin.
+  std::set<int> over_lately(double threshold) const;
 
  private:
   void evaluate(const std::vector<const proto::ArrivalBlock*>& blocks, const std::vector<int>& ranks);

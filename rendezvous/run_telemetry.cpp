@@ -80,7 +80,7 @@ void RunTelemetry::progress(std::vector<HostedRank>& ranks, const std::set<int>&
   }
   arrivals_.update(ranks, world_size, now);
   for (auto& r : ranks) r.progress.arrival_compute_s = arrivals_.compute_s(r.progress.rank);  // fresh figures
-  stragglers_.update(ranks, fresh, threshold, arrivals_.counted(), arrivals_.over_in_a_row(threshold));
+  stragglers_.update(ranks, fresh, threshold, arrivals_.counted(), arrivals_.over_lately(threshold));
 }
 
 void RunTelemetry::fill(proto::RunStatus& status, TimePoint now) const {

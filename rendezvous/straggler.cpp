@@ -93,7 +93,7 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     } else {
       s.under = 0;
     }
-    // An arrival figure is confirmed by the last probes, of many collectives each, all over the threshold.
+    // An arrival figure is confirmed by the last probes, of many collectives each, that found the rank slow.
     const bool confirmed = m == StragglerMeasure::kArrivals ? arrivals_over.count(r.progress.rank) > 0
                                                             : s.over >= kConfirm && step - s.over_from >= kSteps;
     if (!s.named && s.over > 0 && confirmed) s.named = true;

@@ -32,8 +32,8 @@ std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ran
 
 /// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
 /// rank is named once kConfirm readings in a row found it over the threshold *and* over at least kSteps of its
-/// steps (for arrival times, once a reading does and each of the last probes found it over on its own:
-/// ArrivalTiming::over_in_a_row), and cleared once kClear readings in a row found it under the exit ratio
+/// steps (for arrival times, once a reading does and the last probes found it slow on their own:
+/// ArrivalTiming::over_lately), and cleared once kClear readings in a row found it under the exit ratio
 /// (halfway between 1 and the threshold), or not counted, over kSteps steps (collectives, for the arrivals
 /// measure). A reading is its node's heartbeat (fresh figures) for the beat measures; for arrival times, a new
 /// counted probe (the figure changes only then: two heartbeats of one probe are one reading). Counting steps as
@@ -47,7 +47,7 @@ class StragglerFilter {
 
   /// Updates the ranks in `fresh` (the node that just sent its progress) against the whole run's.
   /// `arrival_probes`: how many arrival probes have been counted (ArrivalTiming::counted());
-  /// `arrivals_over`: the ranks the last probes each found over the threshold (ArrivalTiming::over_in_a_row).
+  /// `arrivals_over`: the ranks the last probes found slow (ArrivalTiming::over_lately).
   void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
               int64_t arrival_probes = 0, const std::set<int>& arrivals_over = {});
   /// The named ranks, with their current figures.

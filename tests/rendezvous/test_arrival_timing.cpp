@@ -164,7 +164,7 @@ TEST_CASE("stragglers: ranks without beats are judged on their arrival figures",
   beating.progress.compute_s = 0.5;
   CHECK(find_stragglers({make(0, 0.030, 100), beating}, 1.3).at(0).measure == proto::StragglerMeasure::kArrivals);
 
-  // Named at the first reading over once the last probes each found the rank over (over_in_a_row), not
+  // Named at the first reading over once the last probes each found the rank over (over_lately), not
   // before; cleared after kClear probes under the exit ratio and kSteps collectives.
   StragglerFilter filter;
   filter.update({make(0, 0.030, 95), make(1, 0.020, 95)}, {0, 1}, 1.3, 1, {});
@@ -181,23 +181,37 @@ TEST_CASE("stragglers: ranks without beats are judged on their arrival figures",
   CHECK(filter.named({make(0, 0.021, 140), make(1, 0.020, 140)}, 1.3).empty());
 }
 
-TEST_CASE("arrival timing: a lead that passes between healthy ranks is never over in a row, a slow rank is",
+TEST_CASE("arrival timing: a lead that passes between healthy ranks is never over lately, a slow rank is",
           "[straggler]") {
   FakeClock clock;
-  SECTION("busy cores: the lead alternates, the window's median goes over the threshold") {
+  SECTION("busy cores: the lead alternates, one probe at a time over the threshold") {
     ArrivalTiming t;
     int64_t completed = 10;
-    run_probe_sequence(t, clock, {{0.026, 0.020}, {0.020, 0.026}, {0.026, 0.020}}, completed);
-    CHECK(t.compute_s(0) / t.compute_s(1) > 1.25);  // 2 of the 3 probes led by rank 0
-    CHECK(t.over_in_a_row(1.25).empty());
+    run_probe_sequence(t, clock, {{0.027, 0.020}, {0.020, 0.027}, {0.027, 0.020}}, completed);
+    CHECK(t.over_lately(1.3).empty());
+  }
+  SECTION("a healthy rank that led two probes in a row, 1.26x and 1.34x: under the margin") {
+    ArrivalTiming t;
+    int64_t completed = 10;
+    run_probe_sequence(t, clock, {{0.0252, 0.020}, {0.0268, 0.020}}, completed);
+    CHECK(t.over_lately(1.3).empty());
   }
   SECTION("a rank slow probe after probe") {
     ArrivalTiming t;
     int64_t completed = 10;
     run_probe_sequence(t, clock, {{0.020, 0.020}, {0.020, 0.020}, {0.040, 0.020}}, completed);
-    CHECK(t.over_in_a_row(1.3).empty());  // one probe is not yet a pattern
+    CHECK(t.over_lately(1.3).empty());  // one probe is not yet a pattern
     run_probe_sequence(t, clock, {{0.040, 0.020}}, completed);
-    CHECK(t.over_in_a_row(1.3) == std::set<int>{0});
-    CHECK(t.over_in_a_row(2.5).empty());
+    CHECK(t.over_lately(1.3) == std::set<int>{0});
+    CHECK(t.compute_s(0) == Approx(0.040).epsilon(0.02));
+    CHECK(t.over_lately(2.5).empty());
+  }
+  SECTION("a rank limited to half a core: 1.9x, then 1.23x (its off-periods fell inside collectives)") {
+    ArrivalTiming t;
+    int64_t completed = 10;
+    run_probe_sequence(t, clock, {{0.020, 0.020}, {0.038, 0.020}, {0.0246, 0.020}}, completed);
+    CHECK(t.over_lately(1.3) == std::set<int>{0});  // each over 1.15x, 1.57x on average
+    run_probe_sequence(t, clock, {{0.022, 0.020}}, completed);
+    CHECK(t.over_lately(1.3).empty());  // 1.1x: under the exit ratio
   }
 }
