@@ -135,9 +135,9 @@ struct ArrivalProbe {
 /// named late (or never) shows here why.
 struct ArrivalProbeTally {
   int64_t counted = 0;
-  int64_t imprecise = 0;  // the clock offsets were too uncertain for the range's span
+  int64_t imprecise = 0;  // the clock offsets were too uncertain for the range's span (or it took no time)
   int64_t partial = 0;    // some rank's recorder no longer held the whole range
-  int64_t abandoned = 0;  // some rank never answered (restarted, or its hook went quiet)
+  int64_t abandoned = 0;  // some rank never answered (its hook went quiet), or the round ended first
 };
 
 /// One rank's answer to an ArrivalProbe: when it entered the range's collectives (PyTorch's Flight Recorder

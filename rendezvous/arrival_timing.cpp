@@ -56,6 +56,13 @@ void ArrivalTiming::update(const std::vector<HostedRank>& ranks, int world_size,
   if (probe_.group.empty() && now - opened_at_ >= kProbeEvery) open_next(ranks, world_size, now);
 }
 
+void ArrivalTiming::start_over() {
+  proto::ArrivalProbeTally tally = tally_;
+  if (!probe_.group.empty()) ++tally.abandoned;
+  *this = ArrivalTiming{};
+  tally_ = tally;
+}
+
 void ArrivalTiming::open_next(const std::vector<HostedRank>& ranks, int world_size, TimePoint now) {
   if (world_size < 2 || static_cast<int>(ranks.size()) != world_size) return;
   const auto group = common_group(ranks);
@@ -89,7 +96,10 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
     uncertainty = std::max(uncertainty, b->uncertainty_s);
   }
   const double span = median(spans);
-  if (span <= 0) return;
+  if (span <= 0) {  // no time passed over the range: nothing to measure against
+    ++tally_.imprecise;
+    return;
+  }
   const auto count = static_cast<double>(expected);
   if (uncertainty * count > kMaxUncertainty * span) {
     ++tally_.imprecise;

@@ -15,7 +15,7 @@
 // for milliseconds, and the one that entered last (still hot) tends to again, so a healthy rank can lead by
 // 20-35 % for a probe or two before the lead passes to another. And a slow rank's time stopped inside a
 // collective (a CPU limit's off-period) counts for every rank, so a rank limited to half a core reads
-// anywhere from 1.15x to 1.9x in one probe. So a rank counts as over the threshold (over_lately) when each
+// anywhere from 1.15x to 2.7x in one probe. So a rank counts as over the threshold (over_lately) when each
 // of the last kInARow probes found it over the exit ratio (a lead that passed to another rank is not) and
 // their mean is over the threshold by kMargin (the highest healthy pair seen read 1.30x on average against
 // a threshold of 1.3: docs/progress.md has the figures).
@@ -58,7 +58,10 @@ class ArrivalTiming {
   void update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now);
   /// The rank's compute per collective (seconds), a mean over the window; 0 while unknown.
   double compute_s(int rank) const;
-  /// What became of the probes so far.
+  /// A new round: ranks may move to other hosts and their recorders start over. Forgets every figure and
+  /// the open probe (counted as abandoned); the tally goes on, since it is the run's.
+  void start_over();
+  /// What became of the run's probes so far.
   const proto::ArrivalProbeTally& tally() const { return tally_; }
   /// Probes counted so far: a rank's figure is a new reading only when this moved.
   int64_t counted() const { return tally_.counted; }

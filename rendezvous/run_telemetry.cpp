@@ -29,7 +29,7 @@ void RunTelemetry::restarted(int64_t round, proto::RestartCause cause, const std
   if (restarts_.size() > proto::kMaxRestartRecords) restarts_.erase(restarts_.begin());
   ++restarts_by_cause_[std::string(proto::to_string(cause))];
   stragglers_ = StragglerFilter{};  // ranks may move to other hosts and steps go back to a checkpoint
-  arrivals_ = ArrivalTiming{};
+  arrivals_.start_over();
 }
 
 void RunTelemetry::survivor_back(TimePoint now) {

@@ -77,7 +77,8 @@ void print_failures(const proto::RunStatus& run, std::ostream& out) {
   out << "\n";
 }
 
-// "arrival probes: 14 counted, 2 imprecise (clock offsets), 0 partial, 0 abandoned": only once a probe was
+// "arrival probes: 14 counted, 2 imprecise (clock offsets), 0 partial (recorder ring), 0 abandoned (unanswered)":
+// only once a probe was
 // not counted, since then a rank's arrival figure moves more slowly than every 2 s.
 void print_arrival_probes(const proto::RunStatus& run, std::ostream& out) {
   const auto& t = run.arrival_probes;

@@ -12,8 +12,8 @@
 #            with beats and one without, each with equal work per step (a fixed amount, not a clock) on its two
 #            ranks, so that each job's cores are shared with the other's busy processes (4 busy ranks, 2 cores):
 #            no straggler line on any of the four agents, and every rank has its route's figure. On 2 cores
-#            a healthy rank's arrival figure can lead by 20-30 % for a few probes (wake-up latency on busy
-#            cores): only a rank that each of the last probes found over is named (docs/progress.md).
+#            a healthy rank's arrival figure can lead by 20-35 % for a probe or two (wake-up latency on busy
+#            cores): only a rank the last probes found slow is named (docs/progress.md).
 #   healthy_jitter   one healthy job for HEALTHY_S seconds (default 300) on the route HEALTHY_ROUTE (beats or
 #            arrivals), equal work per step on its two ranks, the cores shared with another busy process (a
 #            spinning Python, not part of the job): no straggler line on either agent, and both ranks have their

@@ -142,6 +142,20 @@ TEST_CASE("arrival timing: a probe counts only when all ranks answered it whole 
     CHECK(t.probe().last_seq == 400);
     CHECK(t.tally().abandoned == 1);
   }
+  SECTION("a new round forgets the figures and the open probe, not the run's tally") {
+    ArrivalTiming t;
+    int64_t completed = 10;
+    run_probe_sequence(t, clock, {{0.030, 0.020}, {0.030, 0.020}}, completed);
+    clock.advance(ArrivalTiming::kProbeEvery);
+    completed += 100;
+    t.update({beatless(0, completed), beatless(1, completed)}, 2, clock.now());
+    REQUIRE_FALSE(t.probe().group.empty());  // a third one, open
+    t.start_over();
+    CHECK(t.probe().group.empty());
+    CHECK(t.compute_s(0) == 0);
+    CHECK(t.tally().counted == 2);
+    CHECK(t.tally().abandoned == 1);  // the probe open when the round ended
+  }
 }
 
 TEST_CASE("stragglers: ranks without beats are judged on their arrival figures", "[straggler]") {
@@ -164,7 +178,7 @@ TEST_CASE("stragglers: ranks without beats are judged on their arrival figures",
   beating.progress.compute_s = 0.5;
   CHECK(find_stragglers({make(0, 0.030, 100), beating}, 1.3).at(0).measure == proto::StragglerMeasure::kArrivals);
 
-  // Named at the first reading over once the last probes each found the rank over (over_lately), not
+  // Named at the first reading over once the last probes found the rank slow (over_lately), not
   // before; cleared after kClear probes under the exit ratio and kSteps collectives.
   StragglerFilter filter;
   filter.update({make(0, 0.030, 95), make(1, 0.020, 95)}, {0, 1}, 1.3, 1, {});

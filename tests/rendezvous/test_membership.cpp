@@ -566,6 +566,21 @@ TEST_CASE("heartbeats carry arrival probes out and answers in: a slow rank witho
   CHECK(node_a.clock.measured);
   CHECK(node_a.clock.offset_s == Approx(7.0));
   CHECK(node_a.ranks.at(0).arrival_compute_s == Approx(0.03).epsilon(0.05));
+  // What became of the probes: each answered whole and precisely, so each counted (and shown in /metrics).
+  CHECK(status.arrival_probes.counted >= 2);
+  CHECK(status.arrival_probes.imprecise + status.arrival_probes.partial + status.arrival_probes.abandoned == 0);
+  rendezvous::http::LiveSnapshot snapshot;
+  snapshot.status.runs = m.status("job");
+  const std::string metrics = rendezvous::http::prometheus_text(snapshot, 0);
+  CHECK_THAT(metrics, Catch::Contains("# TYPE meshrun_arrival_probes_total counter"));
+  CHECK_THAT(metrics, Catch::Contains("meshrun_arrival_probes_total{run=\"job\",outcome=\"counted\"} " +
+                                      std::to_string(status.arrival_probes.counted)));
+  CHECK_THAT(metrics, Catch::Contains("meshrun_arrival_probes_total{run=\"job\",outcome=\"abandoned\"} 0"));
+  // An older daemon's status, without the tally, still reads (zeros).
+  nlohmann::json older = status;
+  older.erase("arrival_probes");
+  CHECK(older.get<proto::RunStatus>().arrival_probes.counted == 0);
+  CHECK(nlohmann::json(status).at("arrival_probes").at("counted") == status.arrival_probes.counted);
 }
 
 TEST_CASE("a restart is timed phase by phase, from the fault to every node's first step", "[membership][recovery]") {

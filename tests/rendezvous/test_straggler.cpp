@@ -85,7 +85,7 @@ TEST_CASE("arrival-time stragglers: readings are probes, so heartbeats repeating
     ranks[0].progress.arrival_compute_s = 0.10;
     ranks[1].progress.arrival_compute_s = slow;
     for (auto& r : ranks) r.progress.collectives = {{"0", collectives}};
-    // The last probes each found rank 1 over when its figure is (ArrivalTiming::over_lately).
+    // The last probes found rank 1 slow when its figure is (ArrivalTiming::over_lately).
     filter.update(ranks, {0, 1}, 1.3, probes, slow > 0.13 ? std::set<int>{1} : std::set<int>{});
     return filter.named(ranks, 1.3);
   };

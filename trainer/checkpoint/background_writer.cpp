@@ -27,7 +27,8 @@ BackgroundWriter::~BackgroundWriter() {
 
 void BackgroundWriter::submit(Job job, bool holds_gate) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return idle_; });  // one job at a time: none is ever dropped
     job_ = std::move(job);
     idle_ = false;
     gate_open_ = !holds_gate;

@@ -1,5 +1,5 @@
-// The thread both background saves run on: a checkpoint to storage (async_writer.hpp) and a copy in the
-// agent's memory (memory_checkpointer.hpp). Each takes a snapshot of the live shards and both AdamW moments
+// The writer thread of a background save, one per saver: a checkpoint to storage (async_writer.hpp) and a
+// copy in the agent's memory (memory_checkpointer.hpp). Each takes a snapshot of the live shards and both AdamW moments
 // off the training thread while the next step's forward and backward run (they only read them); the
 // optimizer step, the first thing that changes them, waits at the gate (wait_for_gate) until the job says
 // it has read what it needs (release_gate), or has ended. One job at a time: the owners run a save's phases
@@ -23,7 +23,8 @@ class BackgroundWriter {
  public:
   /// A job runs on the writer thread. It may call release_gate() once it no longer reads the live state,
   /// and should call throw_if_stopping() between long pieces of work; an exception it throws becomes
-  /// first_error(). Whatever it writes for its owner is visible to the owner once idle() returns true.
+  /// state().first_error. Whatever it writes for its owner is visible to the owner once state().idle is
+  /// true, or once wait_for_gate() returned for a job that never released the gate early.
   using Job = std::function<void()>;
 
   /// Starts the writer thread. Construct after the PreemptionWatch, so the thread keeps the preemption
@@ -34,7 +35,8 @@ class BackgroundWriter {
   BackgroundWriter(const BackgroundWriter&) = delete;
   BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
-  /// Training thread: runs `job` next. `holds_gate`: wait_for_gate() waits for it. The writer must be idle.
+  /// Training thread: runs `job` next, once the job before it ended (the owners wait for that first, so
+  /// this never blocks in practice). `holds_gate`: wait_for_gate() waits for it.
   void submit(Job job, bool holds_gate);
   /// Training thread: waits until the job in flight released the gate or ended; returns the seconds waited.
   double wait_for_gate();
@@ -44,7 +46,7 @@ class BackgroundWriter {
   /// What the writer is doing, read at one instant.
   struct State {
     bool idle = true;
-    std::string first_error;  // the first job's exception that ended a job ("" when none did)
+    std::string first_error;  // the first exception that ended a job ("" when none did)
   };
   State state() const;
 

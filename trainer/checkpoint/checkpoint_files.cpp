@@ -190,7 +190,9 @@ void ChunkIndex::add(int kind, const UnitSpec& unit, const ParamSlice& slice, ui
       {{"file", file_}, {"offset", offset}, {"begin", slice.begin}, {"count", slice.count}, {"crc32", crc}});
 }
 
-json ChunkIndex::to_json(uint64_t bytes) const { return {{"file", file_}, {"bytes", bytes}, {"chunks", chunks_}}; }
+json ChunkIndex::to_json(uint64_t bytes) && {
+  return {{"file", file_}, {"bytes", bytes}, {"chunks", std::move(chunks_)}};
+}
 
 ShardFileWriter::ShardFileWriter(const std::string& path, const std::string& file, SaveSite site)
     : site_(site), file_(data_file_path(path, file, site)), index_(file) {}
@@ -209,7 +211,7 @@ void ShardFileWriter::append(const UnitSpec& unit, size_t unit_index, int kind, 
 
 json ShardFileWriter::commit() {
   file_.commit();
-  return index_.to_json(file_.bytes_written());
+  return std::move(index_).to_json(file_.bytes_written());
 }
 
 void write_rank_index(const std::string& path, int rank, const json& index) {

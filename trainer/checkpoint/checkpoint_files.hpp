@@ -49,8 +49,8 @@ class ChunkIndex {
   explicit ChunkIndex(std::string file) : file_(std::move(file)) {}
   /// The slice `slice` of tensor kind `kind` of `unit` lies at byte `offset` of the file.
   void add(int kind, const UnitSpec& unit, const ParamSlice& slice, uint64_t offset, uint32_t crc);
-  /// {file, bytes, chunks}.
-  nlohmann::json to_json(uint64_t bytes) const;
+  /// {file, bytes, chunks}; the index is spent.
+  nlohmann::json to_json(uint64_t bytes) &&;
 
  private:
   std::string file_;

@@ -162,7 +162,7 @@ json MemoryCheckpointer::chunk_index(const std::vector<uint32_t>* crcs) const {
       ++n;
     });
   }
-  return index.to_json(payload_bytes_);
+  return std::move(index).to_json(payload_bytes_);
 }
 
 void MemoryCheckpointer::resumed_from(int64_t step, const std::string& source) {
@@ -220,6 +220,8 @@ std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, do
   return stats;
 }
 
+// Never releases the gate early: the copy reads the live shards to its last byte, and advance() reads copied_
+// once the gate passed.
 void MemoryCheckpointer::copy_job(const TrainState& state) {
   MemoryCopyStats stats;
   stats.step = state.step;

@@ -122,7 +122,7 @@ class MemoryCheckpointer {
   int64_t durable_pending_ = 0;  // the newest committed step not yet on every buddy (0: none)
   double blocked_ = 0;           // the copy in flight's wait in before_update()
 
-  MemoryCopyStats copied_;  // written by the writer's job, read once BackgroundWriter::state() says idle
+  MemoryCopyStats copied_;  // written by the writer's job, read once it ended (state().idle, or the gate passed)
   std::unique_ptr<BackgroundWriter> writer_;  // started by create() once the slots are mapped; stopped first
 };
 
