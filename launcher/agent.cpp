@@ -57,7 +57,7 @@ constexpr Ms kExpectedReportWait{10000};
 // within that of it, before a short collective timeout of the script's own ends the job. The late line
 // itself is repeated far less often.
 constexpr Ms kLateRecheck{30000};
-// After an inquiry found the suspected wait over, the hook's next report (every 0.5 s) has caught up by then.
+// After an inquiry found the suspected wait over, the hook's next report (every 0.1 s) has caught up by then.
 constexpr Ms kResolvedQuiet{2000};
 constexpr Ms kLateRepeat{300000};
 // Standbys start at an attempt's first step, or this long after its workers started when it has none yet: until
@@ -366,6 +366,7 @@ Agent::AttemptResult Agent::supervise(Attempt& attempt) {
       next_hang_check = Clock::now() + kHangCheckEvery;
       if (auto r = on_hang(attempt)) return *r;
     }
+    if (attempt.progress.take_arrival_answers()) heartbeats.next = Clock::now();
     if (Clock::now() < heartbeats.next) continue;
     heartbeats.next = Clock::now() + keep_alive;
     if (auto r = on_heartbeat(attempt, heartbeats)) return *r;

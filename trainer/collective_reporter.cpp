@@ -18,7 +18,7 @@ namespace meshrun::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kPollMs = 500;
+constexpr int kPollMs = 100;  // as often as the Python hook reports (its POLL_S)
 constexpr auto kResend = std::chrono::seconds(5);
 
 sockaddr_un unix_address(const std::string& path) {

@@ -16,7 +16,7 @@ namespace meshrun::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// A hook answers between two of its polls (0.5 s) unless the process holds the GIL the whole time.
+// A hook answers between two of its polls (0.1 s) unless the process holds the GIL the whole time.
 constexpr std::chrono::seconds kDumpWait{3};
 // Other nodes post their records right after their own dumps: allow for those and a slow store.
 constexpr std::chrono::seconds kRecordsWait{10};

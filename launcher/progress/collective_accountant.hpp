@@ -1,5 +1,5 @@
 // CollectiveAccountant: how one rank of a script that beats no steps spends its attempt (proto::StepAccount),
-// read from its collectives alone (meshrun's hook reports each process group's completed count every 0.5 s).
+// read from its collectives alone (meshrun's hook reports each process group's completed count every 0.1 s).
 // The busiest group's completions set the job's rhythm: the median time between the reports that show some
 // completed. At that rhythm the time is productive; a gap far longer than the rhythm is a stall (stall_rule.hpp),
 // less its usual part: a save or an evaluation the others waited out, a data
@@ -24,7 +24,7 @@ class CollectiveAccountant {
  public:
   using Clock = std::chrono::steady_clock;
   /// How often the hook reports (at most what the account's start is dated back).
-  static constexpr std::chrono::milliseconds kReportEvery{500};
+  static constexpr std::chrono::milliseconds kReportEvery{100};
   /// Gaps kept for the rhythm's median.
   static constexpr size_t kWindow = 20;
 

@@ -261,8 +261,24 @@ void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe) {
   const std::string request =
       proto::format_hook_request(proto::HookRequest::arrivals(probe.first_seq, probe.last_seq, probe.group));
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (watches_[lr].hooked()) sockets_[lr].send_to(hook_path(lr), request);
+    if (watches_[lr].hooked()) {
+      sockets_[lr].send_to(hook_path(lr), request);
+      answers_pending_ = true;
+    }
   }
+}
+
+bool ProgressMonitor::take_arrival_answers() {
+  if (!answers_pending_) return false;
+  for (const auto& w : watches_) {
+    if (!w.hooked()) continue;
+    const auto& a = w.arrivals();
+    if (!a || a->group != asked_.group || a->first_seq != asked_.first_seq || a->last_seq != asked_.last_seq) {
+      return false;
+    }
+  }
+  answers_pending_ = false;
+  return true;
 }
 
 namespace {

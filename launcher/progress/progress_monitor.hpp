@@ -99,6 +99,10 @@ class ProgressMonitor {
   void ask_clocks();
   /// Relays the daemon's arrival probe to every hooked rank, once per probe.
   void ask_arrivals(const proto::ArrivalProbe& probe);
+  /// True once per relayed probe, when every hooked rank has answered it: the caller sends the answers at
+  /// once rather than with the next heartbeat, a keep-alive later (the probe's round trip is the straggler
+  /// route's latency: docs/progress.md).
+  [[nodiscard]] bool take_arrival_answers();
   /// One entry per rank that has beaten or whose hook reported collectives (none when neither). With
   /// `node_clock` (this node's clock minus the daemon's), answers to the arrival probe go along, on the
   /// daemon's clock.
@@ -126,8 +130,9 @@ class ProgressMonitor {
   std::vector<CollectiveWatch> watches_;
   std::vector<std::optional<Clock::time_point>> stopped_since_;
   std::set<size_t> warned_bad_beat_;
-  std::optional<size_t> hung_;  // reported once; the caller stops the attempt
-  proto::ArrivalProbe asked_;   // the last probe relayed
+  std::optional<size_t> hung_;    // reported once; the caller stops the attempt
+  proto::ArrivalProbe asked_;     // the last probe relayed
+  bool answers_pending_ = false;  // some hooked rank has not answered asked_ yet
   ActivityMonitor activity_;
   int activity_samples_ = 0;
   std::vector<std::optional<LateMark>> late_;

@@ -11,8 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 # 3000 steps of ~10 ms: about 45 s of wall time. Without beats the ledger sees completions in the hook's
-# reports, every 0.5 s, so each end of an attempt can be off by up to one report (two attempts: ~0.5 s); 1200
-# steps made that 2 % of a 26 s wall (it read -2.05 % once), a job far shorter than any the ledger is for.
+# reports, every 0.1 s, so each end of an attempt can be off by up to one report.
 STEPS=${GOODPUT_TRUTH_STEPS:-3000}
 fails=0
 fail() { echo "FAILED ($1): ${*:2}"; fails=$((fails + 1)); }

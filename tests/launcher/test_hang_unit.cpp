@@ -8,9 +8,13 @@
 #include "common/error.hpp"
 #include "launcher/hang/hang_verdict.hpp"
 #include "launcher/hang/stack_groups.hpp"
+#include "launcher/progress/beat_socket.hpp"
 #include "launcher/progress/collective_watch.hpp"
 #include "launcher/progress/hang_policy.hpp"
+#include "launcher/progress/progress_monitor.hpp"
 #include "launcher/progress/rank_tracker.hpp"
+#include "proto/rendezvous_messages.hpp"
+#include "support/subprocess.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;
@@ -264,6 +268,44 @@ TEST_CASE("hook messages: clock samples and arrival answers feed the watch", "[h
   REQUIRE(w.arrivals());
   CHECK(w.arrivals()->count == 2);
   CHECK(w.completed().at("0") == 11);
+}
+
+TEST_CASE("arrival answers are sent at once: when every hooked rank answered the probe, once per probe",
+          "[hang][hook]") {
+  meshrun::testing::TempDir dir;
+  ProgressMonitor monitor(dir.path(), {4, 5, 6}, HangPolicy{});
+  // Local ranks 0 and 1 run the hook (its socket is <progress socket>.hook); local rank 2 never says hello.
+  std::vector<BeatSocket> hooks;
+  for (size_t lr = 0; lr < 2; ++lr) {
+    hooks.emplace_back(monitor.socket_paths()[lr] + ".hook");
+    REQUIRE(hooks[lr].send_to(monitor.socket_paths()[lr], "fr hello pid=1 fr=on") == 0);
+  }
+  const auto answer = [&](size_t lr, const std::string& range) {
+    REQUIRE(hooks[lr].send_to(monitor.socket_paths()[lr], "fr arrivals " + range + " 4 5 1 0") == 0);
+    monitor.drain(Clock::now());
+  };
+  monitor.drain(Clock::now());
+  CHECK_FALSE(monitor.take_arrival_answers());  // nothing asked yet
+
+  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 11, .last_seq = 14});
+  for (auto& hook : hooks) CHECK(hook.drain() == std::vector<std::string>{"arrivals 11 14 0"});
+  CHECK_FALSE(monitor.take_arrival_answers());
+  answer(0, "11 14");
+  CHECK_FALSE(monitor.take_arrival_answers());  // local rank 1 has not answered
+  answer(1, "7 10");
+  CHECK_FALSE(monitor.take_arrival_answers());  // an answer to an older probe
+  answer(1, "11 14");
+  CHECK(monitor.take_arrival_answers());
+  CHECK_FALSE(monitor.take_arrival_answers());  // once
+
+  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 11, .last_seq = 14});  // the same probe again
+  CHECK(hooks[0].drain().empty());
+  CHECK_FALSE(monitor.take_arrival_answers());
+  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 15, .last_seq = 30});
+  CHECK_FALSE(monitor.take_arrival_answers());  // the last answers were to the one before
+  answer(0, "15 30");
+  answer(1, "15 30");
+  CHECK(monitor.take_arrival_answers());
 }
 
 TEST_CASE("the collective budget: armed from the first collective, learned from the cadence, never without a hook",

@@ -133,7 +133,9 @@ TEST_CASE("collective account: a script without beats is timed by its busiest gr
   acc.on_status({{"0", 1}}, at(0));  // the collective that set the job up
   CHECK_FALSE(acc.started());
   acc.on_status({{"0", 1}}, at(2.5));
-  acc.on_status({{"0", 2}}, at(3));  // its second: the first step, dated halfway from the report before
+  acc.on_status({{"0", 2}}, at(3));  // its second: the first step, dated halfway from the report before (at most
+                                     // half the hook's report interval before it)
+  const double half_report = std::chrono::duration<double>(C::kReportEvery).count() / 2;
   REQUIRE(acc.started());
   for (int i = 1; i <= 10; ++i) acc.on_status({{"0", 2 + 5 * i}, {"1", 1}}, at(3 + 0.5 * i));  // 5 per 0.5 s report
   acc.on_status({{"0", 52}}, at(8));   // unchanged: no completion, no gap
@@ -141,11 +143,11 @@ TEST_CASE("collective account: a script without beats is timed by its busiest gr
   acc.on_status({{"0", 62}}, at(14.5));
   const auto a = acc.account(at(15));
   CHECK(a.measure == proto::AccountMeasure::kCollectives);
-  CHECK(a.first_step_age_s == Approx(12.25));
+  CHECK(a.first_step_age_s == Approx(12 + half_report));
   CHECK(a.counted_age_s == Approx(0.5));
   CHECK(acc.rhythm_s() == Approx(0.5));
   CHECK(a.stall_s == Approx(5.5));
-  CHECK(a.productive_s == Approx(6.25));
+  CHECK(a.productive_s == Approx(6 + half_report));
   CHECK(a.steps == 60);  // the busiest group's completions since the first step
   CHECK(covered(a) == Approx(a.first_step_age_s - a.counted_age_s));
   acc.close();
