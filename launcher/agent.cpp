@@ -594,7 +594,7 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(Attempt& attempt, Heartb
     report_stragglers(beat.stragglers);
     report_recovery(beat);
     progress.ask_clocks();  // the answers come before the next heartbeat, which carries what they allow
-    progress.ask_arrivals(beat.arrival_probe);
+    progress.ask_arrivals(beat.arrival_probe, now);
     if (beat.action == proto::HeartbeatAction::kRestart) {
       say("the rendezvous asks for a restart: " + beat.reason);
       stop_workers(attempt, beat.cause == proto::RestartCause::kScaleUp ? grace_ : fault_grace_);

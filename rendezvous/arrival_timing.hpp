@@ -43,7 +43,9 @@ class ArrivalTiming {
   // Reading the recorder costs the worker ~20 ms a probe: every 2 s is 1 % of a core at most, and a slow rank's
   // figure moves within two probes (the window's mean of 2).
   static constexpr auto kProbeEvery = std::chrono::seconds(2);
-  static constexpr auto kGiveUpAfter = std::chrono::seconds(20);
+  // An answer takes well under a second, and an agent asks its silent ranks again every second; a probe
+  // still open after this is given up for a newer one (a rank that restarted, or a hook that cannot answer).
+  static constexpr auto kGiveUpAfter = std::chrono::seconds(8);
   static constexpr int64_t kMaxRange = 512;  // the recorder keeps 2000 entries over every group
   static constexpr int64_t kMinRange = 4;
   static constexpr size_t kWindow = 2;
@@ -69,6 +71,8 @@ class ArrivalTiming {
   /// `threshold`) times that probe's reference (the lower median of every rank's figure in it), and on
   /// average over `threshold` + kMargin.
   std::set<int> over_lately(double threshold) const;
+  /// Each rank's figure / reference in the last counted probes, oldest first (for the debug log).
+  const std::map<int, std::deque<double>>& recent_ratios() const { return ratios_; }
 
  private:
   void evaluate(const std::vector<const proto::ArrivalBlock*>& blocks, const std::vector<int>& ranks);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace meshrun::rendezvous {
 
@@ -78,9 +79,26 @@ void RunTelemetry::progress(std::vector<HostedRank>& ranks, const std::set<int>&
   for (const auto& r : ranks) {
     if (fresh.count(r.progress.rank) != 0) beaten(r.progress.step);
   }
+  const proto::ArrivalProbeTally before = arrivals_.tally();
   arrivals_.update(ranks, world_size, now);
+  log_probe_outcome(before);
   for (auto& r : ranks) r.progress.arrival_compute_s = arrivals_.compute_s(r.progress.rank);  // fresh figures
   stragglers_.update(ranks, fresh, threshold, arrivals_.counted(), arrivals_.over_lately(threshold));
+}
+
+void RunTelemetry::log_probe_outcome(const proto::ArrivalProbeTally& before) const {
+  if (spdlog::get_level() > spdlog::level::debug) return;
+  const proto::ArrivalProbeTally& now = arrivals_.tally();
+  if (now.counted != before.counted) {
+    std::string ratios;
+    for (const auto& [rank, recent] : arrivals_.recent_ratios()) {
+      ratios += fmt::format(" rank {} {:.2f}x", rank, recent.back());
+    }
+    spdlog::debug("arrival probe {} counted:{}", now.counted, ratios);
+  }
+  if (now.imprecise != before.imprecise) spdlog::debug("arrival probe not counted: imprecise clocks or no span");
+  if (now.partial != before.partial) spdlog::debug("arrival probe not counted: a recorder lost part of the range");
+  if (now.abandoned != before.abandoned) spdlog::debug("arrival probe abandoned: a rank never answered");
 }
 
 void RunTelemetry::fill(proto::RunStatus& status, TimePoint now) const {

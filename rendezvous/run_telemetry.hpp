@@ -77,6 +77,8 @@ class RunTelemetry {
   void fill(proto::RunStatus& status, TimePoint now) const;
 
  private:
+  /// At debug level: what became of the arrival probe this update settled, with each rank's ratio.
+  void log_probe_outcome(const proto::ArrivalProbeTally& before) const;
   /// The high-water step: any rank's beat or step account.
   void beaten(int64_t step) { steps_beaten_ = std::max(steps_beaten_, step); }
 

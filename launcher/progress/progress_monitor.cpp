@@ -255,27 +255,31 @@ void ProgressMonitor::ask_clocks() {
   }
 }
 
-void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe) {
-  if (probe.group.empty() || (probe.group == asked_.group && probe.first_seq == asked_.first_seq)) return;
+bool ProgressMonitor::answered(size_t lr) const {
+  const auto& a = watches_[lr].arrivals();
+  return a && a->group == asked_.group && a->first_seq == asked_.first_seq && a->last_seq == asked_.last_seq;
+}
+
+void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe, Clock::time_point now) {
+  if (probe.group.empty()) return;
+  const bool again =
+      probe.group == asked_.group && probe.first_seq == asked_.first_seq && probe.last_seq == asked_.last_seq;
+  if (again && now - asked_at_ < kAskAgainAfter) return;
   asked_ = probe;
+  asked_at_ = now;
   const std::string request =
       proto::format_hook_request(proto::HookRequest::arrivals(probe.first_seq, probe.last_seq, probe.group));
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (watches_[lr].hooked()) {
-      sockets_[lr].send_to(hook_path(lr), request);
-      answers_pending_ = true;
-    }
+    if (!watches_[lr].hooked() || answered(lr)) continue;
+    sockets_[lr].send_to(hook_path(lr), request);
+    answers_pending_ = true;
   }
 }
 
 bool ProgressMonitor::take_arrival_answers() {
   if (!answers_pending_) return false;
-  for (const auto& w : watches_) {
-    if (!w.hooked()) continue;
-    const auto& a = w.arrivals();
-    if (!a || a->group != asked_.group || a->first_seq != asked_.first_seq || a->last_seq != asked_.last_seq) {
-      return false;
-    }
+  for (size_t lr = 0; lr < watches_.size(); ++lr) {
+    if (watches_[lr].hooked() && !answered(lr)) return false;
   }
   answers_pending_ = false;
   return true;

@@ -52,6 +52,7 @@ char process_state(pid_t pid);
 class ProgressMonitor {
  public:
   using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kAskAgainAfter{1};
 
   /// Binds one socket per rank in `dir` (<dir>/<local rank>.sock); `ranks` are the global ranks of local
   /// ranks 0..n-1; `steps_done`: the highest step the run finished before this attempt (-1: none), for the
@@ -97,8 +98,10 @@ class ProgressMonitor {
   int64_t last_step(size_t lr) const;
   /// Asks every hooked rank for its wall clock (its offset from this agent's; answers come with the beats).
   void ask_clocks();
-  /// Relays the daemon's arrival probe to every hooked rank, once per probe.
-  void ask_arrivals(const proto::ArrivalProbe& probe);
+  /// Relays the daemon's arrival probe to every hooked rank; while the probe stays open, again every
+  /// kAskAgainAfter to those that have not answered it (a datagram lost either way costs a second, not the
+  /// daemon's give-up).
+  void ask_arrivals(const proto::ArrivalProbe& probe, Clock::time_point now);
   /// True once per relayed probe, when every hooked rank has answered it: the caller sends the answers at
   /// once rather than with the next heartbeat, a keep-alive later (the probe's round trip is the straggler
   /// route's latency: docs/progress.md).
@@ -116,6 +119,8 @@ class ProgressMonitor {
 
  private:
   [[nodiscard]] std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
+  /// Whether local rank `lr` answered the last probe relayed.
+  bool answered(size_t lr) const;
   /// Where local rank `lr`'s hook listens for the agent's requests.
   std::string hook_path(size_t lr) const;
   [[nodiscard]] std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
@@ -130,8 +135,9 @@ class ProgressMonitor {
   std::vector<CollectiveWatch> watches_;
   std::vector<std::optional<Clock::time_point>> stopped_since_;
   std::set<size_t> warned_bad_beat_;
-  std::optional<size_t> hung_;    // reported once; the caller stops the attempt
-  proto::ArrivalProbe asked_;     // the last probe relayed
+  std::optional<size_t> hung_;  // reported once; the caller stops the attempt
+  proto::ArrivalProbe asked_;   // the last probe relayed
+  Clock::time_point asked_at_{};
   bool answers_pending_ = false;  // some hooked rank has not answered asked_ yet
   ActivityMonitor activity_;
   int activity_samples_ = 0;

@@ -270,7 +270,7 @@ TEST_CASE("hook messages: clock samples and arrival answers feed the watch", "[h
   CHECK(w.completed().at("0") == 11);
 }
 
-TEST_CASE("arrival answers are sent at once: when every hooked rank answered the probe, once per probe",
+TEST_CASE("arrival probes: answers go out once every hooked rank answered, and the silent are asked again",
           "[hang][hook]") {
   meshrun::testing::TempDir dir;
   ProgressMonitor monitor(dir.path(), {4, 5, 6}, HangPolicy{});
@@ -284,24 +284,38 @@ TEST_CASE("arrival answers are sent at once: when every hooked rank answered the
     REQUIRE(hooks[lr].send_to(monitor.socket_paths()[lr], "fr arrivals " + range + " 4 5 1 0") == 0);
     monitor.drain(Clock::now());
   };
-  monitor.drain(Clock::now());
+  const auto t0 = Clock::now();
+  monitor.drain(t0);
   CHECK_FALSE(monitor.take_arrival_answers());  // nothing asked yet
 
-  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 11, .last_seq = 14});
+  const ArrivalProbe probe{.group = "0", .first_seq = 11, .last_seq = 14};
+  monitor.ask_arrivals(probe, t0);
   for (auto& hook : hooks) CHECK(hook.drain() == std::vector<std::string>{"arrivals 11 14 0"});
   CHECK_FALSE(monitor.take_arrival_answers());
   answer(0, "11 14");
   CHECK_FALSE(monitor.take_arrival_answers());  // local rank 1 has not answered
   answer(1, "7 10");
   CHECK_FALSE(monitor.take_arrival_answers());  // an answer to an older probe
+
+  // The probe is still open (the next heartbeat's reply carries it again): within a second nobody is asked
+  // again; after it, only local rank 1, which has not answered (its request or its answer may be lost).
+  monitor.ask_arrivals(probe, t0 + std::chrono::milliseconds(500));
+  CHECK(hooks[0].drain().empty());
+  CHECK(hooks[1].drain().empty());
+  monitor.ask_arrivals(probe, t0 + ProgressMonitor::kAskAgainAfter);
+  CHECK(hooks[0].drain().empty());
+  CHECK(hooks[1].drain() == std::vector<std::string>{"arrivals 11 14 0"});
+
   answer(1, "11 14");
   CHECK(monitor.take_arrival_answers());
-  CHECK_FALSE(monitor.take_arrival_answers());  // once
-
-  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 11, .last_seq = 14});  // the same probe again
+  CHECK_FALSE(monitor.take_arrival_answers());                            // once
+  monitor.ask_arrivals(probe, t0 + 3 * ProgressMonitor::kAskAgainAfter);  // another node has not answered yet
   CHECK(hooks[0].drain().empty());
+  CHECK(hooks[1].drain().empty());
   CHECK_FALSE(monitor.take_arrival_answers());
-  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 15, .last_seq = 30});
+
+  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 15, .last_seq = 30},
+                       t0 + 3 * ProgressMonitor::kAskAgainAfter);
   CHECK_FALSE(monitor.take_arrival_answers());  // the last answers were to the one before
   answer(0, "15 30");
   answer(1, "15 30");
