@@ -35,7 +35,7 @@ std::optional<std::pair<std::string, int64_t>> common_group(const std::vector<Ho
 
 }  // namespace
 
-void ArrivalTiming::update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now) {
+void ArrivalTiming::update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now, bool wanted) {
   if (!probe_.group.empty()) {
     std::vector<const proto::ArrivalBlock*> answers;
     std::vector<int> answered;
@@ -53,7 +53,7 @@ void ArrivalTiming::update(const std::vector<HostedRank>& ranks, int world_size,
       ++tally_.abandoned;
     }
   }
-  if (probe_.group.empty() && now - opened_at_ >= kProbeEvery) open_next(ranks, world_size, now);
+  if (wanted && probe_.group.empty() && now - opened_at_ >= kProbeEvery) open_next(ranks, world_size, now);
 }
 
 void ArrivalTiming::start_over() {

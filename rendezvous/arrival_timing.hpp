@@ -56,8 +56,9 @@ class ArrivalTiming {
   /// What was asked of the ranks and is not answered yet (empty group: nothing).
   const proto::ArrivalProbe& probe() const { return probe_; }
   /// Reads the answers in `ranks` (every rank of the run): evaluates the probe once all `world_size` ranks
-  /// answered it, and opens the next one when due.
-  void update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now);
+  /// answered it, and opens the next one when due and `wanted` (an answer costs each rank a read of its
+  /// recorder: none while nothing would use the figure).
+  void update(const std::vector<HostedRank>& ranks, int world_size, TimePoint now, bool wanted = true);
   /// The rank's compute per collective (seconds), a mean over the window; 0 while unknown.
   double compute_s(int rank) const;
   /// A new round: ranks may move to other hosts and their recorders start over. Forgets every figure and

@@ -80,7 +80,9 @@ void RunTelemetry::progress(std::vector<HostedRank>& ranks, const std::set<int>&
     if (fresh.count(r.progress.rank) != 0) beaten(r.progress.step);
   }
   const proto::ArrivalProbeTally before = arrivals_.tally();
-  arrivals_.update(ranks, world_size, now);
+  // Probes only while the alert is on and the beats' compute_s does not already measure every rank.
+  const bool probes_wanted = threshold > 0 && run_measure(ranks) != proto::StragglerMeasure::kCompute;
+  arrivals_.update(ranks, world_size, now, probes_wanted);
   log_probe_outcome(before);
   for (auto& r : ranks) r.progress.arrival_compute_s = arrivals_.compute_s(r.progress.rank);  // fresh figures
   stragglers_.update(ranks, fresh, threshold, arrivals_.counted(), arrivals_.over_lately(threshold));

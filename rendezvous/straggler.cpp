@@ -23,9 +23,11 @@ double measure(const proto::RankProgress& p, StragglerMeasure m) {
 
 bool counts(const proto::RankProgress& p, StragglerMeasure m) { return eligible(p) && measure(p, m) > 0; }
 
+}  // namespace
+
 // One measure for the whole run, the best that every eligible rank has: figures of different kinds (per
 // step, per collective) never meet in one median.
-StragglerMeasure choose_measure(const std::vector<HostedRank>& ranks) {
+StragglerMeasure run_measure(const std::vector<HostedRank>& ranks) {
   for (const auto m : {StragglerMeasure::kCompute, StragglerMeasure::kArrivals}) {
     bool all = false;
     for (const auto& r : ranks) {
@@ -37,6 +39,8 @@ StragglerMeasure choose_measure(const std::vector<HostedRank>& ranks) {
   }
   return StragglerMeasure::kStepTime;
 }
+
+namespace {
 
 // How far the rank got, in the measure's unit: steps from the beats, or collectives completed.
 int64_t progress_mark(const proto::RankProgress& p, StragglerMeasure m) {
@@ -69,7 +73,7 @@ proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double medi
 
 void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
                              int64_t arrival_probes, const std::set<int>& arrivals_over) {
-  const StragglerMeasure m = choose_measure(ranks);
+  const StragglerMeasure m = run_measure(ranks);
   const double median = reference(ranks, m);
   const double exit_ratio = 1 + (threshold - 1) / 2;
   for (const auto& r : ranks) {
@@ -102,7 +106,7 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
 }
 
 std::vector<proto::Straggler> StragglerFilter::named(const std::vector<HostedRank>& ranks, double threshold) const {
-  const StragglerMeasure m = choose_measure(ranks);
+  const StragglerMeasure m = run_measure(ranks);
   const double median = reference(ranks, m);
   std::vector<proto::Straggler> out;
   if (threshold <= 0 || median <= 0) return out;
@@ -115,7 +119,7 @@ std::vector<proto::Straggler> StragglerFilter::named(const std::vector<HostedRan
 }
 
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold) {
-  const StragglerMeasure m = choose_measure(ranks);
+  const StragglerMeasure m = run_measure(ranks);
   const double median = reference(ranks, m);
   if (threshold <= 0 || median <= 0) return {};
   std::vector<proto::Straggler> out;

@@ -24,6 +24,10 @@ struct HostedRank {
   proto::RankProgress progress;
 };
 
+/// The measure the run's ranks are compared by: the first that every eligible rank has (compute_s from
+/// beats, then the arrival figure, else the step time).
+proto::StragglerMeasure run_measure(const std::vector<HostedRank>& ranks);
+
 /// The ranks whose measure exceeds `threshold` times the run's median measure (the lower median, so
 /// that with two ranks the faster one is the reference). Only ranks in the "train" phase (or without
 /// beats) that are not hung and have a measure count; fewer than two such ranks, or threshold <= 0, name

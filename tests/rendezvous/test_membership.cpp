@@ -7,6 +7,7 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "proto/progress_beat.hpp"
 #include "rendezvous/http/metrics.hpp"
 #include "rendezvous/membership.hpp"
 
@@ -581,6 +582,44 @@ TEST_CASE("heartbeats carry arrival probes out and answers in: a slow rank witho
   older.erase("arrival_probes");
   CHECK(older.get<proto::RunStatus>().arrival_probes.counted == 0);
   CHECK(nlohmann::json(status).at("arrival_probes").at("counted") == status.arrival_probes.counted);
+}
+
+TEST_CASE("no arrival probe while the alert is off, or while the beats' compute_s measures every rank",
+          "[membership][straggler]") {
+  enum class Case { kNoBeats, kAlertOff, kComputeBeats };
+  for (const Case c : {Case::kNoBeats, Case::kAlertOff, Case::kComputeBeats}) {
+    INFO("case " << static_cast<int>(c));
+    FakeClock clock;
+    Membership m(clock);
+    auto request = [&](const std::string& host) {
+      auto r = node(host, 2, 2, 1);
+      if (c == Case::kAlertOff) r.straggler_threshold = 0;
+      return r;
+    };
+    const auto a = m.join(request("host-a"));
+    const auto b = m.join(request("host-b"));
+    REQUIRE(m.poll("job", a).status == proto::AwaitStatus::kAssigned);
+    REQUIRE(m.poll("job", b).status == proto::AwaitStatus::kAssigned);
+    const int rank_a = m.poll("job", a).assignment.rank_offset;
+    const auto progress = [&](int rank, int64_t done) {
+      proto::RankProgress p;
+      p.rank = rank;
+      p.collectives = {{"0", done}};
+      if (c == Case::kComputeBeats) {
+        p.step = done;
+        p.phase = proto::kTrainPhase;
+        p.compute_s = 0.02;
+      }
+      return std::vector<proto::RankProgress>{p};
+    };
+    int probes = 0;
+    for (int beat = 0, done = 10; beat < 10; ++beat, done += 30) {
+      clock.advance(seconds(1));
+      m.heartbeat("job", a, progress(rank_a, done));
+      probes += m.heartbeat("job", b, progress(1 - rank_a, done)).arrival_probe.group.empty() ? 0 : 1;
+    }
+    CHECK((probes > 0) == (c == Case::kNoBeats));
+  }
 }
 
 TEST_CASE("a restart is timed phase by phase, from the fault to every node's first step", "[membership][recovery]") {
