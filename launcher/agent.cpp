@@ -366,10 +366,14 @@ Agent::AttemptResult Agent::supervise(Attempt& attempt) {
       next_hang_check = Clock::now() + kHangCheckEvery;
       if (auto r = on_hang(attempt)) return *r;
     }
-    if (attempt.progress.take_arrival_answers()) heartbeats.next = Clock::now();
-    if (Clock::now() < heartbeats.next) continue;
-    heartbeats.next = Clock::now() + keep_alive;
-    if (auto r = on_heartbeat(attempt, heartbeats)) return *r;
+    // Arrival answers go out as soon as they are all in, beside the schedule (an early heartbeat moves nothing).
+    const auto pids = attempt.group.running_pids();
+    attempt.progress.ask_arrivals_again(pids, Clock::now());
+    const bool answers_in = attempt.progress.take_arrival_answers(pids);
+    const bool due = Clock::now() >= heartbeats.next;
+    if (!due && !answers_in) continue;
+    if (due) heartbeats.next = Clock::now() + keep_alive;
+    if (auto r = on_heartbeat(attempt, heartbeats, !due)) return *r;
   }
 }
 
@@ -583,7 +587,7 @@ void Agent::stop_workers(Attempt& attempt, Ms grace, int first_signal) {
   attempt.group.stop(signals_, grace, first_signal);
 }
 
-std::optional<Agent::AttemptResult> Agent::on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule) {
+std::optional<Agent::AttemptResult> Agent::on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule, bool early) {
   RendezvousBackend& rdzv = attempt.rdzv;
   ProgressMonitor& progress = attempt.progress;
   try {
@@ -609,6 +613,10 @@ std::optional<Agent::AttemptResult> Agent::on_heartbeat(Attempt& attempt, Heartb
     }
     return std::nullopt;
   } catch (const Error& e) {
+    if (early) {  // only the answers' head start is lost: the scheduled heartbeat counts the failures
+      spdlog::debug("an early heartbeat with arrival answers failed: {}", e.what());
+      return std::nullopt;
+    }
     // A dead or unreachable rendezvous host must not leave this node running (or hanging) forever:
     // after keep_alive_max_attempt silent beats, stop like the daemon would for a dead node.
     ++schedule.failures;

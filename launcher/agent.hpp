@@ -112,7 +112,9 @@ class Agent {
   void on_late(Attempt& attempt, const HangVerdict& verdict);
   /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
   void stop_workers(Attempt& attempt, std::chrono::milliseconds grace, int first_signal = 15);
-  std::optional<AttemptResult> on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule);
+  /// One heartbeat: its reply's restart, failure, stragglers and arrival probe. `early`: sent beside the
+  /// schedule with the ranks' arrival answers; its failure does not count towards losing the rendezvous.
+  std::optional<AttemptResult> on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule, bool early = false);
   /// Leaves the run with the last attempt's step account; prints the run's goodput line the daemon answers with.
   void leave(RendezvousBackend& rdzv, const std::string& reason, bool ok);
   /// Prints a restart's recovery ledger once the daemon has it complete (once per restart).

@@ -1,7 +1,8 @@
 // The messages between an agent and the collective reporter inside each of its workers: meshrun's Python hook
 // (launcher/hang/python/_meshrun_hook.py) or meshrun-trainer's CollectiveReporter (docs/progress.md, "Hangs
 // without beats"). One datagram each, text.
-// Worker -> agent, on the worker's progress socket (MESHRUN_PROGRESS), beside the progress beats:
+// Worker -> agent, on <MESHRUN_PROGRESS>.fr, a socket of their own beside the progress beats' (a Unix datagram
+// socket queues 10 datagrams: the reports, up to 10 a second, must not crowd out a beat):
 //   fr hello pid=<pid> fr=on|off        the reporter started in this worker
 //   fr status <group>:<last enqueued>:<last completed> ...   PyTorch's pg_status, on change (and every 5 s)
 //   fr dumped <path> | fr failed <why>  the answer to "dump"

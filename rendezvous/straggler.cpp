@@ -82,6 +82,9 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     if (m == StragglerMeasure::kArrivals) {  // the figure is the same until another probe counts
       if (arrival_probes == s.probe) continue;
       s.probe = arrival_probes;
+    } else {  // the figures are the same until the rank beats another step (an early heartbeat carries answers)
+      if (r.progress.step == s.read_step) continue;
+      s.read_step = r.progress.step;
     }
     const bool measured = threshold > 0 && median > 0 && counts(r.progress, m);
     const double ratio = measured ? measure(r.progress, m) / median : 0;

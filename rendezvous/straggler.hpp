@@ -39,7 +39,8 @@ std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ran
 /// steps (for arrival times, once a reading does and the last probes found it slow on their own:
 /// ArrivalTiming::over_lately), and cleared once kClear readings in a row found it under the exit ratio
 /// (halfway between 1 and the threshold), or not counted, over kSteps steps (collectives, for the arrivals
-/// measure). A reading is its node's heartbeat (fresh figures) for the beat measures; for arrival times, a new
+/// measure). A reading is its node's heartbeat once the rank beat another step (fresh figures) for the beat
+/// measures; for arrival times, a new
 /// counted probe (the figure changes only then: two heartbeats of one probe are one reading). Counting steps as
 /// well keeps slow steps (a noisy median per heartbeat) from flapping and fast ones quick to name. One per run,
 /// in the daemon.
@@ -64,7 +65,8 @@ class StragglerFilter {
     int64_t over_from = 0;  // the rank's step when the streak began
     int64_t under_from = 0;
     bool named = false;
-    int64_t probe = -1;  // the arrival probe of the last reading
+    int64_t probe = -1;      // the arrival probe of the last reading
+    int64_t read_step = -1;  // the rank's step at the last reading (the beat measures)
   };
   std::map<int, State> states_;
 };

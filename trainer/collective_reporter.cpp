@@ -32,11 +32,11 @@ sockaddr_un unix_address(const std::string& path) {
 }  // namespace
 
 CollectiveReporter::CollectiveReporter(std::string agent_socket, std::shared_ptr<const CollectiveLedger> ledger)
-    : agent_(std::move(agent_socket)), ledger_(std::move(ledger)) {
+    : agent_(agent_socket.empty() ? std::string() : agent_socket + ".fr"), ledger_(std::move(ledger)) {
   if (agent_.empty()) return;
   // A diagnostic never stops training: without its socket the reporter stays off and says why.
   try {
-    listen_path_ = agent_ + ".hook";
+    listen_path_ = agent_socket + ".hook";
     const sockaddr_un addr = unix_address(listen_path_);
     fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!fd_.valid()) throw Error(std::string("cannot create a socket: ") + std::strerror(errno));

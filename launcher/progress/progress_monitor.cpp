@@ -35,9 +35,11 @@ ProgressMonitor::ProgressMonitor(const std::string& dir, const std::vector<int>&
       activity_(ranks.size()),
       late_(ranks.size()) {
   sockets_.reserve(ranks.size());
+  report_sockets_.reserve(ranks.size());
   trackers_.reserve(ranks.size());
   for (size_t lr = 0; lr < ranks.size(); ++lr) {
     sockets_.emplace_back(dir + "/" + std::to_string(lr) + ".sock");
+    report_sockets_.emplace_back(sockets_.back().path() + kHookReportSuffix);
     trackers_.emplace_back(ranks[lr]);
   }
 }
@@ -51,30 +53,35 @@ std::vector<std::string> ProgressMonitor::socket_paths() const {
 std::vector<int> ProgressMonitor::fds() const {
   std::vector<int> out;
   for (const auto& s : sockets_) out.push_back(s.fd());
+  for (const auto& s : report_sockets_) out.push_back(s.fd());
   return out;
 }
 
 void ProgressMonitor::drain(Clock::time_point now) {
   for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    for (const auto& datagram : sockets_[lr].drain()) {
-      try {
-        if (proto::is_hook_message(datagram)) {
-          spdlog::debug("rank {}: {}", trackers_[lr].rank(), datagram);
-          const proto::HookMessage message = proto::parse_hook_message(datagram);
-          watches_[lr].on_message(message, now, unix_time_ns());
-          if (message.kind == proto::HookMessage::Kind::kStatus)
-            collective_accountants_[lr].on_status(watches_[lr].completed(), now);
-          continue;
-        }
-        const proto::Beat beat = proto::parse_beat(datagram);
-        accountants_[lr].on_beat(beat, now, trackers_[lr].median_step_s());  // the median before this interval
-        trackers_[lr].on_beat(beat, now);
-      } catch (const ProtocolError& e) {
-        if (warned_bad_beat_.insert(lr).second) {
-          spdlog::warn("rank {}: ignoring a malformed {} message (reported once): {}", trackers_[lr].rank(),
-                       kProgressEnv, e.what());
-        }
-      }
+    for (auto* socket : {&sockets_[lr], &report_sockets_[lr]}) {
+      for (const auto& datagram : socket->drain()) take(lr, datagram, now);
+    }
+  }
+}
+
+void ProgressMonitor::take(size_t lr, const std::string& datagram, Clock::time_point now) {
+  try {
+    if (proto::is_hook_message(datagram)) {
+      spdlog::debug("rank {}: {}", trackers_[lr].rank(), datagram);
+      const proto::HookMessage message = proto::parse_hook_message(datagram);
+      watches_[lr].on_message(message, now, unix_time_ns());
+      if (message.kind == proto::HookMessage::Kind::kStatus)
+        collective_accountants_[lr].on_status(watches_[lr].completed(), now);
+      return;
+    }
+    const proto::Beat beat = proto::parse_beat(datagram);
+    accountants_[lr].on_beat(beat, now, trackers_[lr].median_step_s());  // the median before this interval
+    trackers_[lr].on_beat(beat, now);
+  } catch (const ProtocolError& e) {
+    if (warned_bad_beat_.insert(lr).second) {
+      spdlog::warn("rank {}: ignoring a malformed {} message (reported once): {}", trackers_[lr].rank(), kProgressEnv,
+                   e.what());
     }
   }
 }
@@ -260,26 +267,46 @@ bool ProgressMonitor::answered(size_t lr) const {
   return a && a->group == asked_.group && a->first_seq == asked_.first_seq && a->last_seq == asked_.last_seq;
 }
 
-void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe, Clock::time_point now) {
-  if (probe.group.empty()) return;
-  const bool again =
-      probe.group == asked_.group && probe.first_seq == asked_.first_seq && probe.last_seq == asked_.last_seq;
-  if (again && now - asked_at_ < kAskAgainAfter) return;
-  asked_ = probe;
-  asked_at_ = now;
-  const std::string request =
-      proto::format_hook_request(proto::HookRequest::arrivals(probe.first_seq, probe.last_seq, probe.group));
-  for (size_t lr = 0; lr < sockets_.size(); ++lr) {
-    if (!watches_[lr].hooked() || answered(lr)) continue;
-    sockets_[lr].send_to(hook_path(lr), request);
-    answers_pending_ = true;
-  }
+bool ProgressMonitor::awaited(size_t lr, const std::vector<pid_t>& pids) const {
+  const bool running = lr < pids.size() && pids[lr] != 0;
+  return watches_[lr].hooked() && running && !answered(lr);
 }
 
-bool ProgressMonitor::take_arrival_answers() {
+bool ProgressMonitor::send_arrival_requests(const std::function<bool(size_t)>& ask) {
+  const std::string request =
+      proto::format_hook_request(proto::HookRequest::arrivals(asked_.first_seq, asked_.last_seq, asked_.group));
+  bool sent = false;
+  for (size_t lr = 0; lr < sockets_.size(); ++lr) {
+    if (!ask(lr)) continue;
+    sockets_[lr].send_to(hook_path(lr), request);
+    sent = true;
+  }
+  return sent;
+}
+
+void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe, Clock::time_point now) {
+  if (probe.group.empty()) {
+    answers_pending_ = false;  // none open (answered by every node, given up, or not wanted)
+    return;
+  }
+  if (probe.group == asked_.group && probe.first_seq == asked_.first_seq && probe.last_seq == asked_.last_seq) {
+    return;  // still open for another node, or for a silent rank here (ask_arrivals_again)
+  }
+  asked_ = probe;
+  asked_at_ = now;
+  answers_pending_ = send_arrival_requests([&](size_t lr) { return watches_[lr].hooked(); });
+}
+
+void ProgressMonitor::ask_arrivals_again(const std::vector<pid_t>& pids, Clock::time_point now) {
+  if (!answers_pending_ || now - asked_at_ < kAskAgainAfter) return;
+  asked_at_ = now;
+  send_arrival_requests([&](size_t lr) { return awaited(lr, pids); });
+}
+
+bool ProgressMonitor::take_arrival_answers(const std::vector<pid_t>& pids) {
   if (!answers_pending_) return false;
   for (size_t lr = 0; lr < watches_.size(); ++lr) {
-    if (watches_[lr].hooked() && !answered(lr)) return false;
+    if (awaited(lr, pids)) return false;
   }
   answers_pending_ = false;
   return true;

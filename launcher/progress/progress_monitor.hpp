@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,6 +26,10 @@ namespace meshrun::launcher {
 
 /// The environment variable naming a worker's progress socket.
 inline constexpr const char* kProgressEnv = "MESHRUN_PROGRESS";
+/// The agent's socket for the collective reporter's messages is the progress socket's path with this
+/// suffix: a Unix datagram socket queues 10 datagrams, and the reports (up to 10 a second) must not crowd
+/// out the script's beats while the agent is busy.
+inline constexpr const char* kHookReportSuffix = ".fr";
 
 /// A rank judged hung, and why ("no progress beat for 12.3 s (budget 10.0 s) after step 42 (train)").
 struct HangReport {
@@ -61,7 +66,7 @@ class ProgressMonitor {
 
   /// The socket path of each local rank (the workers' MESHRUN_PROGRESS).
   std::vector<std::string> socket_paths() const;
-  /// The sockets' descriptors, to poll alongside the workers' pipes.
+  /// The sockets' descriptors (beats and reports), to poll alongside the workers' pipes.
   std::vector<int> fds() const;
   /// Reads every waiting beat. A malformed one is reported once per rank (it never stops the job).
   void drain(Clock::time_point now);
@@ -98,14 +103,16 @@ class ProgressMonitor {
   int64_t last_step(size_t lr) const;
   /// Asks every hooked rank for its wall clock (its offset from this agent's; answers come with the beats).
   void ask_clocks();
-  /// Relays the daemon's arrival probe to every hooked rank; while the probe stays open, again every
-  /// kAskAgainAfter to those that have not answered it (a datagram lost either way costs a second, not the
-  /// daemon's give-up).
+  /// Relays the daemon's arrival probe (from a heartbeat reply) to every hooked rank, once per probe; an
+  /// empty one (none open) ends the wait for answers.
   void ask_arrivals(const proto::ArrivalProbe& probe, Clock::time_point now);
-  /// True once per relayed probe, when every hooked rank has answered it: the caller sends the answers at
-  /// once rather than with the next heartbeat, a keep-alive later (the probe's round trip is the straggler
-  /// route's latency: docs/progress.md).
-  [[nodiscard]] bool take_arrival_answers();
+  /// Asks the ranks that have not answered the probe yet again, kAskAgainAfter after the last ask (a datagram
+  /// lost either way costs a second, not the daemon's give-up). `pids` by local rank (0: exited, not asked).
+  void ask_arrivals_again(const std::vector<pid_t>& pids, Clock::time_point now);
+  /// True once per relayed probe, when every hooked rank still running has answered it: the caller sends the
+  /// answers at once rather than with the next heartbeat, a keep-alive later (the probe's round trip is the
+  /// straggler route's latency: docs/progress.md). `pids` as for ask_arrivals_again.
+  [[nodiscard]] bool take_arrival_answers(const std::vector<pid_t>& pids);
   /// One entry per rank that has beaten or whose hook reported collectives (none when neither). With
   /// `node_clock` (this node's clock minus the daemon's), answers to the arrival probe go along, on the
   /// daemon's clock.
@@ -118,9 +125,15 @@ class ProgressMonitor {
   void close_accounts(Clock::time_point now);
 
  private:
+  /// One datagram from local rank `lr`: a progress beat or a reporter's message.
+  void take(size_t lr, const std::string& datagram, Clock::time_point now);
   [[nodiscard]] std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
   /// Whether local rank `lr` answered the last probe relayed.
   bool answered(size_t lr) const;
+  /// Whether an answer from local rank `lr` is still to come: hooked, running (`pids`), not answered.
+  bool awaited(size_t lr, const std::vector<pid_t>& pids) const;
+  /// Sends the relayed probe to the ranks `ask` picks; false when it picked none.
+  bool send_arrival_requests(const std::function<bool(size_t)>& ask);
   /// Where local rank `lr`'s hook listens for the agent's requests.
   std::string hook_path(size_t lr) const;
   [[nodiscard]] std::optional<std::string> stopped_verdict(size_t local_rank, pid_t pid, Clock::time_point now);
@@ -128,7 +141,8 @@ class ProgressMonitor {
                                         const std::string& context);
 
   HangPolicy policy_;
-  std::vector<BeatSocket> sockets_;
+  std::vector<BeatSocket> sockets_;         // the beats (<dir>/<lr>.sock, the workers' MESHRUN_PROGRESS)
+  std::vector<BeatSocket> report_sockets_;  // the reporter's messages (<MESHRUN_PROGRESS>.fr)
   std::vector<RankTracker> trackers_;
   std::vector<StepAccountant> accountants_;
   std::vector<CollectiveAccountant> collective_accountants_;  // for ranks that beat no steps

@@ -64,8 +64,10 @@ TEST_CASE("straggler alerts do not flap on noise: named after confirmation, clea
   CHECK(filter.named({rank(0, 0.10), rank(1, 0.15)}, 1.3).front().rank == 1);
   // Dipping just under the threshold keeps it named; under 1.15x for 3 heartbeats and 20 steps clears it.
   CHECK(beat(0.125).size() == 1);
-  CHECK(beat(0.11).size() == 1);
-  CHECK(beat(0.11).size() == 1);
+  CHECK(beat(0.11, 20).size() == 1);
+  CHECK(beat(0.11, 0).size() == 1);  // early heartbeats (arrival answers): no new step, so no reading
+  CHECK(beat(0.11, 0).size() == 1);
+  CHECK(beat(0.11, 20).size() == 1);  // the second reading under, 20 steps on: still named
   CHECK(beat(0.11).empty());
   // Heartbeats of another node (rank 1 not fresh) do not move rank 1's state.
   for (int i = 0; i < 3; ++i) CHECK(beat(0.15, 10, {0}).empty());

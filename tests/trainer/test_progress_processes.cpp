@@ -88,6 +88,9 @@ TEST_CASE("meshrun-trainer beats every step with its loss, and says when it eval
   const std::string dir = make_temp_dir();
   BeatSink sink0(dir + "/beats0");
   BeatSink sink1(dir + "/beats1");
+  // The collective reporter's messages go to a socket of their own beside each (<MESHRUN_PROGRESS>.fr).
+  BeatSink reports0(dir + "/beats0.fr");
+  BeatSink reports1(dir + "/beats1.fr");
   // 12 steps: evaluation every 5 (and at the end), checkpoints every 6 (and the final one).
   const auto result = run_workers(2,
                                   {"train.steps=12", "train.eval_interval=5", "train.eval_batches=1",
@@ -97,16 +100,14 @@ TEST_CASE("meshrun-trainer beats every step with its loss, and says when it eval
   INFO(result.describe());
   REQUIRE(result.ok());
   const auto losses = read_step_losses(result.dir);
-  for (auto* sink : {&sink0, &sink1}) {
+  for (auto [sink, reports] : {std::pair{&sink0, &reports0}, std::pair{&sink1, &reports1}}) {
     std::vector<Beat> beats;
-    std::vector<std::string> ledger;  // the collective reports for hang verdicts (collective_reporter.hpp)
     for (const auto& text : sink->stop()) {
-      if (text.rfind("fr ", 0) == 0) {
-        ledger.push_back(text);
-      } else {
-        beats.push_back(meshrun::proto::parse_beat(text));
-      }
+      CHECK_FALSE(text.rfind("fr ", 0) == 0);  // no report among the beats
+      beats.push_back(meshrun::proto::parse_beat(text));
     }
+    // The collective reports for hang verdicts (collective_reporter.hpp).
+    const std::vector<std::string> ledger = reports->stop();
     REQUIRE_FALSE(ledger.empty());
     CHECK_THAT(ledger.front(), Catch::StartsWith("fr hello pid="));
     // Every status names the default group "0" with as many collectives completed as entered, or one open.

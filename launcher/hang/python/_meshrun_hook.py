@@ -1,7 +1,7 @@
 # meshrun's collective watcher, started by meshrun's sitecustomize in the worker meshrun spawned.
 #
-# A daemon thread reports this rank's collective progress to its agent on MESHRUN_PROGRESS (the progress
-# socket): "fr status <pg>:<last enqueued>:<last completed> ..." from PyTorch's Flight Recorder summary
+# A daemon thread reports this rank's collective progress to its agent on <MESHRUN_PROGRESS>.fr (beside the
+# progress socket, so that its reports never crowd out the script's own beats): "fr status <pg>:<last enqueued>:<last completed> ..." from PyTorch's Flight Recorder summary
 # (pg_status: no entries, microseconds) every POLL_S (0.1 s). When the agent suspects a hang it asks, on
 # <MESHRUN_PROGRESS>.hook, for the full record ("dump <path>"): the open collectives and the last few of
 # each group, with the Python frames that called them; the thread writes it as JSON and answers
@@ -40,6 +40,9 @@ _stopping = threading.Event()
 # new group); only an id whose entries left the recorder's ring falls back on creation order.
 _names_by_uid = {}
 _libraries = None  # the standard library's and installed packages' folders, read on first use
+# The last arrival answer with times, by (first, last, group): an agent asks again when the answer seems lost,
+# and the recorder is read (the GIL held for tens of milliseconds) once per probe.
+_last_arrivals = (None, "")
 
 
 def _active():
@@ -206,7 +209,7 @@ def _dump(path):
     os.replace(path + ".tmp", path)
 
 
-def _arrivals(first, last, group):
+def _arrivals(first, last, group):  # (count, the answer's line)
     # When this rank entered each collective of the range (the recorder's time_created_ns, this host's
     # wall clock): their count, mean and span, which the daemon compares across ranks (count 0: none known).
     c10d = None if _fr_off() else _c10d()
@@ -218,7 +221,7 @@ def _arrivals(first, last, group):
             if str(pg[0]) == group and not e.get("is_p2p", False) and first <= seq <= last:
                 times.append(int(e.get("time_created_ns", 0)))
     mean, span = (sum(times) // len(times), max(times) - min(times)) if times else (0, 0)
-    return _arrivals_line(first, last, len(times), mean, span, group)
+    return len(times), _arrivals_line(first, last, len(times), mean, span, group)
 
 
 # The wire (proto/hook_messages.hpp, whose parser reads these lines: tests/proto/hook_lines.txt pins both).
@@ -284,11 +287,18 @@ def _answer(listen, send):
     if request[0] == "clock":  # the agent measures this clock's offset from its own: answer at once
         send(_clock_line(request[1], time.time_ns()))
     elif request[0] == "arrivals":
+        global _last_arrivals
         _, first, last, group = request
+        if _last_arrivals[0] == (first, last, group):
+            send(_last_arrivals[1])
+            return
         try:
-            send(_arrivals(first, last, group))
+            count, line = _arrivals(first, last, group)
         except Exception:  # the group torn down meanwhile...: no times known
-            send(_arrivals_line(first, last, 0, 0, 0, group))
+            count, line = 0, _arrivals_line(first, last, 0, 0, 0, group)
+        if count:
+            _last_arrivals = ((first, last, group), line)
+        send(line)
     elif request[0] == "frames":
         send(_frames_answer())
     elif request[0] == "dump":
@@ -334,9 +344,9 @@ def start():
     if _started or not _active():
         return
     _started = True
-    agent = os.environ["MESHRUN_PROGRESS"]
+    agent = os.environ["MESHRUN_PROGRESS"] + ".fr"
     listen = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    path = agent + ".hook"
+    path = os.environ["MESHRUN_PROGRESS"] + ".hook"
     try:
         os.unlink(path)
     except OSError:
