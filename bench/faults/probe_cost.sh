@@ -3,8 +3,8 @@
 # times"): every 2 s each rank's hook reads its Flight Recorder to answer the daemon's arrival probe. The same
 # 2-rank Gloo job (bench/faults/probe_cost_job.py: fixed pure-Python work per step, the GIL held, two
 # all-reduces) under meshrun --standalone, alternately with the alert on (the default: probes) and off
-# (--straggler-threshold 0: no probes), ROUNDS times each; prints each run's loop seconds, the medians and their
-# ratio. Not part of ctest.
+# (--straggler-threshold 0: no probes), ROUNDS times each, in alternating order; prints each run's loop
+# seconds, the medians and their ratio. Not part of ctest.
 #   bench/faults/probe_cost.sh        (env ROUNDS=3 STEPS=1500 ITERATIONS=20000, MESHRUN)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,8 +13,11 @@ ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-1500} ITERATIONS=${ITERATIONS:-20000}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 echo "# bench/faults/probe_cost.sh $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, ROUNDS=$ROUNDS STEPS=$STEPS ITERATIONS=$ITERATIONS"
+[ "$ROUNDS" -ge 1 ] 2> /dev/null || { echo "ROUNDS=$ROUNDS: expected a whole number of rounds, 1 or more"; exit 2; }
 for n in $(seq "$ROUNDS"); do
-  for mode in on off; do
+  order="on off"; [ $((n % 2)) = 0 ] && order="off on"  # neither mode always runs first
+  for mode in $order; do
+    rm -f "$W/took"
     flag=(); [ "$mode" = off ] && flag=(--straggler-threshold 0)
     PATH="$ROOT/.venv/bin:$PATH" "$MESHRUN" --standalone --nproc-per-node 2 "${flag[@]}" \
       "$ROOT/bench/faults/probe_cost_job.py" "$W/took" "$STEPS" "$ITERATIONS" > "$W/log" 2>&1 ||
