@@ -77,6 +77,7 @@ case $SCENARIO in
         [ "$(stat -c %a "$dir")" = 700 ] || mc_fail "$SCENARIO: node$i's $path is in a folder of mode $(stat -c %a "$dir"), not 0700"
         case $path in
           *.sock.hook) class="hook socket" ;;
+          *.sock.fr) class="report socket" ;;
           */memory.sock) class="memory handover socket" ;;
           *.sock) class="progress socket" ;;
           *) class="" ;;
@@ -86,7 +87,7 @@ case $SCENARIO in
       done < <(mc_on "$i" ss -xapH | grep -E '"(meshrun|meshrun-trainer)"' | awk '{ print $5 }' | grep '^/' | sort -u)
     done
     for want in "rendezvous port" "run store port" "live view" "copy port" "Gloo pair port" "progress socket" \
-      "memory handover socket"; do
+      "report socket" "memory handover socket"; do
       printf '%s\n' "${classes[@]}" | grep -qx "$want" || mc_fail "$SCENARIO: no $want was seen: the inventory saw too little"
     done
     # The copy port is not reachable on the other network, only on the job's.
