@@ -1,7 +1,8 @@
 # meshrun's collective watcher, started by meshrun's sitecustomize in the worker meshrun spawned.
 #
 # A daemon thread reports this rank's collective progress to its agent on <MESHRUN_PROGRESS>.fr (beside the
-# progress socket, so that its reports never crowd out the script's own beats): "fr status <pg>:<last enqueued>:<last completed> ..." from PyTorch's Flight Recorder summary
+# progress socket, so that its reports never crowd out the script's own beats):
+# "fr status <pg>:<last enqueued>:<last completed> ..." from PyTorch's Flight Recorder summary
 # (pg_status: no entries, microseconds) every POLL_S (0.1 s). When the agent suspects a hang it asks, on
 # <MESHRUN_PROGRESS>.hook, for the full record ("dump <path>"): the open collectives and the last few of
 # each group, with the Python frames that called them; the thread writes it as JSON and answers
