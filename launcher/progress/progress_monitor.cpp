@@ -262,9 +262,13 @@ void ProgressMonitor::ask_clocks() {
   }
 }
 
+bool ProgressMonitor::asked_for(const std::string& group, int64_t first_seq, int64_t last_seq) const {
+  return group == asked_.group && first_seq == asked_.first_seq && last_seq == asked_.last_seq;
+}
+
 bool ProgressMonitor::answered(size_t lr) const {
   const auto& a = watches_[lr].arrivals();
-  return a && a->group == asked_.group && a->first_seq == asked_.first_seq && a->last_seq == asked_.last_seq;
+  return a && asked_for(a->group, a->first_seq, a->last_seq);
 }
 
 bool ProgressMonitor::awaited(size_t lr, const std::vector<pid_t>& pids) const {
@@ -289,7 +293,7 @@ void ProgressMonitor::ask_arrivals(const proto::ArrivalProbe& probe, Clock::time
     answers_pending_ = false;  // none open (answered by every node, given up, or not wanted)
     return;
   }
-  if (probe.group == asked_.group && probe.first_seq == asked_.first_seq && probe.last_seq == asked_.last_seq) {
+  if (asked_for(probe.group, probe.first_seq, probe.last_seq)) {
     return;  // still open for another node, or for a silent rank here (ask_arrivals_again)
   }
   asked_ = probe;

@@ -128,6 +128,8 @@ class ProgressMonitor {
   /// One datagram from local rank `lr`: a progress beat or a reporter's message.
   void take(size_t lr, const std::string& datagram, Clock::time_point now);
   [[nodiscard]] std::optional<std::string> silence_verdict(size_t local_rank, Clock::time_point now) const;
+  /// Whether this range is the last probe relayed.
+  bool asked_for(const std::string& group, int64_t first_seq, int64_t last_seq) const;
   /// Whether local rank `lr` answered the last probe relayed.
   bool answered(size_t lr) const;
   /// Whether an answer from local rank `lr` is still to come: hooked, running (`pids`), not answered.
