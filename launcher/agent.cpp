@@ -52,6 +52,9 @@ constexpr Ms kRootCauseSettle{500};
 // How long it waits for the report of the culprit a hang verdict named (its agent sends it right after the
 // verdict, before reading stacks).
 constexpr Ms kExpectedReportWait{10000};
+// While the next attempt runs, the pending root cause is asked for this often, not on every wake-up of the
+// supervise loop (which wakes for each hook report and heartbeat).
+constexpr Ms kRootCauseQueryEvery{200};
 // A late rank (busy while the others wait for it) is judged again after as long as the first judgment took
 // (the wait so far), between one activity window and kLateRecheck: one that stops moving is then named hung
 // within that of it, before a short collective timeout of the script's own ends the job. The late line
@@ -732,6 +735,9 @@ bool Agent::will_restart(const AttemptResult& result) const {
 
 void Agent::poll_root_cause(RendezvousBackend& rdzv) {
   if (!pending_root_cause_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < pending_root_cause_->next_query) return;
+  pending_root_cause_->next_query = now + kRootCauseQueryEvery;
   try {
     if (try_root_cause(rdzv, *pending_root_cause_)) pending_root_cause_.reset();
   } catch (const std::exception& e) {

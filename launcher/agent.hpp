@@ -128,6 +128,7 @@ class Agent {
     std::chrono::steady_clock::time_point settled_at{};
     int expected_rank = -1;  // a hang's culprit, whose report is waited for until expected_by
     std::chrono::steady_clock::time_point expected_by{};
+    std::chrono::steady_clock::time_point next_query{};  // poll_root_cause asks the rendezvous no sooner
   };
   PendingRootCause root_cause_of(int64_t round, const AttemptResult& result) const;
   /// Prints it once it is due (true), or nothing yet (false); one query of the rendezvous when due.

@@ -85,7 +85,15 @@ void RunTelemetry::progress(std::vector<HostedRank>& ranks, const std::set<int>&
   arrivals_.update(ranks, world_size, now, probes_wanted);
   log_probe_outcome(before);
   for (auto& r : ranks) r.progress.arrival_compute_s = arrivals_.compute_s(r.progress.rank);  // fresh figures
-  stragglers_.update(ranks, fresh, threshold, arrivals_.counted(), arrivals_.over_lately(threshold));
+  stragglers_.update(ranks, fresh, threshold, now, arrivals_.counted(), arrivals_.over_lately(threshold));
+  log_straggler_readings();
+}
+
+void RunTelemetry::log_straggler_readings() const {
+  if (spdlog::get_level() > spdlog::level::debug || stragglers_.last_readings().empty()) return;
+  std::string ratios;
+  for (const auto& [rank, ratio] : stragglers_.last_readings()) ratios += fmt::format(" rank {} {:.2f}x", rank, ratio);
+  spdlog::debug("straggler reading:{}", ratios);
 }
 
 void RunTelemetry::log_probe_outcome(const proto::ArrivalProbeTally& before) const {

@@ -79,6 +79,8 @@ class RunTelemetry {
  private:
   /// At debug level: what became of the arrival probe this update settled, with each rank's ratio.
   void log_probe_outcome(const proto::ArrivalProbeTally& before) const;
+  /// At debug level: the straggler readings this update took, each rank's ratio to the run's reference.
+  void log_straggler_readings() const;
   /// The high-water step: any rank's beat or step account.
   void beaten(int64_t step) { steps_beaten_ = std::max(steps_beaten_, step); }
 

@@ -71,11 +71,39 @@ proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double medi
 
 }  // namespace
 
+void StragglerFilter::read_beats(State& s, const Reading& reading, double threshold) {
+  s.recent.push_back(reading);
+  // The window: the readings of the last kWindowFor and kSteps, and the one before them, so that it spans both.
+  const auto spans = [&reading](const Reading& from) {
+    return reading.at - from.at >= kWindowFor && reading.step - from.step >= kSteps;
+  };
+  while (s.recent.size() > 2 && spans(s.recent[1])) s.recent.pop_front();
+  if (s.recent.size() < kMinReadings || !spans(s.recent.front())) return;
+  std::vector<double> ratios;
+  for (const auto& r : s.recent) ratios.push_back(r.ratio);
+  std::sort(ratios.begin(), ratios.end());
+  const double lower_median = ratios[(ratios.size() - 1) / 2];
+  const double upper_median = ratios[ratios.size() / 2];
+  if (lower_median > threshold + kMargin) s.named = true;
+  if (upper_median < 1 + (threshold - 1) / 2) s.named = false;
+}
+
+void StragglerFilter::read_arrivals(State& s, double ratio, int64_t collectives, double threshold, bool over_lately) {
+  // The figure is confirmed by the last probes, of many collectives each, that found the rank slow.
+  if (ratio > threshold && over_lately) s.named = true;
+  if (ratio < 1 + (threshold - 1) / 2) {
+    if (s.under++ == 0) s.under_from = collectives;
+  } else {
+    s.under = 0;
+  }
+  if (s.under >= kClear && collectives - s.under_from >= kSteps) s.named = false;
+}
+
 void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
-                             int64_t arrival_probes, const std::set<int>& arrivals_over) {
+                             TimePoint now, int64_t arrival_probes, const std::set<int>& arrivals_over) {
   const StragglerMeasure m = run_measure(ranks);
   const double median = reference(ranks, m);
-  const double exit_ratio = 1 + (threshold - 1) / 2;
+  last_readings_.clear();
   for (const auto& r : ranks) {
     if (fresh.count(r.progress.rank) == 0) continue;
     State& s = states_[r.progress.rank];
@@ -88,23 +116,19 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
     }
     const bool measured = threshold > 0 && median > 0 && counts(r.progress, m);
     const double ratio = measured ? measure(r.progress, m) / median : 0;
-    const int64_t step = progress_mark(r.progress, m);
-    if (step < s.over_from || step < s.under_from) s = State{};  // steps went back: a restart from a checkpoint
-    if (ratio > threshold) {
-      if (s.over++ == 0) s.over_from = step;
-    } else {
-      s.over = 0;
-    }
-    if (ratio < exit_ratio) {
-      if (s.under++ == 0) s.under_from = step;
-    } else {
+    last_readings_[r.progress.rank] = ratio;
+    const int64_t mark = progress_mark(r.progress, m);
+    if (mark < s.last_mark) {  // progress went back: a restart from a checkpoint
+      s.recent.clear();
       s.under = 0;
+      s.named = false;
     }
-    // An arrival figure is confirmed by the last probes, of many collectives each, that found the rank slow.
-    const bool confirmed = m == StragglerMeasure::kArrivals ? arrivals_over.count(r.progress.rank) > 0
-                                                            : s.over >= kConfirm && step - s.over_from >= kSteps;
-    if (!s.named && s.over > 0 && confirmed) s.named = true;
-    if (s.named && s.under >= kClear && step - s.under_from >= kSteps) s.named = false;
+    s.last_mark = mark;
+    if (m == StragglerMeasure::kArrivals) {
+      read_arrivals(s, ratio, mark, threshold, arrivals_over.count(r.progress.rank) > 0);
+    } else {
+      read_beats(s, Reading{.at = now, .ratio = ratio, .step = mark}, threshold);
+    }
   }
 }
 

@@ -9,11 +9,14 @@
 // Each measure is already a median over a recent window, so one slow step names nobody.
 #pragma once
 
+#include <chrono>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "proto/rendezvous_messages.hpp"
 
 namespace meshrun::rendezvous {
@@ -34,41 +37,59 @@ proto::StragglerMeasure run_measure(const std::vector<HostedRank>& ranks);
 /// nobody.
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold);
 
-/// find_stragglers with hysteresis, so that noise around the threshold does not make the alert flap: a
-/// rank is named once kConfirm readings in a row found it over the threshold *and* over at least kSteps of its
-/// steps (for arrival times, once a reading does and the last probes found it slow on their own:
-/// ArrivalTiming::over_lately), and cleared once kClear readings in a row found it under the exit ratio
-/// (halfway between 1 and the threshold), or not counted, over kSteps steps (collectives, for the arrivals
-/// measure). A reading is its node's heartbeat once the rank beat another step (fresh figures) for the beat
-/// measures; for arrival times, a new
-/// counted probe (the figure changes only then: two heartbeats of one probe are one reading). Counting steps as
-/// well keeps slow steps (a noisy median per heartbeat) from flapping and fast ones quick to name. One per run,
-/// in the daemon.
+/// find_stragglers with hysteresis, so that noise does not name a healthy rank or make the alert flap.
+///
+/// The beat measures (compute_s, step time): a reading is a heartbeat that brought a new step of the rank (its
+/// figures, medians over its last steps, move only then). A rank is named once the lower median of its
+/// readings over the last kWindowFor and kSteps of its steps (kMinReadings at least) is over the threshold by
+/// kMargin: most of them are; it is cleared once the upper median is under the exit ratio (halfway between 1
+/// and the threshold).
+/// One reading proves nothing either way: on two busy shared cores a healthy rank's median over its last 20
+/// steps (under a second of work) read 1.42x for a heartbeat or two, while the scheduler served other
+/// processes first; and a rank limited to half a core by a CPU quota read 1.0x for two heartbeats in a row,
+/// when the quota's off-periods fell outside its compute (docs/progress.md has the figures).
+///
+/// Arrival times: a reading is a new counted probe (two heartbeats of one probe are one reading); a rank is
+/// named once its figure is over the threshold and the last probes found it slow on their own
+/// (ArrivalTiming::over_lately, which holds the same rule in probes), and cleared once kClear readings in a
+/// row found it under the exit ratio (or not counted) over kSteps collectives. One per run, in the daemon.
 class StragglerFilter {
  public:
-  static constexpr int kConfirm = 2;
+  static constexpr auto kWindowFor = std::chrono::seconds(5);
+  static constexpr size_t kMinReadings = 4;
+  static constexpr double kMargin = 0.05;
   static constexpr int kClear = 3;
   static constexpr int64_t kSteps = 20;
 
-  /// Updates the ranks in `fresh` (the node that just sent its progress) against the whole run's.
+  /// Updates the ranks in `fresh` (the node that just sent its progress, at `now`) against the whole run's.
   /// `arrival_probes`: how many arrival probes have been counted (ArrivalTiming::counted());
   /// `arrivals_over`: the ranks the last probes found slow (ArrivalTiming::over_lately).
-  void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
+  void update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold, TimePoint now,
               int64_t arrival_probes = 0, const std::set<int>& arrivals_over = {});
   /// The named ranks, with their current figures.
   std::vector<proto::Straggler> named(const std::vector<HostedRank>& ranks, double threshold) const;
+  /// The readings the last update took: each rank's measure / the run's reference (for the debug log).
+  const std::map<int, double>& last_readings() const { return last_readings_; }
 
  private:
+  struct Reading {
+    TimePoint at{};
+    double ratio = 0;
+    int64_t step = 0;
+  };
   struct State {
-    int over = 0;  // heartbeats in a row over the threshold
-    int under = 0;
-    int64_t over_from = 0;  // the rank's step when the streak began
-    int64_t under_from = 0;
+    std::deque<Reading> recent;  // the beat measures: the window, and the reading before it
+    int under = 0;               // arrival times: readings in a row under the exit ratio
+    int64_t under_from = 0;      // ... the collectives completed when that began
+    int64_t last_mark = 0;       // the rank's progress at its last reading
     bool named = false;
     int64_t probe = -1;      // the arrival probe of the last reading
     int64_t read_step = -1;  // the rank's step at the last reading (the beat measures)
   };
+  static void read_beats(State& s, const Reading& reading, double threshold);
+  static void read_arrivals(State& s, double ratio, int64_t collectives, double threshold, bool over_lately);
   std::map<int, State> states_;
+  std::map<int, double> last_readings_;
 };
 
 }  // namespace meshrun::rendezvous

@@ -36,13 +36,15 @@ http_get() {
 
 "$AGENT" "$endpoint" page-run node-a 4 --hung-rank 1 --slow-rank 2 --late-rank 3 --restart-hung >"$tmp/agent.out" 2>&1 &
 pids+=($!)
-# Until the daemon's status has the hung rank (the page then has something to show).
+# Until the daemon's status has the hung rank and the straggler (named after 4 s over the threshold): the
+# page then has something to show.
+status_has_both() { http_get /api/status 2>/dev/null > "$tmp/status.json" || return 1
+                    grep -q '"hung":true' "$tmp/status.json" && grep -q '"straggler":true' "$tmp/status.json"; }
 for _ in $(seq 300); do
-  http_get /api/status 2>/dev/null | grep -q '"hung":true' && break
+  status_has_both && break
   sleep 0.1
 done
-http_get /api/status | grep -q '"hung":true' ||
-  fail "no hung rank in the daemon's status: $(cat "$tmp/agent.out")"
+status_has_both || fail "no hung rank or no straggler in the daemon's status: $(cat "$tmp/agent.out" "$tmp/status.json")"
 sleep 2  # the history gets a few samples for the curves
 
 # --virtual-time-budget runs the page's timers in virtual time (waiting for fetches), so several polls

@@ -181,17 +181,17 @@ TEST_CASE("stragglers: ranks without beats are judged on their arrival figures",
   // Named at the first reading over once the last probes found the rank slow (over_lately), not
   // before; cleared after kClear probes under the exit ratio and kSteps collectives.
   StragglerFilter filter;
-  filter.update({make(0, 0.030, 95), make(1, 0.020, 95)}, {0, 1}, 1.3, 1, {});
+  filter.update({make(0, 0.030, 95), make(1, 0.020, 95)}, {0, 1}, 1.3, TimePoint{}, 1, {});
   CHECK(filter.named({make(0, 0.030, 95), make(1, 0.020, 95)}, 1.3).empty());
-  filter.update({make(0, 0.030, 100), make(1, 0.020, 100)}, {0, 1}, 1.3, 2, {0});
+  filter.update({make(0, 0.030, 100), make(1, 0.020, 100)}, {0, 1}, 1.3, TimePoint{}, 2, {0});
   const auto named = filter.named({make(0, 0.030, 100), make(1, 0.020, 100)}, 1.3);
   REQUIRE(named.size() == 1);
   CHECK(named[0].rank == 0);
-  filter.update({make(0, 0.021, 110), make(1, 0.020, 110)}, {0, 1}, 1.3, 3);
-  filter.update({make(0, 0.021, 115), make(1, 0.020, 115)}, {0, 1}, 1.3, 4);
-  filter.update({make(0, 0.021, 120), make(1, 0.020, 120)}, {0, 1}, 1.3, 5);
+  filter.update({make(0, 0.021, 110), make(1, 0.020, 110)}, {0, 1}, 1.3, TimePoint{}, 3);
+  filter.update({make(0, 0.021, 115), make(1, 0.020, 115)}, {0, 1}, 1.3, TimePoint{}, 4);
+  filter.update({make(0, 0.021, 120), make(1, 0.020, 120)}, {0, 1}, 1.3, TimePoint{}, 5);
   CHECK(filter.named({make(0, 0.021, 120), make(1, 0.020, 120)}, 1.3).size() == 1);  // 10 collectives only
-  filter.update({make(0, 0.021, 140), make(1, 0.020, 140)}, {0, 1}, 1.3, 6);
+  filter.update({make(0, 0.021, 140), make(1, 0.020, 140)}, {0, 1}, 1.3, TimePoint{}, 6);
   CHECK(filter.named({make(0, 0.021, 140), make(1, 0.020, 140)}, 1.3).empty());
 }
 

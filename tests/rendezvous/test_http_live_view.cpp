@@ -53,8 +53,9 @@ std::map<int, json> ranks_of(const json& run) {
   return out;
 }
 
-// Polls /api/status until run `run_id` has `ranks` ranks past step 1; returns that run (null on timeout).
-json wait_for_ranks(uint16_t port, const std::string& run_id, size_t ranks, int min_step = 2) {
+// Polls /api/status until run `run_id` has `ranks` ranks past step 1 (and, with `straggler`, that rank flagged
+// a straggler); returns that run (null on timeout).
+json wait_for_ranks(uint16_t port, const std::string& run_id, size_t ranks, int min_step = 2, int straggler = -1) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   while (std::chrono::steady_clock::now() < end) {
     const auto status = json::parse(http_get(port, "/api/status").body, nullptr, false);
@@ -63,7 +64,9 @@ json wait_for_ranks(uint16_t port, const std::string& run_id, size_t ranks, int 
       const auto by_rank = ranks_of(run);
       size_t moving = 0;
       for (const auto& [rank, r] : by_rank) moving += r.at("step").get<int>() >= min_step ? 1 : 0;
-      if (moving >= ranks) return run;
+      const auto flagged = by_rank.find(straggler);
+      const bool named = straggler < 0 || (flagged != by_rank.end() && flagged->second.value("straggler", false));
+      if (moving >= ranks && named) return run;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -130,8 +133,8 @@ TEST_CASE("the live view serves health, the status JSON, history and Prometheus 
   Process agent({PROGRESS_AGENT_BIN, daemon.endpoint(), "live", "node-a", "4", "--hung-rank", "1", "--slow-rank", "2",
                  "--late-rank", "3", "--restart-hung"},
                 {}, dir.path() + "/agent");
-  // Step 40: the slow rank has been over the threshold for the 20 steps a straggler needs (StragglerFilter).
-  const json run = wait_for_ranks(daemon.http_port(), "live", 2, 40);
+  // The slow rank is named once it has been over the threshold for 4 s and 20 steps (StragglerFilter).
+  const json run = wait_for_ranks(daemon.http_port(), "live", 2, 40, 2);
   INFO("daemon: " << daemon.log() << "\nagent: " << agent.output());
   REQUIRE(run.is_object());
   const uint16_t port = daemon.http_port();
