@@ -18,7 +18,8 @@
 # CLI11, spdlog, fmt, nlohmann-json and zlib headers are hidden, proving the build uses the kit's prefix
 # alone (run it on the Debian machine, where those packages are installed). --no-trainer leaves LibTorch
 # out (the launcher, the daemon and, with CUDA, meshrun-nccl-bench: what tests/tools/gpu_kit_test.sh builds).
-# Environment: PYTHON (python3; its torch is the LibTorch built against), KIT_BUILD (build-gpu), JOBS (nproc).
+# Environment: PYTHON (python3; its torch is the LibTorch built against), KIT_BUILD (build-gpu), JOBS (nproc),
+# KIT_BUILD_TYPE (Release; tests/tools/gpu_kit_test.sh uses None: no optimisation, a third less compile time).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -75,7 +76,7 @@ configure_and_build() {
   torch_prefix="$(torch_cmake_prefix)" || die "$PYTHON cannot import torch: set PYTHON to the interpreter whose torch to build against"
   nccl_dir="$(torch_nccl_dir)"
   arch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
-  local args=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  local args=(-S "$ROOT" -B "$BUILD" -G Ninja "-DCMAKE_BUILD_TYPE=${KIT_BUILD_TYPE:-Release}"
               "-DCMAKE_PREFIX_PATH=$PREFIX/usr;$torch_prefix"
               "-DCMAKE_LIBRARY_PATH=$PREFIX/usr/lib/$arch" "-DCMAKE_INCLUDE_PATH=$PREFIX/usr/include"
               "-DZLIB_ROOT=$PREFIX/usr" -DMESHRUN_BUILD_TESTS=OFF
@@ -161,6 +162,6 @@ case "${1:-}" in
   check) shift; check "$@" ;;
   all) shift; build; check "$@" ;;
   list) "$PYTHON" "$ROOT/scripts/gpu_kit_checks.py" --list ;;
-  -h|--help|"") sed -n '2,25p' "$0" ;;
+  -h|--help|"") sed -n '2,/^set /{/^#/p}' "$0" ;;
   *) die "unknown command '$1' (fetch, build, check, all, list)" ;;
 esac

@@ -14,7 +14,8 @@ if [ "$(id -u)" -ne 0 ] || ! unshare --mount true 2>/dev/null; then
 fi
 rm -rf "$WORK"; mkdir -p "$WORK/out"
 "$ROOT/scripts/gpu_kit.sh" fetch
-KIT_BUILD="$WORK/build" PYTHON="$PYTHON" "$ROOT/scripts/gpu_kit.sh" build --hide-system-deps --no-trainer
+# Unoptimised: what is tested is that it builds and runs from the kit's prefix, and -O0 compiles a third faster.
+KIT_BUILD_TYPE=None KIT_BUILD="$WORK/build" PYTHON="$PYTHON" "$ROOT/scripts/gpu_kit.sh" build --hide-system-deps --no-trainer
 
 bin="$WORK/build/bin"
 "$bin/meshrun" --version | grep -q "meshrun" || fail "the kit's meshrun does not run"
