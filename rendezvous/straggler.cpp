@@ -61,6 +61,9 @@ double reference(const std::vector<HostedRank>& ranks, StragglerMeasure m) {
   return measures[(measures.size() - 1) / 2];
 }
 
+// Under this ratio a rank counts as not slow (halfway between 1 and the threshold: the hysteresis band).
+double exit_ratio(double threshold) { return 1 + (threshold - 1) / 2; }
+
 proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double median) {
   return proto::Straggler{.rank = r.progress.rank,
                           .host = r.host,
@@ -72,12 +75,19 @@ proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double medi
 }  // namespace
 
 void StragglerFilter::read_beats(State& s, const Reading& reading, double threshold) {
+  if (!s.recent.empty()) {
+    // Readings from before a pause (a save, an evaluation: no step for longer than the window and than a few
+    // usual intervals) say nothing of the rank now: the window starts afresh.
+    const auto gap = reading.at - s.recent.back().at;
+    const auto usual = s.recent.size() > 1 ? s.recent.back().at - s.recent[s.recent.size() - 2].at : gap;
+    if (gap > kWindowFor && gap > 3 * usual) s.recent.clear();
+  }
   s.recent.push_back(reading);
-  // The window: the readings of the last kWindowFor and kSteps, and the one before them, so that it spans both.
+  // The window: the last kMinReadings readings at least, back to the one that spans kWindowFor and kSteps.
   const auto spans = [&reading](const Reading& from) {
     return reading.at - from.at >= kWindowFor && reading.step - from.step >= kSteps;
   };
-  while (s.recent.size() > 2 && spans(s.recent[1])) s.recent.pop_front();
+  while (s.recent.size() > kMinReadings && spans(s.recent[1])) s.recent.pop_front();
   if (s.recent.size() < kMinReadings || !spans(s.recent.front())) return;
   std::vector<double> ratios;
   for (const auto& r : s.recent) ratios.push_back(r.ratio);
@@ -85,13 +95,13 @@ void StragglerFilter::read_beats(State& s, const Reading& reading, double thresh
   const double lower_median = ratios[(ratios.size() - 1) / 2];
   const double upper_median = ratios[ratios.size() / 2];
   if (lower_median > threshold + kMargin) s.named = true;
-  if (upper_median < 1 + (threshold - 1) / 2) s.named = false;
+  if (upper_median < exit_ratio(threshold)) s.named = false;
 }
 
 void StragglerFilter::read_arrivals(State& s, double ratio, int64_t collectives, double threshold, bool over_lately) {
   // The figure is confirmed by the last probes, of many collectives each, that found the rank slow.
   if (ratio > threshold && over_lately) s.named = true;
-  if (ratio < 1 + (threshold - 1) / 2) {
+  if (ratio < exit_ratio(threshold)) {
     if (s.under++ == 0) s.under_from = collectives;
   } else {
     s.under = 0;
@@ -101,9 +111,10 @@ void StragglerFilter::read_arrivals(State& s, double ratio, int64_t collectives,
 
 void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::set<int>& fresh, double threshold,
                              TimePoint now, int64_t arrival_probes, const std::set<int>& arrivals_over) {
+  last_readings_.clear();
+  if (threshold <= 0) return;  // the alert is off: nothing is read, nobody named
   const StragglerMeasure m = run_measure(ranks);
   const double median = reference(ranks, m);
-  last_readings_.clear();
   for (const auto& r : ranks) {
     if (fresh.count(r.progress.rank) == 0) continue;
     State& s = states_[r.progress.rank];
@@ -114,7 +125,7 @@ void StragglerFilter::update(const std::vector<HostedRank>& ranks, const std::se
       if (r.progress.step == s.read_step) continue;
       s.read_step = r.progress.step;
     }
-    const bool measured = threshold > 0 && median > 0 && counts(r.progress, m);
+    const bool measured = median > 0 && counts(r.progress, m);
     const double ratio = measured ? measure(r.progress, m) / median : 0;
     last_readings_[r.progress.rank] = ratio;
     const int64_t mark = progress_mark(r.progress, m);

@@ -40,10 +40,11 @@ std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ran
 /// find_stragglers with hysteresis, so that noise does not name a healthy rank or make the alert flap.
 ///
 /// The beat measures (compute_s, step time): a reading is a heartbeat that brought a new step of the rank (its
-/// figures, medians over its last steps, move only then). A rank is named once the lower median of its
-/// readings over the last kWindowFor and kSteps of its steps (kMinReadings at least) is over the threshold by
-/// kMargin: most of them are; it is cleared once the upper median is under the exit ratio (halfway between 1
-/// and the threshold).
+/// figures, medians over its last steps, move only then; a rank not counted reads 0). A rank is named once the
+/// lower median of its readings over the last kWindowFor and kSteps of its steps (kMinReadings at least) is
+/// over the threshold by kMargin: most of them are; it is cleared once the upper median is under the exit
+/// ratio (halfway between 1 and the threshold). After a pause (no new step for longer than the window and
+/// than three usual intervals: a save, an evaluation) the window starts afresh.
 /// One reading proves nothing either way: on two busy shared cores a healthy rank's median over its last 20
 /// steps (under a second of work) read 1.42x for a heartbeat or two, while the scheduler served other
 /// processes first; and a rank limited to half a core by a CPU quota read 1.0x for two heartbeats in a row,
@@ -78,7 +79,7 @@ class StragglerFilter {
     int64_t step = 0;
   };
   struct State {
-    std::deque<Reading> recent;  // the beat measures: the window, and the reading before it
+    std::deque<Reading> recent;  // the beat measures: the window (read_beats)
     int under = 0;               // arrival times: readings in a row under the exit ratio
     int64_t under_from = 0;      // ... the collectives completed when that began
     int64_t last_mark = 0;       // the rank's progress at its last reading

@@ -91,7 +91,8 @@ def torchrun_hang(torchrun, job, wait_s):
 
 
 def straggler_steps(meshrun, daemon, job, factor):
-    """Steps (of the slow rank) until the daemon names a rank computing `factor` x longer a straggler."""
+    """(the named rank's status entry, seconds since the job's start) once the daemon names a rank computing
+    `factor` x longer a straggler; None if it names none within 120 s."""
     with tempfile.TemporaryDirectory() as out:
         d = subprocess.Popen([daemon, "--host", "127.0.0.1", "--port", "0", "--log-level", "warn"],
                              stdout=subprocess.PIPE, text=True)
@@ -114,7 +115,7 @@ def straggler_steps(meshrun, daemon, job, factor):
         job_proc.wait(timeout=60)
         d.terminate()
         d.wait(timeout=30)
-        return named
+        return (named, time.time() - t0) if named else None
 
 
 def watch_stragglers(meshrun, daemon, job_argv, seconds, stop_when_named):
@@ -184,11 +185,12 @@ def main():
     running, named = torchrun_hang(a.torchrun, a.job, 20)
     print(f"hang under torchrun: after 20 s still running = {running}, a hung rank named = {named} "
           "(it waits for the collective's timeout: 30 min by default for Gloo and NCCL)")
-    r = straggler_steps(a.meshrun, a.daemon, a.job, 1.5)
-    if r is None:
+    found = straggler_steps(a.meshrun, a.daemon, a.job, 1.5)
+    if found is None:
         sys.exit("straggler: a 1.5x slow rank was not named within 120 s")
-    print(f"straggler: a 1.5x slow rank named at its step {r['step']} (goal: within 50 steps); "
-          f"compute {r['compute_s']:.3f} s per step")
+    r, seconds = found
+    print(f"straggler: a 1.5x slow rank (slow from its first step) named {seconds:.1f} s after the job's start, at "
+          f"its step {r['step']} (goal: within 10 s); compute {r['compute_s']:.3f} s per step")
     straggler_arrivals(a.meshrun, a.daemon, a.arrival_job)
 
 

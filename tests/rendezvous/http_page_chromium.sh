@@ -36,8 +36,8 @@ http_get() {
 
 "$AGENT" "$endpoint" page-run node-a 4 --hung-rank 1 --slow-rank 2 --late-rank 3 --restart-hung >"$tmp/agent.out" 2>&1 &
 pids+=($!)
-# Until the daemon's status has the hung rank and the straggler (named after 4 s over the threshold): the
-# page then has something to show.
+# Until the daemon's status has the hung rank and the straggler (named once most of its readings of 5 s are
+# over the threshold): the page then has something to show.
 status_has_both() { http_get /api/status 2>/dev/null > "$tmp/status.json" || return 1
                     grep -q '"hung":true' "$tmp/status.json" && grep -q '"straggler":true' "$tmp/status.json"; }
 for _ in $(seq 300); do

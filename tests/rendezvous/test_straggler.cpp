@@ -85,10 +85,35 @@ TEST_CASE("straggler alerts from beats: named when most readings of 5 s are slow
   for (int i = 0; i < 3; ++i) CHECK(beat(1.0).size() == 1);  // 3 healthy readings of 6: still named
   REQUIRE(beat(1.0).empty());
   healthy(6);
-  // Heartbeats of another node (rank 1 not fresh) do not move rank 1's state; after 8 s without a reading, the
-  // window holds the last healthy one and the new, and decides at kMinReadings.
+  // Heartbeats of another node (rank 1 not fresh) do not move rank 1's state. 8 s without a reading of rank 1
+  // (a save, an evaluation) start its window afresh: three readings at 1.42x after it are not 5 s of them.
   for (int i = 0; i < 8; ++i) CHECK(beat(1.5, 10, {0}).empty());
-  for (int i = 0; i < 2; ++i) CHECK(beat(1.5).empty());
+  for (int i = 0; i < 3; ++i) CHECK(beat(1.42).empty());
+  healthy(6);
+  for (int i = 0; i < 8; ++i) CHECK(beat(1.5, 10, {0}).empty());
+  for (int i = 0; i < 5; ++i) CHECK(beat(1.5).empty());  // a fresh window spans 5 s at its sixth reading
+  CHECK(beat(1.5).size() == 1);
+  // A restart from a checkpoint (the rank's step went back): it starts over, unnamed.
+  step = 0;
+  CHECK(beat(1.5).empty());
+}
+
+TEST_CASE("straggler alerts from beats: a window of slow steps reaches back 20 steps", "[straggler]") {
+  StragglerFilter filter;
+  int64_t step = 0;
+  TimePoint now{};
+  // One step per heartbeat, a second apart: 5 s are 5 steps, so 20 steps decide the window's length.
+  const auto beat = [&](double ratio) {
+    now += std::chrono::seconds(1);
+    std::vector<HostedRank> ranks = {rank(0, 0.10), rank(1, 0.10 * ratio)};
+    ++step;
+    for (auto& r : ranks) r.progress.step = step;
+    filter.update(ranks, {0, 1}, 1.3, now);
+    return filter.named(ranks, 1.3);
+  };
+  for (int i = 0; i < 20; ++i) CHECK(beat(1.0).empty());
+  // The window holds 21 readings: named at the 11th slow one, when most of them are (5 s alone: the 4th).
+  for (int i = 0; i < 10; ++i) CHECK(beat(1.5).empty());
   CHECK(beat(1.5).size() == 1);
 }
 
