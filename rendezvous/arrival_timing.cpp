@@ -128,11 +128,11 @@ void ArrivalTiming::evaluate(const std::vector<const proto::ArrivalBlock*>& bloc
 }
 
 std::set<int> ArrivalTiming::over_lately(double threshold) const {
-  const double exit_ratio = 1 + (threshold - 1) / 2;
+  const double exit_at = exit_ratio(threshold);
   std::set<int> over;
   for (const auto& [rank, ratios] : ratios_) {
     if (ratios.size() < kInARow) continue;
-    const bool each = std::all_of(ratios.begin(), ratios.end(), [&](double r) { return r > exit_ratio; });
+    const bool each = std::all_of(ratios.begin(), ratios.end(), [&](double r) { return r > exit_at; });
     const double mean = std::accumulate(ratios.begin(), ratios.end(), 0.0) / static_cast<double>(ratios.size());
     if (each && mean > threshold + kMargin) over.insert(rank);
   }

@@ -61,9 +61,6 @@ double reference(const std::vector<HostedRank>& ranks, StragglerMeasure m) {
   return measures[(measures.size() - 1) / 2];
 }
 
-// Under this ratio a rank counts as not slow (halfway between 1 and the threshold: the hysteresis band).
-double exit_ratio(double threshold) { return 1 + (threshold - 1) / 2; }
-
 proto::Straggler named_rank(const HostedRank& r, StragglerMeasure m, double median) {
   return proto::Straggler{.rank = r.progress.rank,
                           .host = r.host,
@@ -79,7 +76,7 @@ void StragglerFilter::read_beats(State& s, const Reading& reading, double thresh
     // Readings from before a pause (a save, an evaluation: no step for longer than the window and than a few
     // usual intervals) say nothing of the rank now: the window starts afresh.
     const auto gap = reading.at - s.recent.back().at;
-    const auto usual = s.recent.size() > 1 ? s.recent.back().at - s.recent[s.recent.size() - 2].at : gap;
+    const auto usual = s.recent.size() > 1 ? s.recent.back().at - s.recent.rbegin()[1].at : gap;
     if (gap > kWindowFor && gap > 3 * usual) s.recent.clear();
   }
   s.recent.push_back(reading);

@@ -37,6 +37,10 @@ proto::StragglerMeasure run_measure(const std::vector<HostedRank>& ranks);
 /// nobody.
 std::vector<proto::Straggler> find_stragglers(const std::vector<HostedRank>& ranks, double threshold);
 
+/// Under this ratio to the run's reference a rank counts as not slow: halfway between 1 and `threshold`, the
+/// hysteresis band of both routes (StragglerFilter, ArrivalTiming::over_lately).
+inline double exit_ratio(double threshold) { return 1 + (threshold - 1) / 2; }
+
 /// find_stragglers with hysteresis, so that noise does not name a healthy rank or make the alert flap.
 ///
 /// The beat measures (compute_s, step time): a reading is a heartbeat that brought a new step of the rank (its

@@ -90,7 +90,7 @@ def torchrun_hang(torchrun, job, wait_s):
         return still_running, "hung" in "".join(lines).lower()
 
 
-def straggler_steps(meshrun, daemon, job, factor):
+def straggler_named(meshrun, daemon, job, factor):
     """(the named rank's status entry, seconds since the job's start) once the daemon names a rank computing
     `factor` x longer a straggler; None if it names none within 120 s."""
     with tempfile.TemporaryDirectory() as out:
@@ -185,7 +185,7 @@ def main():
     running, named = torchrun_hang(a.torchrun, a.job, 20)
     print(f"hang under torchrun: after 20 s still running = {running}, a hung rank named = {named} "
           "(it waits for the collective's timeout: 30 min by default for Gloo and NCCL)")
-    found = straggler_steps(a.meshrun, a.daemon, a.job, 1.5)
+    found = straggler_named(a.meshrun, a.daemon, a.job, 1.5)
     if found is None:
         sys.exit("straggler: a 1.5x slow rank was not named within 120 s")
     r, seconds = found
