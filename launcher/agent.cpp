@@ -463,10 +463,8 @@ namespace {
 
 std::string without_prefix(const std::string& line) { return line.starts_with("hang: ") ? line.substr(6) : line; }
 
-// "late: ranks 0 in barrier #10 of group 0": what a late line is about, without its figures.
-std::string late_subject(const HangVerdict& v) {
-  return format_ranks(v.culprits) + " " + v.group + " " + std::to_string(v.seq);
-}
+// What a late line is about, without its figures: who is late, where, and what each does (busy, or what it waits on).
+std::string late_subject(const HangVerdict& v) { return format_ranks(v.culprits) + " " + v.late_subject; }
 
 }  // namespace
 
@@ -488,11 +486,13 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(Attempt& attempt, const
     }
   }
   HangInquiry inquiry(progress, group, exchange,
-                      HangInquirySite{node, nodes, attempt.rdzv.hostname(), group.attempt_dir(), command_.executable});
+                      HangInquirySite{node, nodes, attempt.rdzv.hostname(), group.attempt_dir(), command_.executable,
+                                      attempt.assignment.master_addr, attempt.assignment.master_port});
   const FallbackSuspect suspect{standing.rank, standing.reason,
                                 standing.route == proto::SuspicionRoute::kCollectiveWait};
   const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
-                                            LatenessRule{standing.waited_s, options_.progress.busy_timeout_s});
+                                            LatenessRule{standing.waited_s, options_.progress.busy_timeout_s,
+                                                         options_.progress.outside_timeout_s});
   if (verdict.outcome == HangOutcome::kLate) {
     on_late(attempt, verdict);
     return std::nullopt;
@@ -566,8 +566,8 @@ void Agent::on_late(Attempt& attempt, const HangVerdict& verdict) {
   }
   const Ms window{static_cast<int64_t>(kActivityWindowS * 1000)};
   auto recheck = now + std::clamp(to_ms(verdict.waited_s), window, kLateRecheck);
-  if (const auto& busy = options_.progress.busy_timeout_s) {
-    recheck = std::min(recheck, now + std::max(Ms(1000), to_ms(*busy - verdict.waited_s)));
+  for (const auto& timeout : {options_.progress.busy_timeout_s, options_.progress.outside_timeout_s}) {
+    if (timeout) recheck = std::min(recheck, now + std::max(Ms(1000), to_ms(*timeout - verdict.waited_s)));
   }
   const auto& workers = attempt.group.workers();
   for (size_t lr = 0; lr < workers.size(); ++lr) {

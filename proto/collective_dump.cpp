@@ -64,12 +64,32 @@ void from_json(const json& j, CollectiveEntry& e) {
   }
 }
 
+void to_json(json& j, const ThreadFrames& t) {
+  j = {{"tid", t.tid},     {"name", t.name}, {"frames", t.frames},
+       {"where", t.where}, {"call", t.call}, {"meshrun", t.meshrun}};
+}
+
+void from_json(const json& j, ThreadFrames& t) {
+  t.tid = j.at("tid").get<int64_t>();
+  t.name = j.value("name", "");
+  t.frames.clear();
+  if (const auto f = j.find("frames"); f != j.end()) {
+    for (const auto& frame : *f) t.frames.push_back(frame_text(frame));
+  }
+  t.where = j.value("where", "");
+  t.call = j.value("call", "");
+  t.meshrun = j.value("meshrun", false);
+}
+
 CollectiveDump parse_collective_dump(std::string_view text) {
   try {
     const auto j = json::parse(text);
     CollectiveDump dump;
     dump.recorder = recorder_state(j.value("fr", "on"));
     dump.pid = j.value("pid", int64_t{0});
+    if (const auto t = j.find("threads"); t != j.end()) {
+      for (const auto& thread : *t) dump.threads.push_back(thread.get<ThreadFrames>());
+    }
     if (dump.recorder != RecorderState::kOn) return dump;
     for (const auto& [name, g] : j.at("groups").items()) dump.groups[name] = g.get<GroupProgress>();
     for (const auto& e : j.at("entries")) dump.entries.push_back(e.get<CollectiveEntry>());
@@ -82,6 +102,7 @@ CollectiveDump parse_collective_dump(std::string_view text) {
 std::string format_collective_dump(const CollectiveDump& dump) {
   json j = {{"fr", recorder_word(dump.recorder)}};
   if (dump.pid != 0) j["pid"] = dump.pid;
+  if (!dump.threads.empty()) j["threads"] = dump.threads;
   if (dump.recorder == RecorderState::kOn) {
     j["groups"] = json::object();
     for (const auto& [name, g] : dump.groups) j["groups"][name] = g;

@@ -7,6 +7,9 @@
 //    "entries":[{"group":G,"seq":S,"op":"all_reduce","sizes":"[[4]]","dtypes":"Float","created_ms":T,
 //                "retired":false,"frames":["train.py:88 in step", ...]}]}
 //   {"fr":"off"|"no_process_group","pid":P}
+// Each form may carry "threads" (the Python hook's, read for "late or hung": docs/progress.md):
+//   [{"tid":T,"name":"MainThread","frames":["socket.py:706 in readinto", ...],"where":"main at job.py:14",
+//     "call":"urlopen","meshrun":false}]
 // A frame may also come as [file, line, function] (the Python hook's form); it is read as "file:line in function".
 #pragma once
 
@@ -43,6 +46,18 @@ struct CollectiveEntry {
   bool operator==(const CollectiveEntry&) const = default;
 };
 
+/// One Python thread of the worker (meshrun's hook lists them all; meshrun-trainer none).
+struct ThreadFrames {
+  int64_t tid = 0;  // its native id: the kernel's thread id
+  std::string name;
+  std::vector<std::string> frames;  // innermost first
+  std::string where;                // the innermost frame of the user's code: "main at job.py:14"
+  std::string call;                 // the library function that frame called: "urlopen" ("" when none)
+  bool meshrun = false;             // meshrun's own thread (the hook's)
+
+  bool operator==(const ThreadFrames&) const = default;
+};
+
 /// What the reporter could record.
 enum class RecorderState {
   kOn,              // "on": groups and entries follow
@@ -55,6 +70,7 @@ struct CollectiveDump {
   int64_t pid = 0;  // the worker's (0: not said)
   std::map<std::string, GroupProgress> groups;
   std::vector<CollectiveEntry> entries;  // by group, then seq
+  std::vector<ThreadFrames> threads;     // in any state of the recorder
 
   bool operator==(const CollectiveDump&) const = default;
 };
@@ -68,5 +84,7 @@ void to_json(nlohmann::json& j, const GroupProgress& g);
 void from_json(const nlohmann::json& j, GroupProgress& g);
 void to_json(nlohmann::json& j, const CollectiveEntry& e);
 void from_json(const nlohmann::json& j, CollectiveEntry& e);
+void to_json(nlohmann::json& j, const ThreadFrames& t);
+void from_json(const nlohmann::json& j, ThreadFrames& t);
 
 }  // namespace meshrun::proto

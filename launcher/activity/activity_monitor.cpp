@@ -34,13 +34,14 @@ bool ActivityMonitor::sample(const std::vector<pid_t>& pids, Clock::time_point n
 const TreeSample* ActivityMonitor::older_sample(size_t lr, double window_s) const {
   const auto& ring = samples_[lr];
   if (ring.empty()) return nullptr;
-  // The newest sample at least a window older than the newest; the oldest one while none is.
-  const double window = std::min(window_s, kActivityWindowS);
-  const TreeSample* older = &ring.front();
+  // The oldest sample inside the window: what the rank did before the others began waiting (its start-up, its
+  // last step) says nothing about the wait, so the window never reaches back past it. Samples come about a
+  // second apart; a little slack keeps one that came a few milliseconds early.
+  const double window = std::min(window_s, kActivityWindowS) + 0.05;
   for (const auto& s : ring) {
-    if (seconds(ring.back().at - s.at) >= window) older = &s;
+    if (seconds(ring.back().at - s.at) <= window) return &s;
   }
-  return older;
+  return &ring.back();
 }
 
 ActivityMonitor::Clock::time_point ActivityMonitor::window_start(size_t lr, double window_s) const {

@@ -142,6 +142,15 @@ std::optional<double> parse_busy_timeout(const std::string& text) {
                    "': expected off, or the seconds a busy rank may keep the others waiting (greater than 0)");
 }
 
+// --hang-outside-timeout off|SECONDS.
+std::optional<double> parse_outside_timeout(const std::string& text) {
+  if (text == "off") return std::nullopt;
+  if (const auto s = to_double(text); s && *s > 0) return *s;
+  throw UsageError("--hang-outside-timeout '" + text +
+                   "': expected off, or the seconds a rank that waits outside the job may keep the others waiting "
+                   "(greater than 0)");
+}
+
 std::string help_footer() {
   return "\nENTRYPOINT: a .py file or -m MODULE runs under `python -u` from PATH (or $PYTHON_EXEC); anything\n"
          "else is executed directly. Everything after ENTRYPOINT goes to the workers untouched.\n"
@@ -443,7 +452,7 @@ struct RawFlags {
   std::string nnodes = "1:1", backend = "static", endpoint, run_id = "none", conf, redirects = "0", tee = "0";
   std::string filter, master_port, signals, start_method = "spawn", event_log_handler = "null";
   std::string logs_specs, numa_binding, print_completion, dup_out, dup_err;
-  std::string hang_timeout = "auto", hang_busy_timeout = "off";
+  std::string hang_timeout = "auto", hang_busy_timeout = "off", hang_outside_timeout = "off";
   std::optional<double> shutdown_timeout;
   bool no_evict = false;
   bool no_standby = false;
@@ -602,13 +611,20 @@ void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
                   "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
                   "stay silent after a progress beat before a hang is suspected: auto (floor + 2x the job's "
                   "cadence, from the first collective; after 3 steps for beats), off (no hook either), or SECONDS. "
-                  "The ranks waited for are then judged: idle or stopped is a hang, busy (computing, reading, "
-                  "writing) is only late (docs/progress.md)")
+                  "The ranks waited for are then judged: stopped, or idle on what only the job itself can end (a lock "
+                  "nothing else releases, the job's own sockets), is a hang; busy (computing, reading, writing) or "
+                  "waiting on the world outside the job (a service, a sleep, a file) is only late (docs/progress.md)")
       ->default_str("auto");
   app_.add_option("--hang-busy-timeout", raw.hang_busy_timeout,
                   "How long a busy rank (one that computes or does I/O) may keep the others waiting in a collective "
                   "before the job counts as hung: off (never: PyTorch's own timeout ends such a job, as under "
                   "torchrun), or SECONDS. Set it for a rank that may spin forever")
+      ->default_str("off");
+  app_.add_option("--hang-outside-timeout", raw.hang_outside_timeout,
+                  "How long an idle rank that waits on something outside the job (a service's reply, a sleep, a file "
+                  "or pipe another process feeds, or a wait meshrun cannot classify) may keep the others waiting in a "
+                  "collective before the job counts as hung: off (never: PyTorch's own timeout ends such a job, as "
+                  "under torchrun), or SECONDS")
       ->default_str("off");
   app_.add_option("--hang-floor", o.progress.floor_s,
                   "Seconds added to the automatic hang budget; also how long a stopped (state T) worker may stay "
@@ -770,6 +786,7 @@ void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOption
   o.preload = parse_preload(raw.preload);
   parse_hang_timeout(raw.hang_timeout, o.progress);
   o.progress.busy_timeout_s = parse_busy_timeout(raw.hang_busy_timeout);
+  o.progress.outside_timeout_s = parse_outside_timeout(raw.hang_outside_timeout);
   require_positive(o.progress.floor_s, "--hang-floor");
   require_positive(o.progress.phase_s, "--hang-phase-timeout");
   if (o.progress.straggler != 0 && o.progress.straggler <= 1) {

@@ -63,7 +63,8 @@ void to_json(nlohmann::json& j, const RankRecord& r) {
        {"beat_step", r.beat_step},
        {"groups", groups},
        {"entries", r.entries},
-       {"activity", r.activity}};
+       {"activity", r.activity},
+       {"wait", r.wait}};
 }
 
 void from_json(const nlohmann::json& j, RankRecord& r) {
@@ -84,10 +85,16 @@ void from_json(const nlohmann::json& j, RankRecord& r) {
   r.entries.clear();
   for (const auto& e : entries) r.entries.push_back(e.get<CollectiveEntry>());
   r.activity = j.value("activity", Activity{});
+  r.wait = j.value("wait", RankWait{});
 }
 
 void read_hook_dump(const std::string& text, RankRecord& record) {
   proto::CollectiveDump dump = proto::parse_collective_dump(text);
+  record.threads.clear();
+  for (auto& t : dump.threads) {
+    record.threads.push_back(PythonThread{t.tid, std::move(t.name), std::move(t.frames), std::move(t.where),
+                                          std::move(t.call), t.meshrun});
+  }
   switch (dump.recorder) {
     case proto::RecorderState::kOff:
       record.source = RecordSource::kRecorderOff;

@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "launcher/activity/activity_rule.hpp"
+#include "launcher/activity/wait_rule.hpp"
 #include "proto/collective_dump.hpp"
 
 namespace meshrun::launcher {
@@ -46,6 +47,8 @@ struct RankRecord {
   std::map<std::string, GroupProgress> groups;
   std::vector<CollectiveEntry> entries;  // by group, then seq
   Activity activity;                     // what its process tree did over the last seconds (stuck or busy)
+  RankWait wait;                         // an idle rank: what it waits on, inside the job or outside (late or hung)
+  std::vector<PythonThread> threads;     // its Python threads, from the hook's dump: read where it runs, never sent
 
   /// The entry of `group` at `seq`, or nullptr.
   const CollectiveEntry* entry(const std::string& group, int64_t seq) const;
@@ -57,8 +60,8 @@ std::string_view to_string(RecordSource value);
 void to_json(nlohmann::json& j, const RankRecord& record);
 void from_json(const nlohmann::json& j, RankRecord& record);
 
-/// Fills `record`'s collective part from the worker's dump file (proto/collective_dump.hpp: meshrun's hook or
-/// meshrun-trainer wrote it). Throws ProtocolError naming what is malformed.
+/// Fills `record`'s collective part and its Python threads from the worker's dump file (proto/collective_dump.hpp:
+/// meshrun's hook or meshrun-trainer wrote it). Throws ProtocolError naming what is malformed.
 void read_hook_dump(const std::string& text, RankRecord& record);
 
 }  // namespace meshrun::launcher

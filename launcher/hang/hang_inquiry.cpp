@@ -1,14 +1,22 @@
 #include "launcher/hang/hang_inquiry.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <fstream>
 #include <future>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/net_address.hpp"
+#include "launcher/activity/proc_tree.hpp"
+#include "launcher/activity/wait_probe.hpp"
 #include "launcher/hang/stack_dump.hpp"
 #include "launcher/workers/worker_group.hpp"
 
@@ -29,6 +37,24 @@ std::string read_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The store's addresses as sockets show them ("10.0.0.1:29500", "[fd00::1]:29500"): MASTER_ADDR may be a name.
+std::set<std::string> store_endpoints(const std::string& host, int port) {
+  std::set<std::string> out;
+  if (host.empty() || port <= 0) return out;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return out;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const std::string address = numeric_address(a->ai_addr);
+    if (address.empty()) continue;
+    out.insert((a->ai_family == AF_INET6 ? "[" + address + "]" : address) + ":" + std::to_string(port));
+  }
+  ::freeaddrinfo(found);
+  return out;
 }
 
 }  // namespace
@@ -112,7 +138,29 @@ std::vector<RankRecord> HangInquiry::local_records(double window_s) {
   std::vector<RankRecord> records;
   for (size_t lr = 0; lr < group_.workers().size(); ++lr) records.push_back(base_record(lr, window_s));
   collect_dumps(records);
+  read_waits(records);
   return records;
+}
+
+// What each idle rank waits on (an unjudged one too: the doubt is settled by what it waits on). Busy and stopped
+// ranks need no more: late and hung as they are; nor does a rank inside a collective: it waits on the job.
+void HangInquiry::read_waits(std::vector<RankRecord>& records) const {
+  JobPeers peers;
+  peers.pids.insert(::getpid());
+  for (const auto& w : group_.workers()) {
+    if (!w.process || !w.process->running()) continue;
+    const auto tree = read_process_tree("/proc", w.process->pid(), Clock::now());
+    for (const auto& p : tree.processes) peers.pids.insert(p.pid);
+  }
+  peers.endpoints = store_endpoints(site_.store_host, site_.store_port);
+  for (size_t lr = 0; lr < records.size(); ++lr) {
+    RankRecord& r = records[lr];
+    const Liveness l = r.activity.liveness;
+    if (r.state != ProcessState::kRunning || r.pid <= 0 || (l != Liveness::kIdle && l != Liveness::kUnknown)) continue;
+    if (progress_.watch(lr).oldest_wait()) continue;
+    r.wait = judge_wait(read_tree_waits("/proc", r.pid), r.threads, peers);
+    spdlog::debug("rank {} {} ({})", r.rank, describe(r.wait), to_string(r.wait.place));
+  }
 }
 
 std::vector<RankRecord> HangInquiry::all_records(const std::vector<RankRecord>& mine) {

@@ -1,7 +1,8 @@
 // HangInquiry: what every agent does once a hang is suspected anywhere in the job (docs/progress.md):
 //   1. its ranks' records: the process state (/proc), what each process tree did over the last seconds
-//      (stuck or busy), and each Python worker's collective record, asked of meshrun's hook (3 s at most; a
-//      rank that cannot answer says why);
+//      (stuck or busy), and each Python worker's collective record and threads, asked of meshrun's hook (3 s at
+//      most; a rank that cannot answer says why); for an idle rank, what its threads wait on (late or hung:
+//      inside the job, or outside it);
 //   2. posts them to the workers' store and reads every node's (HangExchange);
 //   3. judges them (judge_hang: the same verdict on every node), writes <attempt dir>/hang.json (late.json
 //      for a late verdict, which ends the inquiry: the job goes on);
@@ -29,6 +30,8 @@ struct HangInquirySite {
   std::string host;
   std::string attempt_dir;
   std::string executable;  // the workers' program (py-spy is looked for beside it)
+  std::string store_host;  // the workers' store (MASTER_ADDR, MASTER_PORT): a peer of the job, for waits on it
+  int store_port = 0;
 };
 
 class HangInquiry {
@@ -51,6 +54,7 @@ class HangInquiry {
   std::vector<RankRecord> local_records(double window_s);
   RankRecord base_record(size_t local_rank, double window_s) const;
   void collect_dumps(std::vector<RankRecord>& records);
+  void read_waits(std::vector<RankRecord>& records) const;
   std::vector<RankStack> local_stacks() const;
   std::vector<RankRecord> all_records(const std::vector<RankRecord>& mine);
   std::vector<RankStack> all_stacks(const std::vector<RankStack>& mine);

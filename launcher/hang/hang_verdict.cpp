@@ -342,12 +342,75 @@ std::string short_ranks(const std::vector<int>& ranks, const RecordIndex& index)
   return plural_ranks(ranks) + " (" + joined + ")";
 }
 
-// "it is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14", or per rank when several (or `named`).
-std::string activities_text(const std::vector<int>& ranks, const RecordIndex& index, bool named = false) {
-  if (ranks.size() == 1 && !named) return "it is " + describe(index.at(ranks.front())->activity);
+// Each rank's wait as the whole job sees it: an address outside the rank's host that another rank listens on is a
+// wait on that rank (its agent could not find the address's holder: another host).
+using Waits = std::map<int, RankWait>;
+Waits job_waits(const std::vector<RankRecord>& ranks) {
+  std::map<std::string, int> listeners;
+  for (const auto& r : ranks) {
+    for (const auto& l : r.wait.listening) listeners.emplace(l, r.rank);
+  }
+  Waits out;
+  for (const auto& r : ranks) {
+    RankWait w = r.wait;
+    const bool on_ranks = !w.remotes.empty() && std::all_of(w.remotes.begin(), w.remotes.end(), [&](const auto& a) {
+      return listeners.count(a) > 0;
+    });
+    if (w.place == WaitPlace::kOutside && on_ranks) {
+      w.place = WaitPlace::kInside;
+      w.phrase = fmt::format("waits on {}, where rank {} listens", w.remotes.front(), listeners.at(w.remotes.front()));
+      w.remotes.clear();
+    }
+    out[r.rank] = std::move(w);
+  }
+  return out;
+}
+
+// How a rank the others wait for stands: computing (late), waiting on the world outside the job or on what meshrun
+// cannot classify (late: the wait may end by itself), or stuck (stopped, or every way out of its wait leads back
+// into the job: proof of a hang).
+enum class Standing { kBusy, kWaitsOutside, kStuck };
+Standing standing_of(int rank, const RecordIndex& index, const Waits& waits) {
+  const auto it = index.find(rank);
+  if (it == index.end()) return Standing::kStuck;  // no record at all: nothing says it is alive
+  const RankRecord& r = *it->second;
+  if (r.state != ProcessState::kRunning || r.activity.liveness == Liveness::kStopped) return Standing::kStuck;
+  if (r.activity.liveness == Liveness::kBusy) return Standing::kBusy;
+  const auto w = waits.find(rank);
+  return w != waits.end() && w->second.read && w->second.place == WaitPlace::kInside ? Standing::kStuck
+                                                                                      : Standing::kWaitsOutside;
+}
+
+// What a late rank does, without its subject: "is busy (0.97 CPU, ...) in save at train.py:14", "waits on a reply
+// from 127.0.0.1:18765 (HTTP), since 14:02:11, in urlopen at job.py:14".
+std::string doing_text(int rank, const RecordIndex& index, const Waits& waits) {
+  const RankRecord& r = *index.at(rank);
+  if (r.activity.liveness == Liveness::kBusy) return "is " + describe(r.activity);
+  const auto w = waits.find(rank);
+  if (w != waits.end() && w->second.read) return describe(w->second);
+  return "is " + describe(r.activity) + ", and meshrun could not read what it waits on";
+}
+
+// Who is late and what each does, without figures: a late line is said again when this changes (a rank that was
+// busy now waits on a service), not when only its figures do.
+std::string late_kinds(const std::vector<int>& ranks, const RecordIndex& index, const Waits& waits) {
   std::string text;
-  for (int r : ranks)
-    text += fmt::format("{}rank {} is {}", text.empty() ? "" : ", ", r, describe(index.at(r)->activity));
+  for (int r : ranks) {
+    const auto it = index.find(r);
+    const auto w = waits.find(r);
+    const bool busy = it != index.end() && it->second->activity.liveness == Liveness::kBusy;
+    text += fmt::format("{}{} {}", text.empty() ? "" : "; ", r,
+                        busy ? std::string("busy") : w != waits.end() && w->second.read ? w->second.phrase : "idle");
+  }
+  return text;
+}
+
+// "it is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14", or per rank when several (or `named`).
+std::string activities_text(const std::vector<int>& ranks, const RecordIndex& index, const Waits& waits,
+                            bool named = false) {
+  if (ranks.size() == 1 && !named) return "it " + doing_text(ranks.front(), index, waits);
+  std::string text;
+  for (int r : ranks) text += fmt::format("{}rank {} {}", text.empty() ? "" : ", ", r, doing_text(r, index, waits));
   return text;
 }
 
@@ -368,7 +431,7 @@ std::string late_wait_text(const HangVerdict& v, const std::optional<FallbackSus
 
 // Every member inside one collective, none completing: a slow collective (a large transfer, a rank that only
 // just entered) while any member is busy, a stalled transport while all are idle.
-void apply_to_all_inside(HangVerdict& v, const RecordIndex& index, const LatenessRule& rule) {
+void apply_to_all_inside(HangVerdict& v, const RecordIndex& index, const Waits& waits, const LatenessRule& rule) {
   std::vector<int> busy;
   for (int m : v.waiting) {
     const auto it = index.find(m);
@@ -377,48 +440,65 @@ void apply_to_all_inside(HangVerdict& v, const RecordIndex& index, const Latenes
   if (busy.empty() || (rule.busy_timeout_s && rule.waited_s >= *rule.busy_timeout_s)) return;
   v.outcome = HangOutcome::kLate;
   v.line = fmt::format("{} is late: every rank entered it and it has not completed for {:.0f} s; {}",
-                       collective_text(v), v.waited_s, activities_text(busy, index, true));
+                       collective_text(v), v.waited_s, activities_text(busy, index, waits, true));
+  v.late_subject = fmt::format("{} {} inside {}", v.group, v.seq, late_kinds(busy, index, waits));
 }
 
-void apply_lateness(HangVerdict& v, const RecordIndex& index, const LatenessRule& rule,
+// The timeout that ends a late rank's wait early, if one is set and passed: --hang-busy-timeout for a busy one,
+// --hang-outside-timeout for one that waits outside the job.
+std::optional<std::pair<std::string, double>> passed_timeout(Standing s, const LatenessRule& rule) {
+  const auto& limit = s == Standing::kBusy ? rule.busy_timeout_s : rule.outside_timeout_s;
+  if (!limit || rule.waited_s < *limit) return std::nullopt;
+  return std::make_pair(std::string(s == Standing::kBusy ? "--hang-busy-timeout" : "--hang-outside-timeout"), *limit);
+}
+
+void apply_lateness(HangVerdict& v, const RecordIndex& index, const Waits& waits, const LatenessRule& rule,
                     const std::optional<FallbackSuspect>& fallback) {
   v.waited_s = rule.waited_s;
   if (v.kind == HangKind::kAllInside) {
-    apply_to_all_inside(v, index, rule);
+    apply_to_all_inside(v, index, waits, rule);
     return;
   }
   if (!judged_by_activity(v.kind) || v.culprits.empty()) return;
-  std::vector<int> busy, stuck;
+  std::vector<int> late, stuck;
+  std::optional<std::pair<std::string, double>> timeout;
   for (int c : v.culprits) {
+    const Standing s = standing_of(c, index, waits);
+    const auto passed = s == Standing::kStuck ? std::nullopt : passed_timeout(s, rule);
+    (s == Standing::kStuck || passed ? stuck : late).push_back(c);
+    if (passed && !timeout) timeout = passed;
     const auto it = index.find(c);
-    const bool is_busy = it != index.end() && it->second->activity.liveness == Liveness::kBusy;
-    (is_busy ? busy : stuck).push_back(c);
-    if (!is_busy && it != index.end() && it->second->activity.liveness != Liveness::kUnknown) {
+    if (s == Standing::kBusy || it == index.end()) continue;
+    if (it->second->activity.liveness != Liveness::kUnknown) {
       v.notes.push_back(fmt::format("rank {} is {}", c, describe(it->second->activity)));
     }
+    const auto w = waits.find(c);
+    if (w != waits.end() && w->second.read) v.notes.push_back(fmt::format("rank {} {}", c, describe(w->second)));
   }
-  if (!stuck.empty()) {
-    if (!busy.empty() && v.kind == HangKind::kNeverEntered) {  // the busy ones are only late: name the others
+  if (!stuck.empty() && !timeout) {
+    if (!late.empty() && v.kind == HangKind::kNeverEntered) {  // the late ones are only late: name the others
       v.culprits = stuck;
       v.line = never_entered_line(v, index);
-      for (int b : busy)
-        v.notes.push_back(fmt::format("rank {} is late, not hung: {}", b, describe(index.at(b)->activity)));
+      for (int b : late) {
+        v.notes.push_back(fmt::format("rank {} is late, not hung: it {}", b, doing_text(b, index, waits)));
+      }
     }
     return;
   }
-  const std::string activity = activities_text(busy, index);
-  if (rule.busy_timeout_s && rule.waited_s >= *rule.busy_timeout_s) {
+  const std::string activity = activities_text(v.culprits, index, waits);
+  if (timeout) {
     const std::string what = v.kind == HangKind::kNoCollective
                                  ? (fallback ? fallback->reason : std::string("silent"))
                                  : fmt::format("has kept {} waiting in {} for {:.0f} s", plural_ranks(v.waiting),
                                                collective_text(v), v.waited_s);
-    v.line = fmt::format("hang: {} {}, past --hang-busy-timeout ({:.0f} s); {}", culprit_text(v.culprits, index), what,
-                         *rule.busy_timeout_s, activity);
+    v.line = fmt::format("hang: {} {}, past {} ({:.0f} s); {}", culprit_text(v.culprits, index), what, timeout->first,
+                         timeout->second, activity);
     return;
   }
   v.outcome = HangOutcome::kLate;
   v.line = fmt::format("{} {} late: {}; {}", short_ranks(v.culprits, index), v.culprits.size() == 1 ? "is" : "are",
                        late_wait_text(v, fallback), activity);
+  v.late_subject = fmt::format("{} {} {}", v.group, v.seq, late_kinds(v.culprits, index, waits));
 }
 
 }  // namespace
@@ -457,7 +537,7 @@ HangVerdict judge_hang(const std::vector<RankRecord>& ranks, const std::optional
     v.line = "the wait in a collective that was suspected has ended";
     return v;
   }
-  apply_lateness(v, index, lateness, fallback);
+  apply_lateness(v, index, job_waits(ranks), lateness, fallback);
   name_suspect(v, index);
   add_notes(v, ranks);
   return v;
@@ -499,7 +579,8 @@ void to_json(nlohmann::json& j, const HangVerdict& v) {
        {"line", v.line},
        {"notes", v.notes},
        {"suspect_node", v.suspect_node},
-       {"suspect_host", v.suspect_host}};
+       {"suspect_host", v.suspect_host},
+       {"late_subject", v.late_subject}};
 }
 
 }  // namespace meshrun::launcher

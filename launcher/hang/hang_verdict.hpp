@@ -9,11 +9,13 @@
 // stopped worker (state T) wins over all of it. When every member entered, their entries at that number
 // are compared: another op, other sizes or dtypes is a mismatch, and the minority is named.
 //
-// Then, stuck or busy (docs/progress.md): a rank that never entered (or has no record, or was suspected from
-// beats alone) is judged by what its process tree did (RankRecord::activity). Only idle, stopped or unjudged
-// ones are hung. When every such rank is busy (it computes, reads or writes), the verdict's outcome is
-// *late*: the others wait for a slow rank, as in a rank-0 save, and the job goes on, unless
-// --hang-busy-timeout is set and the wait is past it.
+// Then, late or hung (docs/progress.md): a rank that never entered (or has no record, or was suspected from
+// beats alone) is judged by what its process tree did (RankRecord::activity) and, when it is idle, by what it
+// waits on (RankRecord::wait). Only proof makes it hung: it is stopped, or every way out of its wait leads back
+// into the job (a lock nothing else can release, the job's own sockets). A busy rank (it computes, reads or
+// writes), or one that waits on the world outside the job (a service, a sleep, a file polled) or on what meshrun
+// cannot classify, is *late*: the job goes on, as under torchrun, unless --hang-busy-timeout or
+// --hang-outside-timeout is set and the wait is past it.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +66,7 @@ struct HangVerdict {
   int suspect_node = -1;           // the culprit's node (group rank), for the restart policy
   std::string suspect_host;
   double waited_s = 0;  // how long the others had waited when the suspicion was raised
+  std::string late_subject;  // late: who is late and what each does, without figures ("0 busy", "0 waits on ...")
 };
 
 /// The verdict over every rank's record. `fallback` (a rank and why it looked hung, from beats or
@@ -76,7 +79,8 @@ struct FallbackSuspect {
 /// How busy culprits are treated: the same figures on every node (they travel in the standing request).
 struct LatenessRule {
   double waited_s = 0;                   // how long the suspicion's rank had waited (or been silent)
-  std::optional<double> busy_timeout_s;  // --hang-busy-timeout: a busy rank past it is hung too
+  std::optional<double> busy_timeout_s;     // --hang-busy-timeout: a busy rank past it is hung too
+  std::optional<double> outside_timeout_s;  // --hang-outside-timeout: a rank waiting outside the job, past it too
 };
 [[nodiscard]] HangVerdict judge_hang(const std::vector<RankRecord>& ranks,
                                      const std::optional<FallbackSuspect>& fallback, const LatenessRule& lateness = {});

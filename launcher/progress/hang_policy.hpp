@@ -9,9 +9,10 @@
 // Outside the "train" phase (eval, checkpoint, any other word) the budget is at least the phase timeout.
 // A rank that never beats is never judged by silence. A worker stopped by a signal (state T) for longer than
 // the floor is hung whether it beats or not.
-// A suspicion is not yet a verdict: the ranks the others wait for are judged stuck or busy first
-// (launcher/activity/); a busy one is late, and the job is left to run (to PyTorch's own timeout, as under
-// torchrun) unless --hang-busy-timeout bounds how long a busy rank may keep the others waiting.
+// A suspicion is not yet a verdict: the ranks the others wait for are judged first (launcher/activity/); a busy
+// one, or an idle one that waits on the world outside the job, is late, and the job is left to run (to PyTorch's
+// own timeout, as under torchrun) unless --hang-busy-timeout or --hang-outside-timeout bounds how long such a rank
+// may keep the others waiting.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,8 @@ struct HangPolicy {
   double floor_s = 60;                   // kAuto: added to 2 x the median step time; also the stopped-worker budget
   double phase_s = 1800;                 // the least budget outside the "train" phase
   double straggler = 1.3;                // sent to the daemon: a rank this many times slower than the median is named
-  std::optional<double> busy_timeout_s;  // --hang-busy-timeout: how long a busy rank may keep others waiting
+  std::optional<double> busy_timeout_s;     // --hang-busy-timeout: how long a busy rank may keep others waiting
+  std::optional<double> outside_timeout_s;  // --hang-outside-timeout: the same for a rank waiting outside the job
 
   /// The silence allowed after the rank's last beat; nullopt while it is not judged (off, no beats yet,
   /// or still warming up in auto mode).

@@ -113,7 +113,12 @@ void ProgressMonitor::watch_activity(const std::vector<pid_t>& pids, Clock::time
 }
 
 Activity ProgressMonitor::activity(size_t lr, double window_s) const {
-  return activity_.activity(lr, watches_[lr].stack_motion(activity_.window_start(lr, window_s)), window_s);
+  // The stack's motion is judged on the reads since the wait began: the window's older sample can be older than
+  // the wait, and one frame read before it (the rank's last step) would read as motion.
+  const auto wait_began =
+      Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(window_s));
+  const auto since = std::max(activity_.window_start(lr, window_s), wait_began);
+  return activity_.activity(lr, watches_[lr].stack_motion(since), window_s);
 }
 
 std::optional<std::string> ProgressMonitor::late(size_t lr, Clock::time_point now) const {

@@ -2,13 +2,14 @@
 # tests (tests/cluster/hang_test.sh) and bench/faults/hang.sh. One fault, chosen by the command line:
 #   hang_job.py OUT FAULT CULPRIT STEP [STEPS]
 #     none      no fault: STEPS steps of a matmul and an all_reduce, then exit 0
-#     skip      rank CULPRIT skips the all_reduce of STEP and then sleeps (never enters it)
+#     skip      rank CULPRIT skips the all_reduce of STEP and then waits on an event nothing sets (never enters it: a
+#               deadlock; a sleep would be a wait that ends by itself, which meshrun calls late)
 #     stop      rank CULPRIT stops itself (SIGSTOP) before STEP's all_reduce
 #     spin      rank CULPRIT spins in a Python loop before STEP's all_reduce
 #     mismatch  rank CULPRIT calls broadcast where the others all_reduce, at STEP
 #     size      rank CULPRIT all-reduces 3 floats where the others reduce 1024, at STEP
 #     subgroup  ranks pair up in groups of their own (new_group); every step all-reduces in the pair, the
-#               default group stays idle; at STEP rank CULPRIT sleeps instead
+#               default group stays idle; at STEP rank CULPRIT waits on an event nothing sets instead
 #     pause     every rank pauses 12 s at STEP without collectives (a checkpoint), then goes on
 #     pause_skip  pause at STEP, then skip (as above) at STEP + 40
 #     nocoll    no collectives at all: a process group, 15 s of work, exit 0
@@ -21,6 +22,7 @@ import datetime
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -55,8 +57,7 @@ def train_step(step):
     if step == at and rank == culprit and fault != "none":
         mark_fault()
         if fault == "skip":
-            while True:
-                time.sleep(1)
+            threading.Event().wait()
         if fault == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
         if fault == "stoplate":
@@ -75,8 +76,7 @@ def train_step(step):
     if fault == "subgroup":  # every step in the pair group; the default group stays idle
         if step == at and rank == culprit:
             mark_fault()
-            while True:
-                time.sleep(1)
+            threading.Event().wait()
         dist.all_reduce(grad, group=sub)
         return
     if step == at and fault == "stoplate" and rank == culprit + 1:

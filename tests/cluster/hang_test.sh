@@ -1,7 +1,7 @@
 #!/bin/bash
 # Hangs named with no code in the script: two nodes (network namespaces), two PyTorch Gloo ranks each,
 # running tests/cluster/hang_job.py (no beats, no decorator). One scenario per run:
-#   skip      rank 3 (node1) never enters an all_reduce (it sleeps: idle): every node names it, the
+#   skip      rank 3 (node1) never enters an all_reduce (it waits on an event nothing sets): every node names it, the
 #             collective and the group
 #   stop      rank 0 stops itself (SIGSTOP) between collectives: rank 0 is named stopped, not a waiting rank
 #   stopremote rank 2 (node1) stops itself 3 s after node0's ranks began waiting for it, so node0 suspects

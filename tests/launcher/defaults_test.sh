@@ -15,6 +15,20 @@
 #   socket      (--hang-floor 10) rank 2 blocks on a silent socket before collective #1: named hung
 #   spin        (--hang-floor 10 --hang-busy-timeout 30) rank 1 spins forever: named late at the budget, then
 #               hung past the busy timeout, the job ends 1
+# Waiting on the world outside the job (late or hung: the rank is idle, but its wait can end by itself):
+#   http        (defaults) rank 0 waits 90 s for a slow service's reply (outside_world.py) while ranks 1-2 wait in
+#               barrier(): ends 0, a late line naming the service's address, HTTP, and the call
+#   poll, retry (--hang-floor 10) rank 0 polls 25 s for a file an outside process writes / sleeps 25 s in a retry
+#               loop: ends 0, late, "sleeps"
+#   child       (--hang-floor 10) rank 0 waits on a child that waits 25 s on the service: ends 0, late, naming the child
+#   download    (--hang-floor 10) rank 0 waits on its own thread, downloading at 16 kB/s for 25 s: ends 0, late,
+#               naming the thread
+#   pipe        (--hang-floor 10) rank 0 reads a named pipe an outside process feeds for 25 s: ends 0, late, naming
+#               the feeder
+# Deadlocks (proof): named hung at the budget, the job ends 1:
+#   event       (--hang-floor 10) rank 2 waits on an Event nothing sets
+#   mismatch    (--hang-floor 10) rank 1 calls broadcast where the others all_reduce
+#   cycle       (--hang-floor 10) ranks 0 and 1 call two groups' collectives in opposite orders
 # Timings are printed, never asserted (bench/faults/hang_defaults.sh measures them against torchrun).
 # Usage: defaults_test.sh "ROW [ROW...]" MESHRUN DAEMON VENV_BIN
 ROWS=$1 MESHRUN=$2 DAEMON=$3 VENV_BIN=$4
@@ -48,9 +62,10 @@ start() {
   local row=$1 seconds flags=(--standalone)
   case $row in
     save | eval) seconds=100 ;;
+    http) seconds=90 ;;
     lock) seconds=0 ;;
-    compile | dataloader) seconds=25 flags+=(--hang-floor 10) ;;
-    socket) seconds=0 flags+=(--hang-floor 10) ;;
+    compile | dataloader | poll | retry | child | download | pipe) seconds=25 flags+=(--hang-floor 10) ;;
+    socket | event | mismatch | cycle) seconds=0 flags+=(--hang-floor 10) ;;
     spin) seconds=0 flags+=(--hang-floor 10 --hang-busy-timeout 30) ;;
     *) echo "unknown row $row"; exit 2 ;;
   esac
@@ -59,12 +74,28 @@ start() {
     flags=(--rdzv-backend c10d --rdzv-endpoint "$ENDPOINT" --rdzv-id defaults-save)
   fi
   mkdir -p "$W/$row/out"
+  start_outside "$row" "$seconds"
   (
-    PATH="$VENV_BIN:$PATH" "$MESHRUN" "${flags[@]}" --nproc-per-node 3 "$HERE/default_jobs.py" "$row" "$seconds" \
+    PATH="$VENV_BIN:$PATH" SERVICE_PORT="$(cat "$W/$row/port" 2> /dev/null)" FEED="$W/$row/feed" \
+      "$MESHRUN" "${flags[@]}" --nproc-per-node 3 "$HERE/default_jobs.py" "$row" "$seconds" \
       "$W/$row/out" > "$W/$row/job.log" 2>&1
     echo $? > "$W/$row/rc"
   ) &
   pids+=($!)
+}
+
+# start_outside ROW SECONDS: what the row's rank 0 waits on, outside the job (outside_world.py).
+start_outside() {
+  local row=$1 seconds=$2 world=("$VENV_BIN/python" "$HERE/outside_world.py")
+  case $row in
+    http | child | download)
+      "${world[@]}" service "$W/$row/port" "$seconds" &
+      pids+=($!)
+      for _ in $(seq 100); do [ -s "$W/$row/port" ] && return; sleep 0.1; done
+      echo "FAIL: the outside service did not start"; exit 1 ;;
+    poll) "${world[@]}" flag "$W/$row/out" "$seconds" & pids+=($!) ;;
+    pipe) mkfifo "$W/$row/feed"; "${world[@]}" feed "$W/$row/feed" "$seconds" & pids+=($!) ;;
+  esac
 }
 
 # Rank 0 of the save row is late once the verdict came (60 s after the barrier began): status and /metrics say so.
@@ -110,8 +141,24 @@ hung() {
   grep -A2 "meshrun: worker hung" "$log" | grep -q "rank:       $rank " || fail "$row" "the summary does not name rank $rank"
 }
 
+# outside ROW TEXT: a healthy row whose rank 0 waited outside the job: ends 0, its late line says on what.
+outside() {
+  local row=$1 text=$2
+  healthy "$row" 0 "it has not entered barrier #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it $text"
+}
+# deadlock ROW VERDICT: named hung at the budget, with VERDICT (a regular expression), the job ends 1.
+deadlock() {
+  local row=$1 text=$2 log="$W/$1/job.log"
+  [ "$(cat "$W/$row/rc")" = 1 ] || fail "$row" "the job ended $(cat "$W/$row/rc"), expected 1 (hung, --max-restarts 0)"
+  grep -Eq "^meshrun: hang: $text" "$log" || fail "$row" "no verdict '$text': $(grep -m1 '^meshrun: hang: ' "$log")"
+  grep -q "meshrun: worker hung (first failure, attempt 0)" "$log" || fail "$row" "no summary of the hung worker"
+  grep -q " is late: " "$log" && fail "$row" "a deadlock was called late: $(grep -m1 ' is late: ' "$log")"
+}
+
 check() {
-  local row=$1 log="$W/$1/job.log"
+  local row=$1 log="$W/$1/job.log" port
+  port=$(cat "$W/$row/port" 2> /dev/null)
+  local service="127\.0\.0\.1:$port \(pid [0-9]+ \(python[0-9.]* outside_world\.py service port [0-9]+\)\)"
   case $row in
     save)
       healthy save 0 "it has not entered barrier #[0-9]+ of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 1,2 wait; it is busy \([0-9.]+ CPU, (reading [^,]+, )?writing [0-9.]+ MB/s\) in save at default_jobs.py:[0-9]+"
@@ -123,9 +170,26 @@ check() {
       hung lock 2 "never entered all_reduce #2 of group 0 \(ranks 0-2\); ranks 0,1 wait in it"
       grep -Eq "^meshrun:   rank 2 is idle for [0-9]+ s \(0\.0[0-4] CPU, no I/O, its Python stack unchanged\) in main at default_jobs.py:[0-9]+" "$log" ||
         fail lock "the verdict does not say rank 2 is idle, and where"
+      grep -Eq "^meshrun:   rank 2 waits on a lock, an event or a queue that nothing else in its tree can release" "$log" ||
+        fail lock "the verdict does not say what rank 2 waits on (the proof)"
       grep -A30 "meshrun: worker hung" "$log" | grep -q "stack (py-spy)" || fail lock "no py-spy stack in the summary"
       grep -A30 "meshrun: worker hung" "$log" | grep -q "main (.*default_jobs.py:" || fail lock "the stack does not show main()" ;;
-    socket) hung socket 2 "never entered all_reduce #1 of group 0 \(ranks 0-2\); ranks 0,1 wait in it" ;;
+    socket)
+      hung socket 2 "never entered all_reduce #1 of group 0 \(ranks 0-2\); ranks 0,1 wait in it"
+      grep -Eq "^meshrun:   rank 2 waits on a Unix socket to itself that only its own process can serve" "$log" ||
+        fail socket "the verdict does not say rank 2 waits on its own socket" ;;
+    http) outside http "waits on a reply from 127\.0\.0\.1:$port \(HTTP\) \(pid [0-9]+ \(python[0-9.]* outside_world\.py service port 90\)\), since [0-9:]+, in urlopen at default_jobs.py:[0-9]+" ;;
+    poll) outside poll "sleeps \(a timed wait that ends by itself\), in wait_for_flag at default_jobs.py:[0-9]+" ;;
+    retry) outside retry "sleeps \(a timed wait that ends by itself\), in retry_sleeps at default_jobs.py:[0-9]+" ;;
+    child) outside child "waits on its child [0-9]+ \(.*\), which waits on a reply from $service, since [0-9:]+, in run at default_jobs.py:[0-9]+" ;;
+    download) outside download "waits on its thread 'downloader' \([0-9]+\), which waits on a reply from 127\.0\.0\.1:$port \(HTTP\) \(pid [0-9]+ \(python[0-9.]* outside_world\.py service port [0-9]+\)\) in download at default_jobs.py:[0-9]+, since [0-9:]+, in wait at default_jobs.py:[0-9]+" ;;
+    pipe) outside pipe "waits on a named pipe .*/pipe/feed fed by pid [0-9]+ \(python[0-9.]* outside_world\.py feed feed [0-9]+\), since [0-9:]+, in read_feed at default_jobs.py:[0-9]+" ;;
+    event)
+      deadlock event "rank 2 \(.*never entered all_reduce #2 of group 0 \(ranks 0-2\); ranks 0,1 wait in it"
+      grep -Eq "^meshrun:   rank 2 waits on a lock, an event or a queue that nothing else in its tree can release" "$log" ||
+        fail event "the verdict does not say why rank 2 is hung" ;;
+    mismatch) deadlock mismatch "ranks disagree at #2 of group 0 \(ranks 0-2\): rank 1 called broadcast, ranks 0,2 all_reduce" ;;
+    cycle) deadlock cycle "ranks wait for each other in different groups \(collectives called in another order\)" ;;
     spin)
       grep -Eq "^meshrun: rank 1 \([^)]*\) is late: it has not entered all_reduce #3 of group 0 \(ranks 0-2\) for [0-9]+ s while ranks 0,2 wait; it is busy \([0-9.]+ CPU" "$log" ||
         fail spin "rank 1 was not named late first"

@@ -13,6 +13,7 @@
 #include "launcher/activity/activity_monitor.hpp"
 #include "launcher/activity/activity_rule.hpp"
 #include "launcher/activity/proc_tree.hpp"
+#include "launcher/activity/wait_rule.hpp"
 #include "launcher/hang/hang_verdict.hpp"
 #include "launcher/progress/collective_watch.hpp"
 #include "proto/hang_request.hpp"
@@ -120,6 +121,25 @@ Activity busy_saving() {
   a.write_bytes_per_s = 19.8e6;
   a.where = "save at train.py:14";
   return a;
+}
+
+// What an idle rank waits on, as its agent judged it.
+RankWait waits_on_lock() {
+  RankWait w;
+  w.read = true;
+  w.place = WaitPlace::kInside;
+  w.phrase = "waits on a lock, an event or a queue that nothing else in its tree can release";
+  w.where = "acquire at train.py:31";
+  return w;
+}
+
+RankWait waits_on_service() {
+  RankWait w;
+  w.read = true;
+  w.place = WaitPlace::kOutside;
+  w.phrase = "waits on a reply from 127.0.0.1:18765 (HTTP) (pid 4242 (python eval_server.py))";
+  w.where = "urlopen at train.py:14";
+  return w;
 }
 
 Activity idle_on_lock() {
@@ -303,10 +323,12 @@ TEST_CASE("activity travels with a rank's record as JSON", "[activity][json]") {
   CHECK(nlohmann::json(r).get<RankRecord>().activity.cpu_cores == a.cpu_cores);
 }
 
-TEST_CASE("a busy rank the others wait for is late, not hung, and idle, stopped or unjudged ones are hung",
-          "[activity][verdict]") {
+TEST_CASE(
+    "a busy rank the others wait for is late; an idle one is hung only when it waits inside the job, late when it "
+    "waits outside or meshrun cannot tell; a stopped one is hung",
+    "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
-  const LatenessRule after_61s{61.2, std::nullopt};
+  const LatenessRule after_61s{61.2, std::nullopt, std::nullopt};
 
   ranks[0].activity = busy_saving();
   HangVerdict v = judge_with(ranks, after_61s);
@@ -319,15 +341,36 @@ TEST_CASE("a busy rank the others wait for is late, not hung, and idle, stopped 
   CHECK(nlohmann::json(v).at("outcome") == "late");
 
   ranks[0].activity = idle_on_lock();
+  ranks[0].wait = waits_on_lock();
   v = judge_with(ranks, after_61s);
   CHECK(v.outcome == HangOutcome::kHung);
   CHECK_THAT(v.line, Catch::StartsWith("hang: rank 0 (node0, local rank 0, pid 100) never entered barrier #10"));
   CHECK(std::find(v.notes.begin(), v.notes.end(),
                   "rank 0 is idle for 10 s (0.00 CPU, no I/O, its Python stack unchanged) in wait_for_peer at "
                   "train.py:31") != v.notes.end());
+  CHECK(std::find(v.notes.begin(), v.notes.end(),
+                  "rank 0 waits on a lock, an event or a queue that nothing else in its tree can release, in acquire "
+                  "at train.py:31") != v.notes.end());
 
-  ranks[0].activity = Activity{};  // not judged (an agent of another version): hung, as before
-  CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kHung);
+  // Idle, but on a service outside the job: late, as under torchrun, with what it waits on.
+  ranks[0].wait = waits_on_service();
+  v = judge_with(ranks, after_61s);
+  CHECK(v.outcome == HangOutcome::kLate);
+  CHECK(v.line ==
+        "rank 0 (node0) is late: it has not entered barrier #10 of group 0 (ranks 0-2) for 61 s while ranks 1,2 "
+        "wait; it waits on a reply from 127.0.0.1:18765 (HTTP) (pid 4242 (python eval_server.py)), in urlopen at "
+        "train.py:14");
+
+  // What it waits on could not be classified, or not read (an agent of another version): late, not hung.
+  ranks[0].wait.place = WaitPlace::kUnknown;
+  CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kLate);
+  ranks[0].wait = RankWait{};
+  v = judge_with(ranks, after_61s);
+  CHECK(v.outcome == HangOutcome::kLate);
+  CHECK_THAT(v.line, Catch::EndsWith("it is idle for 10 s (0.00 CPU, no I/O, its Python stack unchanged) in "
+                                     "wait_for_peer at train.py:31, and meshrun could not read what it waits on"));
+  ranks[0].activity = Activity{};
+  CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kLate);
 
   ranks[0].activity = busy_saving();
   ranks[0].state = ProcessState::kStopped;  // the state in /proc wins
@@ -335,12 +378,43 @@ TEST_CASE("a busy rank the others wait for is late, not hung, and idle, stopped 
   CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kHung);
 }
 
+TEST_CASE("the outside timeout (--hang-outside-timeout): a rank waiting outside the job keeps the others only that "
+          "long",
+          "[activity][verdict]") {
+  std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
+  ranks[0].activity = idle_on_lock();
+  ranks[0].wait = waits_on_service();
+  CHECK(judge_with(ranks, LatenessRule{89, std::nullopt, 90.0}).outcome == HangOutcome::kLate);
+  CHECK(judge_with(ranks, LatenessRule{95, 60.0, std::nullopt}).outcome == HangOutcome::kLate);  // not busy
+  const HangVerdict v = judge_with(ranks, LatenessRule{90.3, std::nullopt, 90.0});
+  CHECK(v.outcome == HangOutcome::kHung);
+  CHECK(v.line ==
+        "hang: rank 0 (node0, local rank 0, pid 100) has kept ranks 1,2 waiting in barrier #10 of group 0 (ranks "
+        "0-2) for 90 s, past --hang-outside-timeout (90 s); it waits on a reply from 127.0.0.1:18765 (HTTP) (pid "
+        "4242 (python eval_server.py)), in urlopen at train.py:14");
+}
+
+TEST_CASE("a wait on another host's address where another rank listens is a wait on that rank: inside",
+          "[activity][verdict]") {
+  std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
+  ranks[0].activity = idle_on_lock();
+  ranks[0].wait = waits_on_service();
+  ranks[0].wait.phrase = "waits on a reply from 10.0.0.2:41000";
+  ranks[0].wait.remotes = {"10.0.0.2:41000"};
+  CHECK(judge_with(ranks, LatenessRule{61, std::nullopt, std::nullopt}).outcome == HangOutcome::kLate);
+  ranks[2].wait.listening = {"10.0.0.2:41000"};
+  const HangVerdict v = judge_with(ranks, LatenessRule{61, std::nullopt, std::nullopt});
+  CHECK(v.outcome == HangOutcome::kHung);
+  CHECK(std::find(v.notes.begin(), v.notes.end(),
+                  "rank 0 waits on 10.0.0.2:41000, where rank 2 listens, in urlopen at train.py:14") != v.notes.end());
+}
+
 TEST_CASE("the busy timeout (--hang-busy-timeout): a busy rank keeps the others waiting only that long",
           "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
   ranks[0].activity = busy_saving();
-  CHECK(judge_with(ranks, LatenessRule{299, 300.0}).outcome == HangOutcome::kLate);
-  const HangVerdict v = judge_with(ranks, LatenessRule{300.4, 300.0});
+  CHECK(judge_with(ranks, LatenessRule{299, 300.0, std::nullopt}).outcome == HangOutcome::kLate);
+  const HangVerdict v = judge_with(ranks, LatenessRule{300.4, 300.0, std::nullopt});
   CHECK(v.outcome == HangOutcome::kHung);
   CHECK(v.line ==
         "hang: rank 0 (node0, local rank 0, pid 100) has kept ranks 1,2 waiting in barrier #10 of group 0 (ranks "
@@ -353,22 +427,23 @@ TEST_CASE("several ranks never entered: the idle ones are hung, the busy ones on
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, false)};
   ranks[0].activity = busy_saving();
   ranks[2].activity = idle_on_lock();
-  HangVerdict v = judge_with(ranks, LatenessRule{70, std::nullopt});
+  ranks[2].wait = waits_on_lock();
+  HangVerdict v = judge_with(ranks, LatenessRule{70, std::nullopt, std::nullopt});
   CHECK(v.outcome == HangOutcome::kHung);
   CHECK(v.culprits == std::vector<int>{2});
   CHECK_THAT(v.line, Catch::StartsWith("hang: rank 2 (node0, local rank 2, pid 102) never entered barrier #10"));
   CHECK(std::find(v.notes.begin(), v.notes.end(),
-                  "rank 0 is late, not hung: busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14") !=
+                  "rank 0 is late, not hung: it is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14") !=
         v.notes.end());
   ranks[2].activity = busy_saving();
-  v = judge_with(ranks, LatenessRule{70, std::nullopt});
+  v = judge_with(ranks, LatenessRule{70, std::nullopt, std::nullopt});
   CHECK(v.outcome == HangOutcome::kLate);
   CHECK_THAT(v.line, Catch::StartsWith("ranks 0,2 (node0) are late: they have not entered barrier #10"));
 
   // No collective open anywhere: the suspicion from beats names the rank, judged the same way.
   std::vector<RankRecord> quiet = {rank_in_barrier(0, false), rank_in_barrier(1, false)};
   quiet[1].activity = busy_saving();
-  v = judge_with(quiet, LatenessRule{65, std::nullopt},
+  v = judge_with(quiet, LatenessRule{65, std::nullopt, std::nullopt},
                  FallbackSuspect{1, "no progress beat for 65.0 s (budget 64.0 s) after step 9 (train)"});
   CHECK(v.kind == HangKind::kNoCollective);
   CHECK(v.outcome == HangOutcome::kLate);
@@ -389,30 +464,30 @@ TEST_CASE("every rank inside one collective: slow while a member is busy, a stal
           "[activity][verdict]") {
   std::vector<RankRecord> inside = {rank_in_barrier(0, true), rank_in_barrier(1, true), rank_in_barrier(2, true)};
   for (auto& r : inside) r.activity = idle_on_lock();
-  HangVerdict v = judge_with(inside, LatenessRule{70, std::nullopt});
+  HangVerdict v = judge_with(inside, LatenessRule{70, std::nullopt, std::nullopt});
   CHECK(v.kind == HangKind::kAllInside);
   CHECK(v.outcome == HangOutcome::kHung);
   // Rank 1 entered last, having computed until then (or the transfer itself is large and moving): late.
   inside[1].activity = busy_saving();
-  v = judge_with(inside, LatenessRule{70, std::nullopt});
+  v = judge_with(inside, LatenessRule{70, std::nullopt, std::nullopt});
   CHECK(v.kind == HangKind::kAllInside);
   CHECK(v.outcome == HangOutcome::kLate);
   CHECK(v.line ==
         "barrier #10 of group 0 (ranks 0-2) is late: every rank entered it and it has not completed for 70 s; rank 1 "
         "is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14");
-  CHECK(judge_with(inside, LatenessRule{70, 60.0}).outcome == HangOutcome::kHung);  // past --hang-busy-timeout
+  CHECK(judge_with(inside, LatenessRule{70, 60.0, std::nullopt}).outcome == HangOutcome::kHung);  // past --hang-busy-timeout
 }
 
 TEST_CASE("a suspected wait that completed before the records were read is resolved, not a hang",
           "[activity][verdict]") {
   // Rank 0 was found waiting in a collective; by the time every record was read, nothing was open any more.
   const std::vector<RankRecord> done = {rank_in_barrier(0, false), rank_in_barrier(1, false)};
-  HangVerdict v = judge_hang(done, FallbackSuspect{1, "waits in collective #10 of group 0 for 90.2 s", true}, {90, {}});
+  HangVerdict v = judge_hang(done, FallbackSuspect{1, "waits in collective #10 of group 0 for 90.2 s", true}, {90, {}, {}});
   CHECK(v.outcome == HangOutcome::kResolved);
   // The same records after a suspicion from silence: the silent rank is still judged.
-  v = judge_hang(done, FallbackSuspect{1, "no progress beat for 90.2 s", false}, {90, {}});
+  v = judge_hang(done, FallbackSuspect{1, "no progress beat for 90.2 s", false}, {90, {}, {}});
   CHECK(v.kind == HangKind::kNoCollective);
-  CHECK(v.outcome == HangOutcome::kHung);  // its activity is unknown here
+  CHECK(v.outcome == HangOutcome::kLate);  // nothing is known of what it does: late, not hung
   CHECK(proto::decode_hang_request(proto::encode(proto::HangRequest{0, 1, "x", 2, proto::SuspicionRoute::kSilence}))
             .route == proto::SuspicionRoute::kSilence);
 }

@@ -23,6 +23,16 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// What a deadlocked rank waits on (late or hung: launcher/activity/wait_rule.hpp): every rank of these cases is
+// stuck for good, so the verdicts name hangs, not late ranks.
+RankWait deadlocked() {
+  RankWait w;
+  w.read = true;
+  w.place = WaitPlace::kInside;
+  w.phrase = "waits on a lock, an event or a queue that nothing else in its tree can release";
+  return w;
+}
+
 // A rank of a 4-rank lockstep job (2 nodes of 2) that completed `completed` all_reduces of group 0 and
 // entered `enqueued`.
 RankRecord lockstep_rank(int rank, int64_t enqueued, int64_t completed, const std::string& op = "all_reduce",
@@ -34,6 +44,7 @@ RankRecord lockstep_rank(int rank, int64_t enqueued, int64_t completed, const st
   r.host = "node" + std::to_string(rank / 2);
   r.pid = 1000 + rank;
   r.source = RecordSource::kRecorded;
+  r.wait = deadlocked();
   r.groups["0"] = GroupProgress{{0, 1, 2, 3}, enqueued, completed};
   for (int64_t s = std::max<int64_t>(1, completed - 2); s <= enqueued; ++s) {
     CollectiveEntry e{.group = "0",
@@ -172,7 +183,9 @@ TEST_CASE("ranks without a record are named with the reason, and never hide a re
   HangVerdict v = judge_hang(ranks, std::nullopt);
   CHECK(v.kind == HangKind::kNoRecord);
   CHECK(v.culprits == std::vector<int>{3});
-  CHECK(v.notes == std::vector<std::string>{"no collective record from rank 3: python -I"});
+  CHECK(v.notes == std::vector<std::string>{
+                       "rank 3 waits on a lock, an event or a queue that nothing else in its tree can release",
+                       "no collective record from rank 3: python -I"});
   // Rank 2 never entered: it is the culprit even though rank 3 cannot tell.
   ranks[2] = lockstep_rank(2, 11, 11);
   v = judge_hang(ranks, std::nullopt);
@@ -206,6 +219,7 @@ TEST_CASE("records and verdicts travel as JSON unchanged", "[hang][json]") {
   CHECK(back.groups.at("0").ranks == std::vector<int>{0, 1, 2, 3});
   REQUIRE(back.entries.size() == r.entries.size());
   CHECK(back.entries.back().frames == r.entries.back().frames);
+  CHECK(back.wait == r.wait);
   const std::vector<RankRecord> many = {r, lockstep_rank(0, 1, 1)};
   CHECK(nlohmann::json(many).get<std::vector<RankRecord>>().size() == 2);
   CHECK_THROWS_AS(nlohmann::json({{"rank", 1}, {"state", "sleeping"}}).get<RankRecord>(), ProtocolError);
@@ -220,8 +234,19 @@ TEST_CASE("the hook's dump is read, and a recorder turned off is said so", "[han
   CHECK(r.source == RecordSource::kRecorded);
   REQUIRE(r.entries.size() == 1);
   CHECK(r.entries[0].frames == std::vector<std::string>{"/job/t.py:88 in step"});
-  read_hook_dump(R"({"fr":"off","pid":7})", r);
+  CHECK(r.threads.empty());
+  // The hook lists its Python threads in every state of the recorder: what each waits on is read by their ids.
+  read_hook_dump(R"({"fr":"off","pid":7,"threads":[{"tid":7,"name":"MainThread","frames":["/job/t.py:14 in main"],
+                     "where":"main at t.py:14","call":"urlopen"},{"tid":9,"name":"meshrun-hook","meshrun":true}]})",
+                 r);
   CHECK(r.source == RecordSource::kRecorderOff);
+  REQUIRE(r.threads.size() == 2);
+  CHECK(r.threads[0].tid == 7);
+  CHECK(r.threads[0].call == "urlopen");
+  CHECK(r.threads[0].frames == std::vector<std::string>{"/job/t.py:14 in main"});
+  CHECK_FALSE(r.threads[0].meshrun);
+  CHECK(r.threads[1].meshrun);
+  CHECK(nlohmann::json(r).count("threads") == 0);  // read where the rank runs, never sent
   CHECK_THROWS_AS(read_hook_dump("{not json", r), ProtocolError);
 }
 

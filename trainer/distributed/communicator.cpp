@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -308,7 +310,12 @@ int64_t Communicator::enter(const char* op, const at::Tensor& t) {
     if (std::string(fault) == std::to_string(next) + ":" + std::to_string(env_.rank)) {
       std::fprintf(stderr, "test hook: rank %d stops before collective #%lld and never enters it\n", env_.rank,
                    static_cast<long long>(next));
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      // A wait nothing in the process ends (a condition nobody notifies): a deadlock, as a hang is, not a sleep
+      // loop, which meshrun calls late (docs/progress.md, "Late or hung").
+      std::mutex never;
+      std::condition_variable nobody;
+      std::unique_lock<std::mutex> lock(never);
+      nobody.wait(lock, [] { return false; });
     }
   }
   return ledger_->enter(ledger_group_, op, "[[" + std::to_string(t.numel()) + "]]", c10::toString(t.scalar_type()));

@@ -27,7 +27,8 @@ RESEND_S = 5.0  # an unchanged status is sent again this often (the agent knows 
 KEEP_RETIRED = 4  # finished collectives kept per group in a dump, besides the open ones
 MAX_ENTRIES = 64
 MAX_FRAMES = 6
-MAX_STACK_READ = 24  # frames in an answer to "frames"
+MAX_STACK_READ = 24  # frames in an answer to "frames", and per thread in a dump
+MAX_THREADS = 64  # threads listed in a dump
 MAX_DATAGRAM = 3500
 SETTLE_S = 0.02
 
@@ -153,6 +154,28 @@ def _frames_answer():
     return _frames_line(frames, where)
 
 
+def _threads():
+    # Every Python thread with its native id, stack, user frame and the library call that frame made: the agent
+    # reads what each thread waits on from /proc and needs to know which thread is whose (late or hung:
+    # docs/progress.md). The hook's own thread says so.
+    frames, me = sys._current_frames(), threading.get_ident()
+    out = []
+    for thread in threading.enumerate()[:MAX_THREADS]:
+        if thread.native_id is None:
+            continue
+        frame, stack, where, call, inner = frames.get(thread.ident), [], "", "", ""
+        while frame is not None and len(stack) < MAX_STACK_READ:
+            code = frame.f_code
+            stack.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+            if not where and not code.co_filename.startswith(("<",) + _library_dirs()):
+                where, call = f"{code.co_name} at {os.path.basename(code.co_filename)}:{frame.f_lineno}", inner
+            inner = code.co_name
+            frame = frame.f_back
+        out.append({"tid": thread.native_id, "name": thread.name, "frames": stack, "where": where, "call": call,
+                    "meshrun": thread.ident == me})
+    return out
+
+
 def _entry(e):
     pg = e.get("process_group") or ("?", "")
     op = e.get("profiling_name", "?")
@@ -205,6 +228,7 @@ def _dump(path):
     else:
         record = _record(c10d)
     record["pid"] = os.getpid()
+    record["threads"] = _threads()
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
