@@ -55,10 +55,10 @@ constexpr Ms kExpectedReportWait{10000};
 // While the next attempt runs, the pending root cause is asked for this often, not on every wake-up of the
 // supervise loop (which wakes for each hook report and heartbeat).
 constexpr Ms kRootCauseQueryEvery{200};
-// A late rank (busy while the others wait for it) is judged again after as long as the first judgment took
-// (the wait so far), between one activity window and kLateRecheck: one that stops moving is then named hung
-// within that of it, before a short collective timeout of the script's own ends the job. The late line
-// itself is repeated far less often.
+// A late rank (busy, or waiting outside the job, while the others wait for it) is judged again after as long as
+// the first judgment took (the wait so far), between one activity window and kLateRecheck: one whose wait becomes
+// proof of a hang is then named hung within that of it, before a short collective timeout of the script's own
+// ends the job. The late line itself is repeated far less often.
 constexpr Ms kLateRecheck{30000};
 // After an inquiry found the suspected wait over, the hook's next report (every 0.1 s) has caught up by then.
 constexpr Ms kResolvedQuiet{2000};
@@ -554,9 +554,10 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(Attempt& attempt, const
   return result;
 }
 
-// Every rank the others wait for is busy: a late rank, not a hang. Every node says so (once, then every
-// kLateRepeat while it lasts), marks its own late ranks for status, and looks again after kLateRecheck (or
-// when --hang-busy-timeout runs out), in a new inquiry: a late rank that stops moving is then named hung.
+// Every rank the others wait for is busy, or waits on the world outside the job: a late rank, not a hang. Every
+// node says so (once, again when what the rank does changes, then every kLateRepeat while it lasts), marks its own
+// late ranks for status, and looks again after kLateRecheck (or when --hang-busy-timeout or --hang-outside-timeout
+// runs out), in a new inquiry: a late rank whose wait has become proof of a hang is then named hung.
 void Agent::on_late(Attempt& attempt, const HangVerdict& verdict) {
   const auto now = std::chrono::steady_clock::now();
   const std::string subject = late_subject(verdict);

@@ -5,8 +5,9 @@
 # "fr status <pg>:<last enqueued>:<last completed> ..." from PyTorch's Flight Recorder summary
 # (pg_status: no entries, microseconds) every POLL_S (0.1 s). When the agent suspects a hang it asks, on
 # <MESHRUN_PROGRESS>.hook, for the full record ("dump <path>"): the open collectives and the last few of
-# each group, with the Python frames that called them; the thread writes it as JSON and answers
-# "fr dumped <path>". For stragglers the agent also asks "clock <its ns>" (answered at once with this
+# each group, with the Python frames that called them, and every Python thread with its native id and stack
+# (which thread is the script's, which is this hook's: the agent reads what each waits on); the thread writes it
+# as JSON and answers "fr dumped <path>". For stragglers the agent also asks "clock <its ns>" (answered at once with this
 # clock, "fr clock <its ns> <ours>") and "arrivals <first> <last> <group>" (when this rank entered those
 # collectives: "fr arrivals <first> <last> <count> <mean ns> <span ns> <group>"). While other ranks may wait
 # for this one, the agent asks "frames" every few seconds: "fr frames {"frames": [...], "where": "..."}", the main
