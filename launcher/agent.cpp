@@ -490,9 +490,9 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(Attempt& attempt, const
                                       attempt.assignment.master_addr, attempt.assignment.master_port});
   const FallbackSuspect suspect{standing.rank, standing.reason,
                                 standing.route == proto::SuspicionRoute::kCollectiveWait};
-  const HangVerdict verdict = inquiry.judge(suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
-                                            LatenessRule{standing.waited_s, options_.progress.busy_timeout_s,
-                                                         options_.progress.outside_timeout_s});
+  const HangVerdict verdict = inquiry.judge(
+      suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
+      LatenessRule{standing.waited_s, options_.progress.busy_timeout_s, options_.progress.outside_timeout_s});
   if (verdict.outcome == HangOutcome::kLate) {
     on_late(attempt, verdict);
     return std::nullopt;

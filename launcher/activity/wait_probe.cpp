@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -257,10 +257,12 @@ class Reader {
     switch (t.kind) {
       case FdKind::kOtherSocket: describe_socket(t); break;
       case FdKind::kPipe: pipe_inodes_.insert(t.inode); break;
-      case FdKind::kEpoll: t.targets = epoll_targets(slurp(dir_of(root_, pid) + "/fdinfo/" + std::to_string(fd))); break;
+      case FdKind::kEpoll:
+        t.targets = epoll_targets(slurp(dir_of(root_, pid) + "/fdinfo/" + std::to_string(fd)));
+        break;
       case FdKind::kFile: {
         t.local = link;
-        struct stat st{};
+        struct stat st {};
         if (live_ && ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
           t.kind = FdKind::kFifo;
           t.inode = st.st_ino;
@@ -269,7 +271,8 @@ class Reader {
         }
         break;
       }
-      case FdKind::kTerminal: case FdKind::kDevice: t.local = link; break;
+      case FdKind::kTerminal:
+      case FdKind::kDevice: t.local = link; break;
       default: break;
     }
     return t;
@@ -358,8 +361,8 @@ class Reader {
   std::string root_;
   bool live_;
   SocketTable sockets_;
-  std::set<uint64_t> pipe_inodes_;             // pipes and FIFOs waited on: their holders are looked for
-  std::map<uint64_t, uint64_t> peer_inodes_;      // the other end's inode -> ours
+  std::set<uint64_t> pipe_inodes_;            // pipes and FIFOs waited on: their holders are looked for
+  std::map<uint64_t, uint64_t> peer_inodes_;  // the other end's inode -> ours
   std::map<uint64_t, std::string> fifo_paths_;
 };
 
@@ -437,7 +440,8 @@ std::string short_command(const std::string& proc_root, pid_t pid, size_t max) {
     if (arg.empty()) continue;
     const bool path = (text.empty() || arg.front() == '/') && arg.back() != '/' && arg.find(' ') == std::string::npos;
     if (path) arg = arg.substr(arg.rfind('/') + 1);
-    std::replace_if(arg.begin(), arg.end(), [](char c) { return c == '\n' || c == '\t' || c == '\r'; }, ' ');
+    std::replace_if(
+        arg.begin(), arg.end(), [](char c) { return c == '\n' || c == '\t' || c == '\r'; }, ' ');
     text += (text.empty() ? "" : " ") + arg;
   }
   if (text.empty()) text = read_stat(dir_of(proc_root, pid) + "/stat").comm;
@@ -467,19 +471,19 @@ Enum enum_from(const std::string& text, const Enum (&values)[N], Enum fallback) 
   }
   return fallback;
 }
-constexpr FdKind kFdKinds[] = {FdKind::kTcp,      FdKind::kTcpListen, FdKind::kUdp,     FdKind::kUnix,
-                               FdKind::kOtherSocket, FdKind::kPipe,   FdKind::kFifo,    FdKind::kTerminal,
-                               FdKind::kDevice,   FdKind::kFile,      FdKind::kEventFd, FdKind::kTimerFd,
-                               FdKind::kSignalFd, FdKind::kInotify,   FdKind::kEpoll,   FdKind::kOther};
-constexpr WaitCall kWaitCalls[] = {WaitCall::kRunning, WaitCall::kSleep,    WaitCall::kDescriptors, WaitCall::kChild,
-                                   WaitCall::kLock,    WaitCall::kSignal,   WaitCall::kFileLock,    WaitCall::kDevice,
+constexpr FdKind kFdKinds[] = {FdKind::kTcp,         FdKind::kTcpListen, FdKind::kUdp,     FdKind::kUnix,
+                               FdKind::kOtherSocket, FdKind::kPipe,      FdKind::kFifo,    FdKind::kTerminal,
+                               FdKind::kDevice,      FdKind::kFile,      FdKind::kEventFd, FdKind::kTimerFd,
+                               FdKind::kSignalFd,    FdKind::kInotify,   FdKind::kEpoll,   FdKind::kOther};
+constexpr WaitCall kWaitCalls[] = {WaitCall::kRunning, WaitCall::kSleep,  WaitCall::kDescriptors, WaitCall::kChild,
+                                   WaitCall::kLock,    WaitCall::kSignal, WaitCall::kFileLock,    WaitCall::kDevice,
                                    WaitCall::kOther,   WaitCall::kUnknown};
 }  // namespace
 
 void to_json(nlohmann::json& j, const FdTarget& t) {
-  j = {{"fd", t.fd},         {"kind", to_string(t.kind)},   {"inode", t.inode},
-       {"local", t.local},   {"remote", t.remote},          {"connecting", t.connecting},
-       {"peers", t.peers},   {"peers_known", t.peers_known}, {"targets", t.targets}};
+  j = {{"fd", t.fd},       {"kind", to_string(t.kind)},    {"inode", t.inode},
+       {"local", t.local}, {"remote", t.remote},           {"connecting", t.connecting},
+       {"peers", t.peers}, {"peers_known", t.peers_known}, {"targets", t.targets}};
 }
 void from_json(const nlohmann::json& j, FdTarget& t) {
   t.fd = j.value("fd", -1);
@@ -494,9 +498,16 @@ void from_json(const nlohmann::json& j, FdTarget& t) {
 }
 
 void to_json(nlohmann::json& j, const ThreadWait& t) {
-  j = {{"tid", t.tid},         {"name", t.name},       {"state", std::string(t.state ? 1 : 0, t.state)},
-       {"call", to_string(t.call)}, {"syscall", t.syscall}, {"timed", t.timed},
-       {"writing", t.writing}, {"fds", t.fds},         {"child", t.child}, {"idle_s", t.idle_s}};
+  j = {{"tid", t.tid},
+       {"name", t.name},
+       {"state", std::string(t.state ? 1 : 0, t.state)},
+       {"call", to_string(t.call)},
+       {"syscall", t.syscall},
+       {"timed", t.timed},
+       {"writing", t.writing},
+       {"fds", t.fds},
+       {"child", t.child},
+       {"idle_s", t.idle_s}};
 }
 void from_json(const nlohmann::json& j, ThreadWait& t) {
   t.tid = j.value("tid", 0);

@@ -36,21 +36,21 @@ enum class WaitCall {
 
 /// What a descriptor is.
 enum class FdKind {
-  kTcp,         // a connected (or connecting) TCP socket
-  kTcpListen,   // a listening TCP socket
-  kUdp,         // a UDP socket
-  kUnix,        // a Unix socket
-  kOtherSocket, // a socket of another family (netlink...)
-  kPipe,        // an anonymous pipe
-  kFifo,        // a named pipe
-  kTerminal,    // a terminal (/dev/pts/N, /dev/ttyN)
-  kDevice,      // another character device (/dev/nvidia0...)
-  kFile,        // a regular file or a directory
-  kEventFd,     // anon_inode:[eventfd]: set by a thread of the process
-  kTimerFd,     // anon_inode:[timerfd]: time
-  kSignalFd,    // anon_inode:[signalfd]
-  kInotify,     // anon_inode:inotify: changes to files
-  kEpoll,       // anon_inode:[eventpoll]: the descriptors in `targets`
+  kTcp,          // a connected (or connecting) TCP socket
+  kTcpListen,    // a listening TCP socket
+  kUdp,          // a UDP socket
+  kUnix,         // a Unix socket
+  kOtherSocket,  // a socket of another family (netlink...)
+  kPipe,         // an anonymous pipe
+  kFifo,         // a named pipe
+  kTerminal,     // a terminal (/dev/pts/N, /dev/ttyN)
+  kDevice,       // another character device (/dev/nvidia0...)
+  kFile,         // a regular file or a directory
+  kEventFd,      // anon_inode:[eventfd]: set by a thread of the process
+  kTimerFd,      // anon_inode:[timerfd]: time
+  kSignalFd,     // anon_inode:[signalfd]
+  kInotify,      // anon_inode:inotify: changes to files
+  kEpoll,        // anon_inode:[eventpoll]: the descriptors in `targets`
   kOther,
 };
 
@@ -70,13 +70,13 @@ struct FdTarget {
   int fd = -1;
   FdKind kind = FdKind::kOther;
   uint64_t inode = 0;
-  std::string local;    // sockets: "127.0.0.1:5000"; files, pipes by name, terminals, devices: the path
-  std::string remote;   // TCP and UDP: the peer's "address:port" ("" when not connected)
-  bool connecting = false;       // TCP: SYN sent, no answer yet
-  std::vector<FdHolder> peers;   // the other end's holders on this host: the TCP peer socket's, the Unix peer's,
-                                 // the pipe's other holders (this process excluded); empty when none was found
-  bool peers_known = false;      // the holders were looked for (a remote host's socket: not)
-  std::vector<int> targets;      // kEpoll: the descriptors it watches
+  std::string local;            // sockets: "127.0.0.1:5000"; files, pipes by name, terminals, devices: the path
+  std::string remote;           // TCP and UDP: the peer's "address:port" ("" when not connected)
+  bool connecting = false;      // TCP: SYN sent, no answer yet
+  std::vector<FdHolder> peers;  // the other end's holders on this host: the TCP peer socket's, the Unix peer's,
+                                // the pipe's other holders (this process excluded); empty when none was found
+  bool peers_known = false;     // the holders were looked for (a remote host's socket: not)
+  std::vector<int> targets;     // kEpoll: the descriptors it watches
 
   bool operator==(const FdTarget&) const = default;
 };
@@ -86,12 +86,12 @@ struct ThreadWait {
   std::string name;  // comm
   char state = '\0';
   WaitCall call = WaitCall::kUnknown;
-  std::string syscall;  // its name ("poll", "futex"), or the number
-  bool timed = false;   // the call has a timeout
-  bool writing = false; // kDescriptors: it waits to write, not to read
-  std::vector<int> fds; // kDescriptors: the descriptors it waits on (empty: not known)
-  pid_t child = -1;     // kChild: the child it waits for (-1: any)
-  double idle_s = -1;   // how long ago it last ran (-1: not known)
+  std::string syscall;   // its name ("poll", "futex"), or the number
+  bool timed = false;    // the call has a timeout
+  bool writing = false;  // kDescriptors: it waits to write, not to read
+  std::vector<int> fds;  // kDescriptors: the descriptors it waits on (empty: not known)
+  pid_t child = -1;      // kChild: the child it waits for (-1: any)
+  double idle_s = -1;    // how long ago it last ran (-1: not known)
 
   bool operator==(const ThreadWait&) const = default;
 };
@@ -99,10 +99,10 @@ struct ThreadWait {
 struct ProcessWaits {
   pid_t pid = 0;
   pid_t parent = 0;
-  std::string command;                  // its command line, short
-  std::vector<ThreadWait> threads;      // the main thread first
-  std::map<int, FdTarget> fds;          // the descriptors some thread waits on (and what their epolls watch)
-  std::vector<std::string> listening;   // its listening TCP sockets' "address:port"
+  std::string command;                 // its command line, short
+  std::vector<ThreadWait> threads;     // the main thread first
+  std::map<int, FdTarget> fds;         // the descriptors some thread waits on (and what their epolls watch)
+  std::vector<std::string> listening;  // its listening TCP sockets' "address:port"
 
   bool operator==(const ProcessWaits&) const = default;
 };

@@ -57,7 +57,7 @@ void merge(Finding& into, const Finding& f) {
 std::string protocol_hint(const PythonThread* thread) {
   if (thread == nullptr) return "";
   static constexpr std::pair<std::string_view, std::string_view> kHints[] = {
-      {"/http/client.py", "HTTP"}, {"/urllib3/", "HTTP"}, {"/requests/", "HTTP"}, {"/httpx/", "HTTP"},
+      {"/http/client.py", "HTTP"}, {"/urllib3/", "HTTP"}, {"/requests/", "HTTP"},  {"/httpx/", "HTTP"},
       {"/aiohttp/", "HTTP"},       {"/grpc/", "gRPC"},    {"/smtplib.py", "SMTP"}, {"/ftplib.py", "FTP"},
       {"/redis/", "Redis"},        {"/ssl.py", "TLS"},
   };
@@ -152,7 +152,8 @@ class Judge {
 
   Finding thread_wait(const ProcessWaits& p, const ThreadWait& t, Mode mode) {
     const auto key = std::make_pair(p.pid, t.tid);
-    if (std::find(path_.begin(), path_.end(), key) != path_.end()) return inside("waits in a cycle of waits inside its tree");
+    if (std::find(path_.begin(), path_.end(), key) != path_.end())
+      return inside("waits in a cycle of waits inside its tree");
     path_.push_back(key);
     Finding f = thread_wait_once(p, t, mode);
     path_.pop_back();
@@ -175,15 +176,17 @@ class Judge {
         if (!full) return ignored();
         const auto it = t.fds.empty() ? p.fds.end() : p.fds.find(t.fds.front());
         return outside(it != p.fds.end() && !it->second.local.empty() ? "waits on a lock on " + it->second.local
-                                                                       : "waits on a lock on a file");
+                                                                      : "waits on a lock on a file");
       }
       case WaitCall::kDevice: {
         const auto it = t.fds.empty() ? p.fds.end() : p.fds.find(t.fds.front());
-        if (it != p.fds.end() && is_gpu(it->second.local)) return inside("waits on the GPU's driver (" + it->second.local + ")");
+        if (it != p.fds.end() && is_gpu(it->second.local))
+          return inside("waits on the GPU's driver (" + it->second.local + ")");
         return full ? unknown("waits on a device" + (it != p.fds.end() ? " (" + it->second.local + ")" : std::string()))
                     : ignored();
       }
-      case WaitCall::kOther: return full ? unknown("waits in a call meshrun does not classify (" + t.syscall + ")") : ignored();
+      case WaitCall::kOther:
+        return full ? unknown("waits in a call meshrun does not classify (" + t.syscall + ")") : ignored();
       case WaitCall::kUnknown: break;
     }
     return full ? unknown("waits on something meshrun could not read") : ignored();
@@ -192,8 +195,9 @@ class Judge {
   Finding lock_wait(const ProcessWaits& p, const ThreadWait& t) {
     Finding f = others_wait(p, t.tid);
     if (f.place == WaitPlace::kInside) {
-      f.phrase = "waits on a lock, an event or a queue that nothing else in its tree can release (its other threads "
-                 "and processes wait on locks or on the job itself)";
+      f.phrase =
+          "waits on a lock, an event or a queue that nothing else in its tree can release (its other threads "
+          "and processes wait on locks or on the job itself)";
     }
     return f;
   }
@@ -219,7 +223,8 @@ class Judge {
   Finding fd_wait(const ProcessWaits& p, const ThreadWait& t, int fd, Mode mode, int depth) {
     const bool full = mode == Mode::kFull;
     const auto it = p.fds.find(fd);
-    if (it == p.fds.end()) return full ? unknown(fmt::format("waits on descriptor {}, which meshrun could not read", fd)) : ignored();
+    if (it == p.fds.end())
+      return full ? unknown(fmt::format("waits on descriptor {}, which meshrun could not read", fd)) : ignored();
     const FdTarget& target = it->second;
     switch (target.kind) {
       case FdKind::kTcp: return tcp_wait(p, t, target, mode);
@@ -229,14 +234,16 @@ class Judge {
                               (target.remote.empty() ? std::string() : " from " + target.remote))
                     : ignored();
       case FdKind::kUnix: return unix_wait(p, t, target, mode);
-      case FdKind::kPipe: case FdKind::kFifo: return pipe_wait(p, t, target, mode);
+      case FdKind::kPipe:
+      case FdKind::kFifo: return pipe_wait(p, t, target, mode);
       case FdKind::kTerminal: return outside("waits on input from a terminal (" + target.local + ")");
       case FdKind::kEventFd: return full ? own_wait(p, t, "an eventfd") : ignored();
       case FdKind::kTimerFd: return full ? outside("waits on a timer (it ends by itself)") : ignored();
       case FdKind::kSignalFd: return full ? outside("waits for a signal") : ignored();
       case FdKind::kInotify: return full ? outside("waits for changes to files (inotify)") : ignored();
       case FdKind::kEpoll: {
-        if (depth > 2 || target.targets.empty()) return full ? unknown("waits on an epoll set meshrun could not read") : ignored();
+        if (depth > 2 || target.targets.empty())
+          return full ? unknown("waits on an epoll set meshrun could not read") : ignored();
         Finding f = ignored();
         for (int inner : target.targets) merge(f, fd_wait(p, t, inner, mode, depth + 1));
         return f.counted || !full ? f : inside("waits on meshrun's own sockets");
@@ -245,7 +252,8 @@ class Judge {
         if (is_gpu(target.local)) return inside("waits on the GPU's driver (" + target.local + ")");
         return full ? unknown("waits on a device (" + target.local + ")") : ignored();
       case FdKind::kFile: return full ? unknown("waits on a file (" + target.local + ")") : ignored();
-      case FdKind::kOtherSocket: case FdKind::kOther: break;
+      case FdKind::kOtherSocket:
+      case FdKind::kOther: break;
     }
     return full ? unknown(fmt::format("waits on descriptor {} ({})", fd, to_string(target.kind))) : ignored();
   }
@@ -278,7 +286,8 @@ class Judge {
   Finding own_wait(const ProcessWaits& p, const ThreadWait& t, const std::string& what) {
     Finding f = others_wait(p, t.tid);
     if (f.place == WaitPlace::kInside) {
-      f.phrase = "waits on " + what + " that only its own process can serve, and nothing else in its tree can (its "
+      f.phrase = "waits on " + what +
+                 " that only its own process can serve, and nothing else in its tree can (its "
                  "other threads and processes wait on locks or on the job itself)";
     }
     return f;
@@ -307,7 +316,8 @@ class Judge {
   Finding pipe_wait(const ProcessWaits& p, const ThreadWait& t, const FdTarget& target, Mode mode) {
     const bool full = mode == Mode::kFull;
     const std::string name = target.kind == FdKind::kFifo ? "a named pipe " + target.local : std::string("a pipe");
-    if (!target.peers_known) return full ? unknown("waits on " + name + " whose other end meshrun could not find") : ignored();
+    if (!target.peers_known)
+      return full ? unknown("waits on " + name + " whose other end meshrun could not find") : ignored();
     Finding f = ignored();
     for (const auto& h : target.peers) {
       const bool other_end = t.writing ? true : h.writes;  // a reader waits on writers; a writer on any holder
@@ -380,7 +390,8 @@ RankWait judge_wait(const TreeWaits& tree, const std::vector<PythonThread>& pyth
   const Finding f = Judge(tree, python, peers).main_wait();
   w.place = f.counted ? f.place : WaitPlace::kInside;
   w.remotes = w.place == WaitPlace::kOutside ? f.remotes : std::vector<std::string>{};
-  const ThreadWait& main = tree.processes.front().threads.empty() ? ThreadWait{} : tree.processes.front().threads.front();
+  const ThreadWait& main =
+      tree.processes.front().threads.empty() ? ThreadWait{} : tree.processes.front().threads.front();
   w.phrase = !f.phrase.empty() ? f.phrase : "waits only on the job itself";
   const PythonThread* main_python = nullptr;
   for (const auto& t : python) {
@@ -402,9 +413,9 @@ std::string describe(const RankWait& w) {
 }
 
 void to_json(nlohmann::json& j, const RankWait& w) {
-  j = {{"place", to_string(w.place)}, {"phrase", w.phrase},   {"where", w.where},
-       {"since_unix_ms", w.since_unix_ms}, {"remotes", w.remotes}, {"listening", w.listening},
-       {"read", w.read}};
+  j = {
+      {"place", to_string(w.place)}, {"phrase", w.phrase},       {"where", w.where}, {"since_unix_ms", w.since_unix_ms},
+      {"remotes", w.remotes},        {"listening", w.listening}, {"read", w.read}};
 }
 
 void from_json(const nlohmann::json& j, RankWait& w) {

@@ -36,7 +36,7 @@ std::string_view to_string(WaitPlace value);
 
 /// One Python thread of the worker, as meshrun's hook lists it.
 struct PythonThread {
-  int64_t tid = 0;                  // the kernel's thread id
+  int64_t tid = 0;  // the kernel's thread id
   std::string name;
   std::vector<std::string> frames;  // innermost first: "/usr/lib/python3.11/socket.py:706 in readinto"
   std::string where;                // the innermost frame of the user's code: "main at job.py:14"
@@ -53,9 +53,9 @@ struct JobPeers {
 
 struct RankWait {
   WaitPlace place = WaitPlace::kUnknown;
-  std::string phrase;          // "waits on a reply from 127.0.0.1:18765 (HTTP)", "sleeps (...)"
-  std::string where;           // "urlopen at job.py:14"
-  int64_t since_unix_ms = 0;   // when the waiting thread last ran (0: not known)
+  std::string phrase;                  // "waits on a reply from 127.0.0.1:18765 (HTTP)", "sleeps (...)"
+  std::string where;                   // "urlopen at job.py:14"
+  int64_t since_unix_ms = 0;           // when the waiting thread last ran (0: not known)
   std::vector<std::string> remotes;    // outside only because of these addresses (no holder found on this host)
   std::vector<std::string> listening;  // this rank's tree's listening TCP sockets (peers of the job for others)
   bool read = false;                   // a wait was read (false: the rank was not probed)
@@ -66,7 +66,8 @@ struct RankWait {
 /// The judgment of `tree` (its processes[0] is the worker).
 RankWait judge_wait(const TreeWaits& tree, const std::vector<PythonThread>& python, const JobPeers& peers);
 
-/// "waits on a reply from 127.0.0.1:18765 (HTTP), since 14:02:11, in urlopen at job.py:14" (its subject is the caller's).
+/// "waits on a reply from 127.0.0.1:18765 (HTTP), since 14:02:11, in urlopen at job.py:14" (its subject is the
+/// caller's).
 std::string describe(const RankWait& wait);
 
 void to_json(nlohmann::json& j, const RankWait& wait);

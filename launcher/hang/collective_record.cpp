@@ -92,8 +92,8 @@ void read_hook_dump(const std::string& text, RankRecord& record) {
   proto::CollectiveDump dump = proto::parse_collective_dump(text);
   record.threads.clear();
   for (auto& t : dump.threads) {
-    record.threads.push_back(PythonThread{t.tid, std::move(t.name), std::move(t.frames), std::move(t.where),
-                                          std::move(t.call), t.meshrun});
+    record.threads.push_back(
+        PythonThread{t.tid, std::move(t.name), std::move(t.frames), std::move(t.where), std::move(t.call), t.meshrun});
   }
   switch (dump.recorder) {
     case proto::RecorderState::kOff:

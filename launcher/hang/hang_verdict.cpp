@@ -353,9 +353,8 @@ Waits job_waits(const std::vector<RankRecord>& ranks) {
   Waits out;
   for (const auto& r : ranks) {
     RankWait w = r.wait;
-    const bool on_ranks = !w.remotes.empty() && std::all_of(w.remotes.begin(), w.remotes.end(), [&](const auto& a) {
-      return listeners.count(a) > 0;
-    });
+    const bool on_ranks = !w.remotes.empty() && std::all_of(w.remotes.begin(), w.remotes.end(),
+                                                            [&](const auto& a) { return listeners.count(a) > 0; });
     if (w.place == WaitPlace::kOutside && on_ranks) {
       w.place = WaitPlace::kInside;
       w.phrase = fmt::format("waits on {}, where rank {} listens", w.remotes.front(), listeners.at(w.remotes.front()));
@@ -378,7 +377,7 @@ Standing standing_of(int rank, const RecordIndex& index, const Waits& waits) {
   if (r.activity.liveness == Liveness::kBusy) return Standing::kBusy;
   const auto w = waits.find(rank);
   return w != waits.end() && w->second.read && w->second.place == WaitPlace::kInside ? Standing::kStuck
-                                                                                      : Standing::kWaitsOutside;
+                                                                                     : Standing::kWaitsOutside;
 }
 
 // What a late rank does, without its subject: "is busy (0.97 CPU, ...) in save at train.py:14", "waits on a reply
@@ -400,7 +399,9 @@ std::string late_kinds(const std::vector<int>& ranks, const RecordIndex& index, 
     const auto w = waits.find(r);
     const bool busy = it != index.end() && it->second->activity.liveness == Liveness::kBusy;
     text += fmt::format("{}{} {}", text.empty() ? "" : "; ", r,
-                        busy ? std::string("busy") : w != waits.end() && w->second.read ? w->second.phrase : "idle");
+                        busy                                 ? std::string("busy")
+                        : w != waits.end() && w->second.read ? w->second.phrase
+                                                             : "idle");
   }
   return text;
 }

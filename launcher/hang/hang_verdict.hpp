@@ -65,7 +65,7 @@ struct HangVerdict {
   std::vector<std::string> notes;  // ranks without a record, and why
   int suspect_node = -1;           // the culprit's node (group rank), for the restart policy
   std::string suspect_host;
-  double waited_s = 0;  // how long the others had waited when the suspicion was raised
+  double waited_s = 0;       // how long the others had waited when the suspicion was raised
   std::string late_subject;  // late: who is late and what each does, without figures ("0 busy", "0 waits on ...")
 };
 
@@ -78,7 +78,7 @@ struct FallbackSuspect {
 };
 /// How busy culprits are treated: the same figures on every node (they travel in the standing request).
 struct LatenessRule {
-  double waited_s = 0;                   // how long the suspicion's rank had waited (or been silent)
+  double waited_s = 0;                      // how long the suspicion's rank had waited (or been silent)
   std::optional<double> busy_timeout_s;     // --hang-busy-timeout: a busy rank past it is hung too
   std::optional<double> outside_timeout_s;  // --hang-outside-timeout: a rank waiting outside the job, past it too
 };

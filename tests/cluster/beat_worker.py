@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Cluster-test worker that sends progress beats (docs/progress.md), standard library only. Records its
 environment in DIR/a<restart>.r<rank> like worker.sh, then beats a step every 0.1 s until DIR/finish exists
-(exit 0). While DIR/hang.<rank>.<restart> exists it stops beating but keeps running: a hung rank.
+(exit 0). Once DIR/hang.<rank>.<restart> exists it stops beating and waits on an event nothing sets: a hung rank
+(a deadlock: a rank that only stops beating and sleeps on is late, not hung).
     beat_worker.py DIR"""
 import os
 import socket
 import sys
+import threading
 import time
 
 d = sys.argv[1]
@@ -22,11 +24,12 @@ step = 0
 for _ in range(1200):
     if os.path.exists(os.path.join(d, "finish")):
         sys.exit(0)
-    if not os.path.exists(os.path.join(d, f"hang.{rank}.{attempt}")):
-        step += 1
-        try:
-            sock.sendto(f"step={step} compute_s=0.1".encode(), os.environ["MESHRUN_PROGRESS"])
-        except (KeyError, OSError):
-            pass
+    if os.path.exists(os.path.join(d, f"hang.{rank}.{attempt}")):
+        threading.Event().wait()
+    step += 1
+    try:
+        sock.sendto(f"step={step} compute_s=0.1".encode(), os.environ["MESHRUN_PROGRESS"])
+    except (KeyError, OSError):
+        pass
     time.sleep(0.1)
 sys.exit(99)

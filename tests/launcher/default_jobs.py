@@ -47,9 +47,10 @@ ROW, SECONDS, OUT = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 
 
 def mark_fault():
-    with open(os.path.join(OUT, ".fault"), "w") as f:
+    tmp = os.path.join(OUT, f".fault.{os.getpid()}")  # two ranks may mark at once (cycle)
+    with open(tmp, "w") as f:
         f.write(f"{time.time():.3f}\n")
-    os.replace(os.path.join(OUT, ".fault"), os.path.join(OUT, "fault"))
+    os.replace(tmp, os.path.join(OUT, "fault"))
 
 
 def save(path, seconds):

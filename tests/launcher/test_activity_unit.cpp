@@ -378,9 +378,10 @@ TEST_CASE(
   CHECK(judge_with(ranks, after_61s).outcome == HangOutcome::kHung);
 }
 
-TEST_CASE("the outside timeout (--hang-outside-timeout): a rank waiting outside the job keeps the others only that "
-          "long",
-          "[activity][verdict]") {
+TEST_CASE(
+    "the outside timeout (--hang-outside-timeout): a rank waiting outside the job keeps the others only that "
+    "long",
+    "[activity][verdict]") {
   std::vector<RankRecord> ranks = {rank_in_barrier(0, false), rank_in_barrier(1, true), rank_in_barrier(2, true)};
   ranks[0].activity = idle_on_lock();
   ranks[0].wait = waits_on_service();
@@ -475,14 +476,16 @@ TEST_CASE("every rank inside one collective: slow while a member is busy, a stal
   CHECK(v.line ==
         "barrier #10 of group 0 (ranks 0-2) is late: every rank entered it and it has not completed for 70 s; rank 1 "
         "is busy (0.97 CPU, writing 19.8 MB/s) in save at train.py:14");
-  CHECK(judge_with(inside, LatenessRule{70, 60.0, std::nullopt}).outcome == HangOutcome::kHung);  // past --hang-busy-timeout
+  CHECK(judge_with(inside, LatenessRule{70, 60.0, std::nullopt}).outcome ==
+        HangOutcome::kHung);  // past --hang-busy-timeout
 }
 
 TEST_CASE("a suspected wait that completed before the records were read is resolved, not a hang",
           "[activity][verdict]") {
   // Rank 0 was found waiting in a collective; by the time every record was read, nothing was open any more.
   const std::vector<RankRecord> done = {rank_in_barrier(0, false), rank_in_barrier(1, false)};
-  HangVerdict v = judge_hang(done, FallbackSuspect{1, "waits in collective #10 of group 0 for 90.2 s", true}, {90, {}, {}});
+  HangVerdict v =
+      judge_hang(done, FallbackSuspect{1, "waits in collective #10 of group 0 for 90.2 s", true}, {90, {}, {}});
   CHECK(v.outcome == HangOutcome::kResolved);
   // The same records after a suspicion from silence: the silent rank is still judged.
   v = judge_hang(done, FallbackSuspect{1, "no progress beat for 90.2 s", false}, {90, {}, {}});

@@ -155,8 +155,9 @@ TEST_CASE("a lock is a way out only through a thread or a child that waits outsi
   // A native thread reading a socket from a process on this host outside the job, or a running one, counts.
   w = judge_wait(lock_tree({gloo}, {{7, tcp(7, "127.0.0.1:8080", {FdHolder{555, false, "eval-server"}})}}), {}, {});
   CHECK(w.place == WaitPlace::kOutside);
-  CHECK(w.phrase == "waits on its thread 102 (python), which waits on a reply from 127.0.0.1:8080 (pid 555 "
-                    "(eval-server))");
+  CHECK(w.phrase ==
+        "waits on its thread 102 (python), which waits on a reply from 127.0.0.1:8080 (pid 555 "
+        "(eval-server))");
   ThreadWait running = thread(103, WaitCall::kRunning);
   running.state = 'R';
   CHECK(judge_wait(lock_tree({running}), {}, {}).place == WaitPlace::kUnknown);
@@ -176,9 +177,10 @@ TEST_CASE("a lock is a way out only through a thread or a child that waits outsi
   CHECK(judge_wait(with_child, {}, {}).place == WaitPlace::kInside);
 }
 
-TEST_CASE("sockets: the job's store and its ranks are inside, another host's address is outside until a rank "
-          "listens there",
-          "[wait]") {
+TEST_CASE(
+    "sockets: the job's store and its ranks are inside, another host's address is outside until a rank "
+    "listens there",
+    "[wait]") {
   ProcessWaits p;
   p.pid = 100;
   p.threads.push_back(thread(100, WaitCall::kDescriptors, {5}));
@@ -196,7 +198,7 @@ TEST_CASE("sockets: the job's store and its ranks are inside, another host's add
   CHECK(w.phrase == "waits on a reply from 10.0.0.9:29500");
 }
 
-TEST_CASE("waits that end by themselves or by the world are outside; what cannot be read is unknown", "[wait]") {
+TEST_CASE("waits that end by themselves or by the world are outside, what cannot be read is unknown", "[wait]") {
   const auto judge_one = [](ThreadWait t, std::map<int, FdTarget> fds = {}) {
     ProcessWaits p;
     p.pid = 100;
@@ -223,7 +225,7 @@ TEST_CASE("waits that end by themselves or by the world are outside; what cannot
   CHECK(judge_one(thread(100, WaitCall::kDevice, {9}), {{9, gpu}}).place == WaitPlace::kInside);
   CHECK(judge_one(thread(100, WaitCall::kUnknown)).place == WaitPlace::kUnknown);
   CHECK(judge_one(thread(100, WaitCall::kDescriptors)).place == WaitPlace::kUnknown);  // a poll not read
-  CHECK(judge_wait(TreeWaits{}, {}, {}).place == WaitPlace::kUnknown);                   // gone
+  CHECK(judge_wait(TreeWaits{}, {}, {}).place == WaitPlace::kUnknown);                 // gone
 }
 
 TEST_CASE("system calls are decoded for this machine's architecture", "[wait]") {

@@ -33,20 +33,43 @@ def agents(endpoint, out, mode, restarts, run_id):
     argv = [os.path.join(VENV_BIN, "torchrun"), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, "--max-restarts", str(restarts),
             "--monitor-interval", "0.5", JOB, out, "ok" if mode == "ok" else "fail"]
-    return [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for _ in range(2)]
+    # Each agent's output goes to a file, not a pipe: a worker its agent left behind (torch's agent may leave one
+    # connecting to a store that died with the agent) would hold a pipe open, and reading it would never end.
+    procs = []
+    for i in range(2):
+        with open(os.path.join(out, f"agent{i}.log"), "w") as log:
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+    return procs
 
 
-def finish(procs, timeout):
-    codes, outputs = [], []
-    for p in procs:
+def leftovers(out):
+    """Processes of this scenario still running: their command line names its folder."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            out, _ = p.communicate(timeout=timeout)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if out.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def finish(procs, timeout, out):
+    codes, outputs = [], []
+    for i, p in enumerate(procs):
+        try:
+            p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
-            out, _ = p.communicate()
+            p.wait()
         codes.append(p.returncode)
-        outputs.append(out)
+        outputs.append(open(os.path.join(out, f"agent{i}.log")).read())
+    for pid in leftovers(out):  # a worker its agent did not stop: the next scenario must not meet it
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
     return codes, outputs
 
 
@@ -66,10 +89,10 @@ def scenario(store, endpoint, mode, work):
         counts = launches()
         for p in procs:
             p.terminate()
-        _, outputs = finish(procs, 30)
+        _, outputs = finish(procs, 30, out)
         return counts, outputs
-    codes, outputs = finish(procs, 120)
-    return codes, outputs, sorted(os.listdir(out)), out
+    codes, outputs = finish(procs, 120, out)
+    return codes, outputs, sorted(f for f in os.listdir(out) if not f.startswith("agent")), out
 
 
 def main():
