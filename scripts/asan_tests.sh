@@ -3,6 +3,8 @@
 # (build-asan/, no trainer) and runs those tests there. CI runs this through ctest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# ccache keys on paths relative to the checkout: a fresh clone's tree reuses another clone's objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 DIR="$ROOT/build-asan"
 cd "$ROOT" && cmake --preset asan >/dev/null
 cmake --build "$DIR" --target meshrun-rendezvous test_common test_proto test_rendezvous_unit test_rendezvous_server

@@ -5,6 +5,8 @@
 #   scripts/fuzz.sh [SECONDS]     (default 30)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# ccache keys on paths relative to the checkout: a fresh clone's tree reuses another clone's objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 SECONDS_TO_RUN="${1:-30}"
 DIR="$ROOT/build-fuzz"
 TARGETS=(request_decoder_fuzzer copy_port_request_fuzzer hook_message_fuzzer beat_fuzzer)

@@ -23,6 +23,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# ccache keys on paths relative to the checkout: a fresh clone's kit build reuses another clone's objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 KIT="$ROOT/.gpu-kit"
 DEBS="$KIT/debs"
 PREFIX="$KIT/prefix"

@@ -137,6 +137,8 @@ TORCH_PREFIX="$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_pre
 apt_done
 
 # --- configure + build ---
+# ccache keys on paths relative to the checkout: another clone (CI's fresh one) reuses the objects of this one.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 configure() {  # dir, extra cmake args...
   local dir="$1"; shift
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \

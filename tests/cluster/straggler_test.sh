@@ -8,7 +8,8 @@
 #            rank 1 look late at every collective), and status shows node1's clock +7 s from the daemon's.
 #   healthy  node1's worker alone runs 5 s behind (its agent does not: the worker's offset from its agent
 #            is measured too); equal compute over 300 steps: no straggler line on either node.
-#   healthy_both   five healthy minutes on both routes at once, on the defaults: two jobs side by side, one
+#   healthy_both   HEALTHY_S seconds (default 300; the suite runs 90, bench/faults/straggler_healthy_both.sh
+#            300 and more) healthy on both routes at once, on the defaults: two jobs side by side, one
 #            with beats and one without, each with equal work per step (a fixed amount, not a clock) on its two
 #            ranks, so that each job's cores are shared with the other's busy processes (4 busy ranks, 2 cores):
 #            no straggler line on any of the four agents, and every rank has its route's figure. On 2 cores
@@ -117,17 +118,19 @@ PY
     [ "$(mc_count_files "$D" '^done\.')" = 2 ] || mc_fail "$SCENARIO: $(mc_count_files "$D" '^done\.') of 2 ranks ended cleanly"
     grep -q "straggler" "$W"/node?.log && mc_fail "$SCENARIO: a straggler was named: $(grep -h straggler "$W"/node?.log | head -3)" ;;
   healthy_both)
+    seconds=${HEALTHY_S:-300}
     mkdir -p "$D/nobeats" "$D/beats"
     RUN=strag_nobeats
-    agent 0 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for=300
-    agent 1 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for=300
+    agent 0 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for="$seconds"
+    agent 1 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for="$seconds"
     RUN=strag_beats PORT=$((PORT + 2)) LOG_SUFFIX=_beats
     A2=("${A[@]}")
-    agent 0 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for=300
-    agent 1 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for=300
-    # Both jobs get their route's figure on both ranks (the measure is on, not idle), read once a minute.
+    agent 0 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for="$seconds"
+    agent 1 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for="$seconds"
+    # Both jobs get their route's figure on both ranks (the measure is on, not idle), read every fifth of the run
+    # (once a minute on 5 minutes), the last well before its end.
     for _ in 1 2 3 4; do
-      sleep 60
+      sleep $((seconds / 5))
       for port in $((PORT - 2)):arrival_compute_s $PORT:compute_s; do
         both_ranks_have "${port#*:}" "${port%%:*}" || mc_fail "$SCENARIO: no ${port#*:} for both ranks"
       done
