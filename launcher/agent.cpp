@@ -291,7 +291,8 @@ void Agent::keep_standbys(const Attempt& attempt) {
   if (!restarts_left()) return;  // no restart can come: nothing would take them
   const proto::AttemptMilestones m = attempt.clock.milestones(now);
   if (m.first_step_age_s < 0 && m.spawned_age_s * 1000 < static_cast<double>(kStandbyDelay.count())) return;
-  standbys_->fill([this](int lr) { return standby_env(lr); }, StandbyPool::Pace::kIntoIdleCores);
+  standbys_->fill([this](int lr) { return standby_env(lr); },
+                  options_.standby_at_once ? StandbyPool::Pace::kAllNow : StandbyPool::Pace::kIntoIdleCores);
 }
 
 void Agent::make_progress_root() {

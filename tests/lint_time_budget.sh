@@ -57,7 +57,11 @@ PY
 awk '/^[0-9]+\/[0-9]+ Testing: / { name = $0; sub(/^[0-9]+\/[0-9]+ Testing: /, "", name); next }
      /^Test time = / && name != "" { print name "\t" $4; name = "" }' "$log" > "$scratch/times"
 
-python3 - "$scratch/registered" "$scratch/times" "$wall" "$budget" "$SELF" << 'PY'
+# The summary also goes to ctest's own output (the CI log): --output-on-failure shows a passing test's output nowhere.
+ctest_out=/dev/null
+[ -w /proc/"$ctest_pid"/fd/1 ] && ctest_out=/proc/"$ctest_pid"/fd/1
+set +e
+python3 - "$scratch/registered" "$scratch/times" "$wall" "$budget" "$SELF" 2>&1 << 'PY' | tee -a "$ctest_out"
 import sys
 registered = {}
 for line in open(sys.argv[1]):
@@ -97,3 +101,5 @@ elif wall > budget:
     failed = True
 sys.exit(1 if failed else 0)
 PY
+status=${PIPESTATUS[0]}
+exit "$status"

@@ -456,6 +456,7 @@ struct RawFlags {
   std::optional<double> shutdown_timeout;
   bool no_evict = false;
   bool no_standby = false;
+  std::string standby_start = "idle";
   bool no_quick_exit = false;
   std::string preload;
 };
@@ -597,6 +598,11 @@ void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
                 "Start every worker as a fresh interpreter: by default, a job that may restart keeps one standby "
                 "Python per local rank with torch imported, and a restart's workers start from them "
                 "(docs/multi-node.md#standby-workers)");
+  app_.add_option("--standby-start", raw.standby_start,
+                  "When standby workers start beside a running job: idle (one at a time, each into a core that sat "
+                  "idle: their imports never slow the job), or now (all at its first step: a restart always finds "
+                  "them, at the cost of a few seconds of a core each)")
+      ->default_str("idle");
   app_.add_flag("--no-quick-exit", raw.no_quick_exit,
                 "Let a worker that dies of an uncaught exception go through Python's whole teardown: by default, "
                 "while the job may restart, it ends once its atexit functions ran and its files were closed "
@@ -782,6 +788,10 @@ void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOption
   convert_shutdown_timeouts(raw, env, o);
   o.evict_suspects = !raw.no_evict;
   o.standby = !raw.no_standby;
+  if (raw.standby_start != "idle" && raw.standby_start != "now") {
+    throw UsageError("--standby-start '" + raw.standby_start + "': expected idle or now");
+  }
+  o.standby_at_once = raw.standby_start == "now";
   o.quick_exit = !raw.no_quick_exit;
   o.preload = parse_preload(raw.preload);
   parse_hang_timeout(raw.hang_timeout, o.progress);

@@ -88,6 +88,7 @@ struct LaunchOptions {
   double fault_stop_timeout_s = 3;       // ... when a fault stops them (capped by shutdown_timeout_s)
   bool evict_suspects = true;            // a hang verdict's suspect node makes way for a spare (--no-evict)
   bool standby = true;                   // keep standby workers for restarts (--no-standby)
+  bool standby_at_once = false;          // start them at the first step even without an idle core (--standby-start)
   bool quick_exit = true;                // a failed worker skips Python's teardown (--no-quick-exit)
   std::vector<std::string> preload;      // modules a standby imports besides torch (--preload)
   HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold

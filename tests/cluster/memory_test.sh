@@ -12,7 +12,8 @@
 #             then, once the new ring has copies of later steps, node2: the second restore is from memory too,
 #             rank 2's copy from node 0 (its buddy in either ring)
 #   slowrep   as buddy, with every push to a buddy slowed 1.5 s (MESHRUN_FAULT_SLOW_REPLICATION), the job held
-#             after step 32 and node 1 killed once its push of the newest copy taken has landed (the hold keeps
+#             after step 32 (or 52, when no copy newer than storage's committed by 32: the pushes outran a slow
+#             machine's steps) and node 1 killed once its push of the newest copy taken has landed (the hold keeps
 #             the job from taking another; how many steps the lag spans depends on the machine): every push's
 #             lag is reported ("... is on node N after X s", X >= 1.5), and rank 1 comes back from its buddy with
 #             at most K (5) plus the lag in steps to do again (no copy is taken while one is pushed)
@@ -69,9 +70,12 @@ INTERVAL=$([ "$SCENARIO" = shrink ] && echo 5 || echo 20) run_reference "$REF"
 [ -n "$REF_LOSS" ] || mc_fail "$SCENARIO: the reference run logged no loss for step $STEPS"
 
 OUT=$W/job; mkdir -p "$OUT/hold"; RUN=job
-HELD_AT=33
-[ "$SCENARIO" = slowrep ] && HELD_AT=32
-HOLD=(MESHRUN_TRAINER_HOLD_AFTER_STEP="$([ "$SCENARIO" = twofaults ] && echo 33,48 || echo $HELD_AT):$OUT/hold")
+HELD_AT=33 HOLDS=33
+[ "$SCENARIO" = twofaults ] && HOLDS=33,48
+# slowrep: held after 32 (storage holds 20; copies of 25 and 30 may be newer) and, when the slowed pushes let no copy
+# newer than storage's commit by then (a loaded machine steps slower than the pushes), after 52 (storage's 40).
+[ "$SCENARIO" = slowrep ] && HELD_AT=32 HOLDS=32,52
+HOLD=(MESHRUN_TRAINER_HOLD_AFTER_STEP="$HOLDS:$OUT/hold")
 [ "$SCENARIO" = slowrep ] && HOLD+=(MESHRUN_FAULT_SLOW_REPLICATION=1.5)
 for i in 0 1 2; do agent "$i" $RUN "$OUT"; done
 wait_step "$OUT" 3
@@ -80,7 +84,20 @@ for i in "${spares[@]}"; do
   agent "$i" $RUN "$OUT"
   mc_wait_for "$W/job-node$i.log" "waiting" 20 > /dev/null || mc_fail "$SCENARIO: node$i did not wait as a spare"
 done
+# The newest copy in memory every rank committed ('' before the first).
+newest_committed() {
+  grep '"event":"memory_copy"' "$OUT/metrics.jsonl" | grep '"committed":true' | grep -o '"step":[0-9]*' | cut -d: -f2 |
+    sort -n | tail -1
+}
 wait_held $HELD_AT
+if [ "$SCENARIO" = slowrep ] && [ "$(newest_committed)" -le 20 ] 2> /dev/null; then
+  echo "slowrep: no copy newer than storage's step 20 committed by step 32 (newest: $(newest_committed)): held after 52"
+  release 32
+  HELD_AT=52
+  wait_held $HELD_AT
+  [ "$(newest_committed)" -gt 40 ] 2> /dev/null ||
+    mc_fail "$SCENARIO: no copy newer than storage's step 40 committed by step 52 (newest: $(newest_committed))"
+fi
 case $SCENARIO in
   own)
     victim=$(ip netns pids "$(mc_ns 1)" | while read -r p; do
@@ -92,14 +109,14 @@ case $SCENARIO in
     ;;
   buddy | hybrid | slowrep)
     if [ "$SCENARIO" = slowrep ]; then  # the newest copy every rank committed, once rank 1's push of it landed
-      newest=$(grep '"event":"memory_copy"' "$OUT/metrics.jsonl" | grep '"committed":true' |
-        grep -o '"step":[0-9]*' | cut -d: -f2 | sort -n | tail -1)
+      newest=$(newest_committed)
       [ -n "$newest" ] || mc_fail "$SCENARIO: no copy in memory committed by step $HELD_AT"
       mc_wait_for "$W/job-node1.log" "rank 1's copy of step $newest is on node 2" 30 > /dev/null ||
         mc_fail "$SCENARIO: rank 1's copy of step $newest did not reach node 2 within 30 s"
     fi
     mc_kill_node 1; echo "killed node1 at step $(step "$OUT")"
     release $HELD_AT
+    [ "$SCENARIO" = slowrep ] && release 52  # the restarted job passes the later hold unheld
     finishers=(0 2 3)
     ;;
   twofaults)
@@ -187,7 +204,9 @@ if [ "$SCENARIO" = own ] && [ "${again:-0}" -gt 5 ]; then   # none printed: noth
 fi
 if [ "$SCENARIO" != bothlost ]; then
   step_restored=$(echo "$line" | grep -o "restored step [0-9]*" | grep -o "[0-9]*$")
-  [ -n "$step_restored" ] && [ "$step_restored" -gt 20 ] || mc_fail "$SCENARIO: restored step '$step_restored' is not newer than storage's 20"
+  storage=$((HELD_AT / 20 * 20))  # the storage checkpoint the fault found: 20, or 40 for slowrep held after 52
+  [ -n "$step_restored" ] && [ "$step_restored" -gt $storage ] ||
+    mc_fail "$SCENARIO: restored step '$step_restored' is not newer than storage's $storage"
 fi
 # The recovery ledger names the source of its load phase.
 case $SCENARIO in own) from="memory" ;; bothlost) from="storage" ;; *) from="memory (buddy)" ;; esac

@@ -6,8 +6,8 @@ an unmodified PyTorch Gloo script, no beats, no meshrun code, 3 ranks. One row p
   healthy: the job must end 0, as under torchrun
     save        rank 0 writes a checkpoint for SECONDS (1 MiB writes at about 20 MB/s: slow storage) while
                 ranks 1-2 wait in barrier()
-    eval        rank 0 evaluates for SECONDS (CPU) while the others wait in all_reduce
-    compile     rank 1 compiles / warms up for SECONDS (CPU) before collective #1, the others wait in it
+    eval        rank 0 evaluates for SECONDS (CPU, about a third of a core) while the others wait in all_reduce
+    compile     rank 1 compiles / warms up for SECONDS (the same) before collective #1, the others wait in it
     dataloader  rank 0's main process waits SECONDS on its two DataLoader workers, which compute, while the
                 others wait in all_reduce
   waiting on the world outside the job (idle, but not hung): the job must end 0, as under torchrun
@@ -67,11 +67,16 @@ def save(path, seconds):
 
 
 def evaluate(seconds):
+    # About a third of a core: well above what makes a rank busy (5 %), without taking a core of the machine the suite
+    # runs its tests side by side on for the whole of SECONDS.
     torch.set_num_threads(1)
     a = torch.randn(256, 256)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        a = (a @ a).tanh()
+        burst = time.monotonic() + 0.025
+        while time.monotonic() < burst:
+            a = (a @ a).tanh()
+        time.sleep(0.05)
     return a.sum()
 
 

@@ -39,7 +39,12 @@ exit_steps_done() {  # exit_steps_done NAME ATTEMPT: what Python's exit steps fi
   [ -e "$d/atexit_$a" ] || fail "$1" "attempt $a: atexit did not run"
 }
 
-job quick raise,raise,raise --max-restarts 2 -- --hold
+# The jobs run side by side (each in its own folder). The standby starts at once (--standby-start now), not into an
+# idle core: on a loaded machine none may sit idle, and the held attempt 0 would wait for it forever.
+job quick raise,raise,raise --max-restarts 2 --standby-start now -- --hold &
+job off raise,raise --max-restarts 1 --no-quick-exit --no-standby -- &
+job sys_exit sys_exit_3,raise --max-restarts 1 --no-standby -- &
+wait
 expect_rc quick 1
 grep -q "round 1: local rank 0 started from standby workers" "$W/quick/job.log" ||
   { fail quick "attempt 1 did not start from a standby"; cat "$W/quick/job.log"; }
@@ -55,12 +60,10 @@ teardown_ran quick 2 || fail quick "the last attempt (no restart left) skipped P
 [ "$(grep -c '^  exit: *exit code 1$' "$W/quick/job.log")" = 3 ] ||
   { fail quick "not every attempt's failure summary says exit code 1"; cat "$W/quick/job.log"; }
 
-job off raise,raise --max-restarts 1 --no-quick-exit --no-standby --
 expect_rc off 1
 exit_steps_done off 0
 teardown_ran off 0 || fail off "--no-quick-exit: attempt 0 skipped Python's teardown"
 
-job sys_exit sys_exit_3,raise --max-restarts 1 --no-standby --
 expect_rc sys_exit 1
 teardown_ran sys_exit 0 || fail sys_exit "sys.exit(3) skipped Python's teardown"
 grep -q '^  exit: *exit code 3$' "$W/sys_exit/job.log" || { fail sys_exit "attempt 0 did not exit 3"; cat "$W/sys_exit/job.log"; }

@@ -16,11 +16,15 @@ trap 'rm -rf "$W"' EXIT
 fails=0
 fail() { echo "FAILED ($1): ${*:2}"; fails=$((fails + 1)); }
 
+# The jobs run one after the other: a standby still importing is taken for at most 20 s, and six jobs importing torch
+# at once beside the suite's other tests take longer than that. Standbys start at once (--standby-start now), not
+# into idle cores: on a loaded machine (the suite runs tests side by side) no core may sit idle, and the held
+# attempt 0 would wait for its standby forever.
 job() {  # job NAME END STANDBY(yes|no) [MESHRUN FLAGS...]: output in $W/NAME/job.log, exit code in $W/NAME/rc
   local name=$1 end=$2 standby=$3 flags=() hold=()
   shift 3
   mkdir -p "$W/$name"
-  if [ "$standby" = yes ]; then hold=(--hold); else flags=(--no-standby); fi
+  if [ "$standby" = yes ]; then hold=(--hold) flags=(--standby-start now); else flags=(--no-standby); fi
   (cd "$W/$name" && PATH="$VENV_BIN:$PATH" PYTHONPATH="$HERE" "$MESHRUN" --standalone --nproc-per-node 1 \
     --max-restarts 1 "${flags[@]}" "$@" "$HERE/standby_view_job.py" "$W/$name" --end "$end" "${hold[@]}" \
     > "$W/$name/job.log" 2>&1)
@@ -31,6 +35,11 @@ job fresh ok no
 # The standby also imports a module slower than the keep-alive timeout, and attempt 0 ends as soon as the standby's
 # process is up: the restart waits for it, beating meanwhile.
 job standby ok yes --preload standby_slow_import
+# The standby's exits, against what a fresh interpreter does (checked below).
+job sys_exit sys_exit_7 yes
+job os_exit os_exit_9 yes
+job raised raise yes
+job raised_fresh raise no
 for name in fresh standby; do
   [ "$(cat "$W/$name/rc")" = 0 ] || { fail $name "the job ended $(cat "$W/$name/rc")"; cat "$W/$name/job.log"; }
 done
@@ -82,9 +91,8 @@ sys.exit(1 if problems else 0)
 PY
 
 # The standby's exits, against what a fresh interpreter does.
-expect_exit() {  # expect_exit NAME END RC ATEXIT(yes|no)
+expect_exit() {  # expect_exit NAME END RC ATEXIT(yes|no): the job ran above
   local name=$1 rc
-  job "$name" "$2" yes
   rc=$(cat "$W/$name/rc")
   grep -q "round 1: local rank 0 started from standby workers" "$W/$name/job.log" ||
     fail "$name" "attempt 1 did not start from a standby"
@@ -95,7 +103,6 @@ expect_exit() {  # expect_exit NAME END RC ATEXIT(yes|no)
 expect_exit sys_exit sys_exit_7 7 yes
 expect_exit os_exit os_exit_9 9 no
 expect_exit raised raise 1 yes
-job raised_fresh raise no
 # The traceback a fresh interpreter prints, frame for frame: rank prefixes (meshrun's, and torch's own once a
 # process group exists) and the attempt lines aside.
 traceback() { grep '^\[rank0\]:' "$1" | sed -E 's/^(\[rank0\]: ?)+//' | sed -n '/^Traceback/,/^RuntimeError/p'; }
