@@ -96,7 +96,6 @@ class Judge {
   enum class Mode { kFull, kNative };
 
   bool in_tree(pid_t pid) const { return processes_.count(pid) > 0; }
-  bool of_job(pid_t pid) const { return in_tree(pid) || peers_.pids.count(pid) > 0; }
   const PythonThread* python(pid_t tid) const {
     const auto it = python_.find(tid);
     return it == python_.end() ? nullptr : it->second;
@@ -125,7 +124,7 @@ class Judge {
       if (py != nullptr && py->meshrun) continue;
       const Mode mode = mode_of(p, t);
       // A thread that itself waits on a lock cannot release one: no need to follow it back here.
-      if (t.call == WaitCall::kLock && t.state != 'R') continue;
+      if (t.call == WaitCall::kLock) continue;
       Finding g = thread_wait(p, t, mode);
       if (g.counted && g.place != WaitPlace::kInside) {
         const std::string who = py != nullptr ? fmt::format("its thread '{}' ({})", py->name, t.tid)
