@@ -69,8 +69,8 @@ def main():
             print(name, "-")
             continue
         h = hashlib.sha256((head + portable(command)).encode())
-        for dep in sorted(read):
-            h.update(f"{portable(dep)} {file_digest(dep, cache)}\n".encode())
+        for shown, dep in sorted((portable(dep), dep) for dep in read):  # the order a clone anywhere sees
+            h.update(f"{shown} {file_digest(dep, cache)}\n".encode())
         print(name, h.hexdigest())
 
 

@@ -64,9 +64,10 @@ wait_held() {   # wait_held RANKS: until that many ranks hold at HOLD_AT (<= 90 
   mc_fail "$SCENARIO: only $(mc_count_files "$D" '^held\.') of $1 ranks held at step $HOLD_AT"; show_logs; exit 1
 }
 release() { touch "$D/release"; }
-expect_done() {   # expect_done RANK "WORLD ATTEMPT [HOST]": what rank RANK wrote when it finished
+expect_done() {   # expect_done RANK "WORLD ATTEMPT [HOST]" (a glob): what rank RANK wrote when it finished
   local seen; seen=$(cat "$D/done.$1" 2> /dev/null)
-  [[ "$seen" == "$2"* ]] || mc_fail "$SCENARIO: rank $1 finished with '$seen', expected '$2'"
+  # shellcheck disable=SC2053  # $2 is a pattern
+  [[ "$seen" == $2* ]] || mc_fail "$SCENARIO: rank $1 finished with '$seen', expected '$2'"
 }
 no_keys_left() {   # no_keys_left SECS: no key of the run in etcd, at once (0) or within SECS
   local left
@@ -166,7 +167,10 @@ case $SCENARIO in
     mc_kill_node 0; echo "killed every process of node0 (node rank 0's agent and worker, etcd member e0) while the job holds"
     release
     for i in 1 2; do expect_exit "$i" 0; done
-    expect_done 0 "2 1 node1"; expect_done 1 "2 1 node2"
+    # A survivor whose worker failed first restarts it on its budget (attempt 1); one whose worker was still
+    # blocked when the other survivor came back to the rendezvous restarts it as a membership change (attempt
+    # 0). Which comes first is a race inside torchrun's agent: either is its behaviour, the world of 2 is not.
+    expect_done 0 "2 [01] node1"; expect_done 1 "2 [01] node2"
     no_keys_left 30
     ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
