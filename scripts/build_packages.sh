@@ -31,6 +31,9 @@ done
 export CMAKE_BUILD_PARALLEL_LEVEL="${MESHRUN_JOBS:-$(nproc)}"
 # ccache keys on paths relative to the checkout, so another clone's (CI's) packaging build reuses the objects.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+# With -g, ccache also keys on the working folder (debug info names it) unless told not to: the folder differs
+# from clone to clone, so without this a debug tree (ASan, fuzz) is rebuilt whole in every fresh clone.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 BUILD="$ROOT/build-pkg"
 log() { printf '\033[1m[packages]\033[0m %s\n' "$*"; }
 fail() { echo "build_packages.sh: $*" >&2; exit 1; }

@@ -25,6 +25,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # ccache keys on paths relative to the checkout: a fresh clone's kit build reuses another clone's objects.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+# With -g, ccache also keys on the working folder (debug info names it) unless told not to: the folder differs
+# from clone to clone, so without this a debug tree (ASan, fuzz) is rebuilt whole in every fresh clone.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 KIT="$ROOT/.gpu-kit"
 DEBS="$KIT/debs"
 PREFIX="$KIT/prefix"

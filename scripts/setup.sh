@@ -139,6 +139,9 @@ apt_done
 # --- configure + build ---
 # ccache keys on paths relative to the checkout: another clone (CI's fresh one) reuses the objects of this one.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+# With -g, ccache also keys on the working folder (debug info names it) unless told not to: the folder differs
+# from clone to clone, so without this a debug tree (ASan, fuzz) is rebuilt whole in every fresh clone.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 configure() {  # dir, extra cmake args...
   local dir="$1"; shift
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \

@@ -21,8 +21,10 @@
 namespace meshrun::launcher {
 namespace {
 
-// How long take() waits for a standby still importing: never longer than a fresh interpreter's own import.
-constexpr int kReadyWaitMs = 20000;
+// How long take() waits for a standby still importing. A fresh interpreter would start its imports from nothing,
+// so waiting is never the slower road while they move; one still importing after this long is taken for stuck
+// (on a loaded 2-core machine torch's import took 29 s, past the 20 s this once was).
+constexpr int kReadyWaitMs = 120000;
 // A standby's size before one was measured (torch 2.15 on CPU: ~0.5 GB resident, half of it shared files).
 constexpr long kPriorPssKb = 512 * 1024;
 // Standbys that died before they were taken (not a failed import) turn the pool off after this many.
