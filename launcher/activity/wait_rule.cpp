@@ -1,11 +1,12 @@
 #include "launcher/activity/wait_rule.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "common/clock_text.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -349,15 +350,6 @@ class Judge {
   std::map<pid_t, const PythonThread*> python_;
   std::vector<std::pair<pid_t, pid_t>> path_;
 };
-
-std::string clock_text(int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  ::localtime_r(&t, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
-}
 
 // "urlopen at job.py:14" from the hook's where ("<module> at job.py:14") and call ("urlopen").
 std::string where_text(const PythonThread* thread) {

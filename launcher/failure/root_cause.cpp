@@ -1,9 +1,8 @@
 #include "launcher/failure/root_cause.hpp"
 
-#include <ctime>
-
 #include <fmt/format.h>
 
+#include "common/clock_text.hpp"
 #include "common/strings.hpp"
 #include "launcher/failure/python_traceback.hpp"
 
@@ -19,12 +18,7 @@ std::optional<PythonError> worker_error(const FailureInfo& info) {
 }
 
 std::string clock_time(int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  ::localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
-  return fmt::format("{}.{:03d}", buf, static_cast<int>(unix_ms % 1000));
+  return fmt::format("{}.{:03d}", clock_text(unix_ms), static_cast<int>(unix_ms % 1000));
 }
 
 std::string who(const proto::FailureReport& f) {

@@ -1,12 +1,13 @@
 #include "launcher/hang/hang_verdict.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "common/clock_text.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -25,15 +26,6 @@ struct OpenCollective {
 
 std::string describe_rank(const RankRecord& r) {
   return fmt::format("rank {} ({}, local rank {}, pid {})", r.rank, r.host, r.local_rank, r.pid);
-}
-
-std::string clock_text(int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  ::localtime_r(&t, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
-  return buf;
 }
 
 std::string plural_ranks(const std::vector<int>& ranks) {
