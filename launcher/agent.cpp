@@ -505,16 +505,25 @@ std::optional<Agent::AttemptResult> Agent::conclude_hang(Attempt& attempt, const
     exchange.next_inquiry();
     return std::nullopt;
   }
+  const int named = !verdict.culprits.empty() ? verdict.culprits.front() : suspect.rank;
+  const auto& workers = group.workers();
+  const auto local = std::find_if(workers.begin(), workers.end(), [named](const Worker& w) { return w.rank == named; });
+  const bool reporter = local != workers.end();
+  // A rank of this node that ended by itself while it was judged (a zombie until the loop reaps it) was finishing,
+  // not hung (a job's teardown after its last step, slow on a loaded machine): its exit decides, as for any worker.
+  if (reporter && local->process && process_state(local->process->pid()) == 'Z') {
+    spdlog::info("hang inquiry: rank {} ended while it was judged; its exit decides", named);
+    progress.clear_suspicion();
+    progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
+    exchange.next_inquiry();
+    return std::nullopt;
+  }
   say(requested_here
           ? "suspected hang: rank " + std::to_string(suspicion.rank) + ": " + suspicion.reason
           : "another node suspected a hang (rank " + std::to_string(standing.rank) + ": " + standing.reason + ")");
   say(verdict.line);
   for (const auto& note : verdict.notes) say("  " + note);
   // The report first (the root cause on every node waits for it), the stacks after.
-  const int named = !verdict.culprits.empty() ? verdict.culprits.front() : suspect.rank;
-  const auto& workers = group.workers();
-  const auto local = std::find_if(workers.begin(), workers.end(), [named](const Worker& w) { return w.rank == named; });
-  const bool reporter = local != workers.end();
   // A verdict from beats or silence alone names the rank the suspicion named, for the suspicion's reason.
   const std::string reason = verdict.kind == HangKind::kNoCollective && named == suspect.rank && !suspect.reason.empty()
                                  ? suspect.reason
