@@ -15,10 +15,11 @@ writes, under --out (the layout `cmake --install` gives share/):
 
 What --help is read as (CLI11 2.x's format): a description, "Usage: ...", then "Positionals:", "Options:" and
 "Subcommands:" sections of two-space-indented entries (a description that does not fit goes on the next
-line, indented further), then free text (the footer). Commands are the "Subcommands:" entries plus every
-`PROGRAM WORD` the footer quotes in backticks (meshrun dispatches ping/check/run before CLI11 sees them);
-each one's own --help is read the same way. Hidden commands (meshrun's __orphan-watchdog) appear in
-neither place, so they are never documented.
+line, indented further), then free text (the footer). Options may come in groups: any other "Title:" line
+followed by an option entry opens one; the man page gives each group a subsection. Commands are the
+"Subcommands:" entries plus every `PROGRAM WORD` the footer quotes in backticks (meshrun dispatches
+ping/check/run before CLI11 sees them); each one's own --help is read the same way. Hidden commands
+(meshrun's __orphan-watchdog) appear in neither place, so they are never documented.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class Entry:
     repeatable: bool = False
     required: bool = False
     description: str = ""
+    group: str = "Options"  # the --help group it is listed under
 
     @property
     def takes_value(self) -> bool:
@@ -107,9 +109,12 @@ def parse_help(text: str) -> HelpPage:
     page = HelpPage()
     state = "description"  # then "between" (blank lines), a section's name, and at last "footer"
     description: list[str] = []
-    entries: list[list[str]] = []  # [section, spec, description]
-    for line in text.splitlines():
+    entries: list[list[str]] = []  # [section, spec, description, group]
+    group = "Options"
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
         stripped = line.strip()
+        following = lines[index + 1] if index + 1 < len(lines) else ""
         if state == "description":
             if line.startswith("Usage:"):
                 page.usage, state = stripped[len("Usage:"):].strip(), "between"
@@ -117,26 +122,30 @@ def parse_help(text: str) -> HelpPage:
                 description.append(stripped)
         elif state != "footer" and stripped in SECTION_HEADERS:
             state = SECTION_HEADERS[stripped]
+            group = stripped[:-1]
+        elif state != "footer" and re.match(r"^\S.*:$", line) and following.startswith("  -"):
+            state, group = "options", stripped[:-1]
         elif state in SECTION_HEADERS.values():
             if not stripped:
                 state = "between"
             elif line.startswith("   ") and entries and entries[-1][0] == state:  # (more of) the entry's description
                 entries[-1][2] = (entries[-1][2] + " " + stripped).strip()
             else:
-                entries.append([state, *split_columns(stripped)])
+                entries.append([state, *split_columns(stripped), group])
         elif stripped or state == "footer":
             state = "footer"
             page.footer.append(line.rstrip())
     page.description = " ".join(description)
     while page.footer and not page.footer[-1].strip():
         page.footer.pop()
-    for section, spec, entry_description in entries:
+    for section, spec, entry_description, entry_group in entries:
         if section == "subcommands":
             page.subcommands.append((spec.split()[0], entry_description))
         elif section == "positionals":
             page.positionals.append(parse_entry(spec, entry_description, positional=True))
         else:
             page.options.append(parse_entry(spec, entry_description, positional=False))
+            page.options[-1].group = entry_group
     return page
 
 
@@ -256,7 +265,10 @@ def render_man(program: str, version: str, top: HelpPage, commands: list[Command
         for entry in top.positionals:
             out += man_entry(entry)
     out.append(".SH OPTIONS")
-    for entry in top.options:
+    grouped = len({entry.group for entry in top.options}) > 1
+    for index, entry in enumerate(top.options):
+        if grouped and (index == 0 or top.options[index - 1].group != entry.group):
+            out.append(f'.SS "{roff(entry.group)}"')
         out += man_entry(entry)
     if commands:
         out.append(".SH COMMANDS")

@@ -94,12 +94,21 @@ int main(int argc, char** argv) {
   rendezvous::ServerOptions options;
   std::string log_level = "info";
   size_t max_message_bytes = options.limits.max_value_bytes;
+  app.option_defaults()->group("Where it listens and whom it serves (docs/security.md)");
   app.add_option("--host", options.host,
                  "Address to listen on (0.0.0.0 = all IPv4; :: = all IPv6 and IPv4; [::] works too)")
       ->capture_default_str();
   app.add_option("--port", options.port, "Port to listen on; 0 picks a free one (printed on the first line)")
       ->capture_default_str();
   app.add_option("--allow", options.allow, "Only accept peers in this CIDR (repeatable), e.g. 10.0.0.0/8");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "Require every agent to prove this join token (the file's first line; or set MESHRUN_RDZV_TOKEN)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--max-message-bytes", max_message_bytes, "Largest value or payload accepted in one request")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 32));
+  app.option_defaults()->group("The live view: a page, /api/status, /metrics, /health (docs/daemon.md)");
   app.add_option("--http-port", options.http_port,
                  "Serve the live view (/, /api/status, /metrics, /health) on this port; 0 picks a free one "
                  "(printed as 'http on HOST:PORT'). Off when not given");
@@ -107,14 +116,9 @@ int main(int argc, char** argv) {
   app.add_option("--http-idle-timeout", http_idle_s, "Seconds an idle HTTP keep-alive connection stays open")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600}));
-  app.add_option("--max-message-bytes", max_message_bytes, "Largest value or payload accepted in one request")
-      ->capture_default_str()
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 32));
+  app.option_defaults()->group("Its own output");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
-  std::string token_file;
-  app.add_option("--token-file", token_file,
-                 "Require every agent to prove this join token (the file's first line; or set MESHRUN_RDZV_TOKEN)")
-      ->check(CLI::ExistingFile);
+  app.option_defaults()->group("Options");
 
   auto* status_cmd = app.add_subcommand("status", "Print the runs, rounds and nodes of a running daemon");
   std::string endpoint = "127.0.0.1:29400";

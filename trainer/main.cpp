@@ -34,12 +34,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool help_config = false;
   std::string resume;
+  app.option_defaults()->group("The run's configuration (--help-config lists every key)");
   app.add_option("--config", config_path, "JSON config (configs/NAME.json)");
   app.add_option("--set", overrides, "override a config key: --set train.lr=1e-3 (repeatable)");
   app.add_option("--resume", resume,
                  "auto (newest complete checkpoint in checkpoint.dir) or a step_<N> folder; "
                  "same as --set checkpoint.resume=...");
   app.add_flag("--help-config", help_config, "list every config key with its default and meaning");
+  app.option_defaults()->group("Options");
   auto* export_cmd = app.add_subcommand(
       "export", "write a checkpoint's weights as safetensors (Hugging Face Llama names) + config.json");
   std::string export_checkpoint;

@@ -393,14 +393,16 @@ StepResult Trainer::step(int64_t step) {
 }
 
 void Trainer::log_memory_copy(const MemoryCopyStats& copy) {
-  uncommitted_copies_ = copy.committed ? 0 : uncommitted_copies_ + 1;
   if (comm_->rank() != 0) return;
-  if (uncommitted_copies_ == 1) {
-    std::printf(
-        "checkpoint: the copy in memory of step %lld is not complete on every rank (their stderr says why); "
-        "the previous step stands\n",
-        static_cast<long long>(copy.step));
-    std::fflush(stdout);
+  if (!copy.committed) {
+    const auto line =
+        incomplete_copies_.occurred("checkpoint: the copy in memory of step " + std::to_string(copy.step) +
+                                    " is not complete on every rank (their stderr says why); the "
+                                    "previous step stands");
+    if (line) {
+      std::printf("%s\n", line->c_str());
+      std::fflush(stdout);
+    }
   }
   log_->log_event({{"event", "memory_copy"},
                    {"step", copy.step},
@@ -502,9 +504,26 @@ TrainSummary Trainer::run() {
 }
 
 void Trainer::close(const TrainSummary& summary) {
+  report_repeated_conditions();
   report_memory(summary);
   if (config_.output.dump_params) dump_params();
   if (config_.train.sample_tokens > 0) print_sample();
+}
+
+// The run's end: what was said once during it (a condition that recurred), with how often it happened.
+void Trainer::report_repeated_conditions() {
+  if (memory_saves_) {
+    if (const std::string skipped = memory_saves_->skipped_summary(); !skipped.empty()) {
+      std::fprintf(stderr, "%s\n", skipped.c_str());
+    }
+  }
+  if (incomplete_copies_.count() > 0) {
+    std::printf(
+        "checkpoint: %lld copies in memory were not complete on every rank; each time the previous step "
+        "stood\n",
+        static_cast<long long>(incomplete_copies_.count()));
+    std::fflush(stdout);
+  }
 }
 
 // What this rank holds, and what the process really peaked at: printed, and rank<R>.json in output.dir.

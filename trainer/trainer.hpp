@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/repeated_notice.hpp"
 #include "trainer/collective_reporter.hpp"
 #include "trainer/config.hpp"
 #include "trainer/distributed/dist_env.hpp"
@@ -83,6 +84,7 @@ class Trainer {
   /// Starts the copy in memory of the state after `step` when one is due.
   void copy_to_memory(int64_t step);
   void log_memory_copy(const MemoryCopyStats& copy);
+  void report_repeated_conditions();
   void report_memory(const TrainSummary& summary);
   void dump_params();
   void print_sample();
@@ -102,7 +104,7 @@ class Trainer {
   std::unique_ptr<MemoryCheckpointer> memory_saves_;  // checkpoint.memory_interval under meshrun
   bool restarted_ = false;                            // TORCHELASTIC_RESTART_COUNT > 0
   std::string load_source_ = "fresh";                 // what load() restored from: fresh, storage, memory[ (buddy)]
-  int64_t uncommitted_copies_ = 0;                    // copies in a row not sealed by every rank
+  RepeatedNotice incomplete_copies_;                  // rank 0: copies not sealed by every rank
   ProgressBeats beats_{progress_socket_from_env()};   // to the agent under meshrun, else off
   int64_t tokens_per_step_ = 0;
   double flops_per_token_ = 0;

@@ -60,6 +60,7 @@ struct CheckFlags {
 
 // Declares every flag; the order here is the order of --help.
 void add_check_flags(CLI::App& app, CheckFlags& flags, CheckOptions& options) {
+  app.option_defaults()->group("What to check");
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", flags.endpoint,
                  "Rendezvous daemon, HOST[:PORT] (default port 29400)");
   app.add_option("--rdzv-id,--rdzv_id", options.run_id, "Run to inspect on the daemon (joined, missing, stale nodes)");
@@ -73,11 +74,13 @@ void add_check_flags(CLI::App& app, CheckFlags& flags, CheckOptions& options) {
       ->capture_default_str()
       ->check(CLI::Range(0.05, 120.0));
   app.add_flag("--json", flags.as_json,
-               "Print one JSON document instead of lines (fields: README.md (troubleshooting))");
+               "Print one JSON document instead of lines (its fields: docs/troubleshooting.md)");
+  app.option_defaults()->group("How fast the network is");
   app.add_flag("--bandwidth", options.bandwidth, "Also measure TCP throughput (GB/s) and latency (us) to the endpoint");
   app.add_option("--bandwidth-mib", flags.bandwidth_mib, "Value size for --bandwidth, in MiB")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 64.0));
+  app.option_defaults()->group("Every pair of nodes (--peers)");
   app.add_option("--peers", options.peers,
                  "Measure every pair of N nodes (implies --bandwidth): start this same command on each of the N "
                  "nodes; --rdzv-id names the session")

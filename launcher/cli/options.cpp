@@ -153,7 +153,8 @@ std::optional<double> parse_outside_timeout(const std::string& text) {
 
 std::string help_footer() {
   return "\nENTRYPOINT: a .py file or -m MODULE runs under `python -u` from PATH (or $PYTHON_EXEC); anything\n"
-         "else is executed directly. Everything after ENTRYPOINT goes to the workers untouched.\n"
+         "else is executed directly (`python train.py` too, and it is a Python script run: standby workers\n"
+         "serve it). Everything after ENTRYPOINT goes to the workers untouched.\n"
          "Also: `meshrun run ...` (same as meshrun ...), `meshrun ping`, `meshrun check`.\n"
          "Exit codes: 0 success; the first failed worker's exit code (128+N when killed by signal N);\n"
          "128+N when meshrun itself got signal N; 1 rendezvous/launcher errors; 2 bad options;\n"
@@ -494,8 +495,12 @@ class LaunchCommandLine {
   void add_job_options(LaunchOptions& o);
   void add_entrypoint_and_output_options(LaunchOptions& o);
   void add_node_options(LaunchOptions& o);
-  void add_supervision_options(LaunchOptions& o);
+  std::string help_text() const;
+  void add_signal_options(LaunchOptions& o);
+  void add_restart_options(LaunchOptions& o);
+  void add_hang_options(LaunchOptions& o);
   void add_fanout_options(LaunchOptions& o);
+  void add_log_options(LaunchOptions& o);
 
   CLI::App app_{"meshrun: a drop-in torchrun replacement; starts workers in milliseconds and supervises them.",
                 "meshrun"};
@@ -508,11 +513,22 @@ LaunchCommandLine::LaunchCommandLine(LaunchOptions& options) {
   // argparse semantics: a repeated option takes its last value (PET_* values come first, argv wins).
   app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app_.set_version_flag("--version", std::string("meshrun ") + kVersion);
+  // --help in groups: torchrun's own options first, as its users look for them, then meshrun's by subject.
+  app_.option_defaults()->group("torchrun's options: the job");
   add_job_options(options);
+  app_.option_defaults()->group("torchrun's options: the entrypoint and its output");
   add_entrypoint_and_output_options(options);
+  app_.option_defaults()->group("torchrun's options: nodes, signals, the rest");
   add_node_options(options);
-  add_supervision_options(options);
+  add_signal_options(options);
+  app_.option_defaults()->group("meshrun: restarts (standby workers, quick exit, hot spares)");
+  add_restart_options(options);
+  app_.option_defaults()->group("meshrun: hangs and stragglers (docs/progress.md)");
+  add_hang_options(options);
+  app_.option_defaults()->group("meshrun: many hosts over ssh (docs/multi-node.md)");
   add_fanout_options(options);
+  app_.option_defaults()->group("meshrun: its own output");
+  add_log_options(options);
 }
 
 void LaunchCommandLine::add_job_options(LaunchOptions& o) {
@@ -583,12 +599,18 @@ void LaunchCommandLine::add_node_options(LaunchOptions& o) {
                   "Refused: not implemented; bind workers with numactl from a --no-python wrapper");
 }
 
-void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
+void LaunchCommandLine::add_signal_options(LaunchOptions& o) {
   app_.add_option(both_spellings("--signals-to-handle"), raw.signals,
                   "Signals forwarded to workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2)");
   app_.add_option(
       both_spellings("--shutdown-timeout"), raw.shutdown_timeout,
       "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, or $TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  app_.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
+                "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
+  app_.add_option(both_spellings("--print-completion"), raw.print_completion, "Not supported by meshrun");
+}
+
+void LaunchCommandLine::add_restart_options(LaunchOptions& o) {
   app_.add_option("--fault-stop-timeout", o.fault_stop_timeout_s,
                   "Seconds between SIGTERM and SIGKILL when a fault ends the attempt (a node lost, a worker failed "
                   "or hung here or elsewhere): the workers' peers are gone, so nothing collective can finish. At "
@@ -613,6 +635,9 @@ void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
   app_.add_flag("--no-evict", raw.no_evict,
                 "Keep a hang verdict's suspect node in the job: by default it makes way for a hot spare when one "
                 "waits (docs/multi-node.md#hot-spares)");
+}
+
+void LaunchCommandLine::add_hang_options(LaunchOptions& o) {
   app_.add_option("--hang-timeout", raw.hang_timeout,
                   "How long a rank may wait in one collective (PyTorch workers, read by meshrun's startup hook) or "
                   "stay silent after a progress beat before a hang is suspected: auto (floor + 2x the job's "
@@ -642,9 +667,6 @@ void LaunchCommandLine::add_supervision_options(LaunchOptions& o) {
   app_.add_option("--straggler-threshold", o.progress.straggler,
                   "Name ranks this many times slower per step than the run's median (0: off)")
       ->default_str("1.3");
-  app_.add_flag(both_spellings("--virtual-local-rank"), o.virtual_local_rank,
-                "LOCAL_RANK=0 in every worker, CUDA_VISIBLE_DEVICES narrowed to its GPU");
-  app_.add_option(both_spellings("--print-completion"), raw.print_completion, "Not supported by meshrun");
 }
 
 void LaunchCommandLine::add_fanout_options(LaunchOptions& o) {
@@ -663,9 +685,22 @@ void LaunchCommandLine::add_fanout_options(LaunchOptions& o) {
                   "With --hostfile: meshrun's path on the hosts (default: this binary's path)");
   app_.add_option("--ssh-connect-timeout", o.fanout.connect_timeout_s, "With --hostfile: ssh ConnectTimeout seconds")
       ->default_str("10");
+}
+
+void LaunchCommandLine::add_log_options(LaunchOptions& o) {
   app_.add_option(both_spellings("--log-level"), o.log_level, "meshrun's own log level: trace..error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->default_str("warn");
+}
+
+std::string LaunchCommandLine::help_text() const {
+  // CLI11 2.1 cannot be told the usage line; the entrypoint it stops at (prefix_command) belongs there.
+  std::string text = app_.help();
+  const std::string bare = "Usage: " + app_.get_name() + " [OPTIONS]\n";
+  if (const auto at = text.find(bare); at != std::string::npos) {
+    text.replace(at, bare.size(), "Usage: " + app_.get_name() + " [OPTIONS] ENTRYPOINT [ARGS...]\n");
+  }
+  return text;
 }
 
 std::optional<std::string> LaunchCommandLine::parse(const std::vector<std::string>& argv) {
@@ -674,9 +709,9 @@ std::optional<std::string> LaunchCommandLine::parse(const std::vector<std::strin
   try {
     app_.parse(reversed);
   } catch (const CLI::CallForHelp&) {
-    return app_.help();
+    return help_text();
   } catch (const CLI::CallForAllHelp&) {
-    return app_.help();
+    return help_text();
   } catch (const CLI::CallForVersion&) {
     return std::string("meshrun ") + kVersion + "\n";
   } catch (const CLI::ParseError& e) {

@@ -67,7 +67,7 @@ std::string current_folder() {
 }  // namespace
 
 std::optional<std::string> StandbyPool::refusal(const WorkerCommand& command) {
-  if (!command.python) return "the workers are not Python scripts (--no-python, or an entrypoint without .py)";
+  if (!command.python) return "the workers are not Python scripts: " + command.why_not_python;
   return std::nullopt;
 }
 

@@ -5,6 +5,8 @@
 
 #include <string_view>
 
+#include "launcher/workers/python_command_line.hpp"
+
 namespace meshrun::launcher {
 namespace {
 
@@ -68,7 +70,18 @@ WorkerCommand build_worker_command(const LaunchOptions& o, const std::string& pa
     }
     cmd.executable = *found;
   }
-  if (python) cmd.python = PythonRun{.flags = {"-u"}, .module = o.module, .target = o.entrypoint, .args = o.args};
+  if (python) {
+    cmd.python = PythonRun{.flags = {"-u"}, .module = o.module, .target = o.entrypoint, .args = o.args};
+  } else if (is_python_interpreter(o.entrypoint)) {
+    auto run = read_interpreter_args(o.args);
+    if (auto* script = std::get_if<PythonRun>(&run)) {
+      cmd.python = std::move(*script);
+    } else {
+      cmd.why_not_python = std::get<NotAScriptRun>(run).reason;
+    }
+  } else {
+    cmd.why_not_python = o.no_python ? "the workers are run with --no-python" : "the entrypoint is no .py script";
+  }
   cmd.argv.push_back(o.entrypoint);
   cmd.argv.insert(cmd.argv.end(), o.args.begin(), o.args.end());
   return cmd;

@@ -29,10 +29,12 @@ struct PythonRun {
 struct WorkerCommand {
   std::string executable;           // path handed to execve
   std::vector<std::string> argv;    // argv[0] included
-  std::optional<PythonRun> python;  // set when the worker is a Python interpreter meshrun runs the script under
+  std::optional<PythonRun> python;  // set when the worker is a Python interpreter running a script or a module
+  std::string why_not_python;       // when `python` is unset: why the workers are no Python script run
 };
 
-/// .py entrypoints, -m and --run-path run under `<python> -u`; --no-python and anything else run directly.
+/// .py entrypoints, -m and --run-path run under `<python> -u`; --no-python and anything else run directly. An
+/// entrypoint that is itself a Python interpreter (`python train.py`) runs as written, and is a Python script run.
 /// `path_env` is $PATH; `python_exec` is $PYTHON_EXEC when set. Throws EntrypointError.
 WorkerCommand build_worker_command(const LaunchOptions& options, const std::string& path_env,
                                    const std::optional<std::string>& python_exec);

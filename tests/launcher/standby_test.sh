@@ -4,6 +4,7 @@
 #   fresh:    --no-standby: attempt 0 and attempt 1 both fresh interpreters
 #   standby:  attempt 0 fresh, killed (SIGKILL) once its standby's process is up; attempt 1 from the standby, which
 #             is still importing (--preload standby_slow_import: longer than the keep-alive timeout)
+#   interpreter: as standby, with `python standby_view_job.py` as the entrypoint (no -u: the standby must not add it)
 # Within each run, attempt 1's view is diffed against attempt 0's: the standby run must differ in exactly what the
 # fresh run differs in (the restart count, the attempt's paths: what any restart changes), and nowhere else. Then
 # the standby's exits: sys.exit(7) -> 7, os._exit(9) -> 9 (no atexit), an exception -> 1 with the same traceback
@@ -26,7 +27,7 @@ job() {  # job NAME END STANDBY(yes|no) [MESHRUN FLAGS...]: output in $W/NAME/jo
   mkdir -p "$W/$name"
   if [ "$standby" = yes ]; then hold=(--hold) flags=(--standby-start now); else flags=(--no-standby); fi
   (cd "$W/$name" && PATH="$VENV_BIN:$PATH" PYTHONPATH="$HERE" "$MESHRUN" --standalone --nproc-per-node 1 \
-    --max-restarts 1 "${flags[@]}" "$@" "$HERE/standby_view_job.py" "$W/$name" --end "$end" "${hold[@]}" \
+    --max-restarts 1 "${flags[@]}" "$@" ${INTERPRETER:-} "$HERE/standby_view_job.py" "$W/$name" --end "$end" "${hold[@]}" \
     > "$W/$name/job.log" 2>&1)
   echo $? > "$W/$name/rc"
 }
@@ -35,19 +36,23 @@ job fresh ok no
 # The standby also imports a module slower than the keep-alive timeout, and attempt 0 ends as soon as the standby's
 # process is up: the restart waits for it, beating meanwhile.
 job standby ok yes --preload standby_slow_import
+# An entrypoint that is the interpreter itself, without -u: `meshrun ... python job.py` is a Python script run too.
+INTERPRETER=python job interpreter ok yes
 # The standby's exits, against what a fresh interpreter does (checked below).
 job sys_exit sys_exit_7 yes
 job os_exit os_exit_9 yes
 job raised raise yes
 job raised_fresh raise no
-for name in fresh standby; do
+for name in fresh standby interpreter; do
   [ "$(cat "$W/$name/rc")" = 0 ] || { fail $name "the job ended $(cat "$W/$name/rc")"; cat "$W/$name/job.log"; }
 done
-grep -q "round 1: local rank 0 started from standby workers" "$W/standby/job.log" ||
-  { fail standby "attempt 1 did not start from a standby"; cat "$W/standby/job.log"; }
+for name in standby interpreter; do
+  grep -q "round 1: local rank 0 started from standby workers" "$W/$name/job.log" ||
+    { fail $name "attempt 1 did not start from a standby"; cat "$W/$name/job.log"; }
+done
 ! grep -q "started from standby workers" "$W/fresh/job.log" || fail fresh "--no-standby still started from a standby"
 
-"$VENV_BIN/python" - "$W/fresh" "$W/standby" << 'PY' || fails=$((fails + 1))
+"$VENV_BIN/python" - "$W/fresh" "$W/standby" "$W/interpreter" << 'PY' || fails=$((fails + 1))
 import json, sys
 
 
@@ -68,22 +73,25 @@ def differences(a, b):
     return out
 
 
-fresh_dir, standby_dir = sys.argv[1], sys.argv[2]
+fresh_dir = sys.argv[1]
 fresh = differences(load(fresh_dir, 0), load(fresh_dir, 1))
-standby = differences(load(standby_dir, 0), load(standby_dir, 1))
 problems = []
 if not fresh:
     problems.append("a restart changed nothing in the fresh run: the comparison would prove nothing")
-for field in sorted(standby - fresh):
+for standby_dir in sys.argv[2:]:
+    run = standby_dir.rsplit("/", 1)[1]
     a, b = load(standby_dir, 0), load(standby_dir, 1)
-    if field.startswith("environ."):
-        var = field[8:]
-        seen = (a["environ"].get(var), b["environ"].get(var))
-    else:
-        seen = (a.get(field), b.get(field))
-    problems.append(f"under the standby, {field} differs from a fresh interpreter's: fresh {seen[0]!r}, standby {seen[1]!r}")
-for field in sorted(fresh - standby):
-    problems.append(f"a restart changes {field} in a fresh interpreter, but not under the standby")
+    standby = differences(a, b)
+    for field in sorted(standby - fresh):
+        if field.startswith("environ."):
+            var = field[8:]
+            seen = (a["environ"].get(var), b["environ"].get(var))
+        else:
+            seen = (a.get(field), b.get(field))
+        problems.append(f"{run}: under the standby, {field} differs from a fresh interpreter's: "
+                        f"fresh {seen[0]!r}, standby {seen[1]!r}")
+    for field in sorted(fresh - standby):
+        problems.append(f"{run}: a restart changes {field} in a fresh interpreter, but not under the standby")
 print(f"a restart changes {len(fresh)} fields in a fresh interpreter: {', '.join(sorted(fresh))}")
 for p in problems:
     print("FAILED (view):", p)

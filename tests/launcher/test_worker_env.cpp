@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "launcher/workers/python_command_line.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 
@@ -125,4 +126,57 @@ TEST_CASE("worker commands: .py and -m under python -u, the rest directly", "[wo
   o.entrypoint = "/no/such/prog";
   CHECK_THROWS_AS(build_worker_command(o, "/usr/bin:/bin", std::nullopt), EntrypointError);
   CHECK_FALSE(find_executable("definitely-not-a-program-xyz", "/usr/bin:/bin"));
+}
+
+TEST_CASE("an interpreter entrypoint: python's own command line read as CPython reads it", "[worker_command]") {
+  CHECK(is_python_interpreter("python"));
+  CHECK(is_python_interpreter("python3"));
+  CHECK(is_python_interpreter("python3.11"));
+  CHECK(is_python_interpreter("/opt/venv/bin/python3.12"));
+  CHECK_FALSE(is_python_interpreter("python3."));
+  CHECK_FALSE(is_python_interpreter("python-config"));
+  CHECK_FALSE(is_python_interpreter("ipython"));
+  CHECK_FALSE(is_python_interpreter("/usr/bin/pythonx"));
+
+  using Args = std::vector<std::string>;
+  auto run = std::get<PythonRun>(read_interpreter_args({"train.py", "--lr", "3e-4"}));
+  CHECK(run.flags.empty());
+  CHECK_FALSE(run.module);
+  CHECK(run.target == "train.py");
+  CHECK(run.args == Args{"--lr", "3e-4"});
+
+  run = std::get<PythonRun>(read_interpreter_args({"-uB", "-X", "dev", "-Wignore", "script", "-u"}));
+  CHECK(run.flags == Args{"-uB", "-Xdev", "-Wignore"});
+  CHECK(run.target == "script");  // any file Python is given is a script, .py or not
+  CHECK(run.args == Args{"-u"});  // the script's own, after its name
+
+  run = std::get<PythonRun>(read_interpreter_args({"-um", "pkg.train", "--steps", "3"}));
+  CHECK(run.flags == Args{"-u"});
+  CHECK(run.module);
+  CHECK(run.target == "pkg.train");
+  CHECK(run.args == Args{"--steps", "3"});
+  CHECK(std::get<PythonRun>(read_interpreter_args({"-mpkg"})).target == "pkg");
+  CHECK(std::get<PythonRun>(read_interpreter_args({"--", "-odd.py"})).target == "-odd.py");
+  CHECK(std::get<PythonRun>(read_interpreter_args({"--check-hash-based-pycs", "never", "a.py"})).flags ==
+        Args{"--check-hash-based-pycs", "never"});
+
+  for (const Args& refused : {Args{}, Args{"-c", "print(1)"}, Args{"-i", "a.py"}, Args{"-", "x"}, Args{"-V"},
+                              Args{"-x", "a.py"}, Args{"-X"}, Args{"--help"}, Args{"-uZ", "a.py"}}) {
+    INFO((refused.empty() ? std::string("(nothing)") : refused.front()));
+    CHECK(std::holds_alternative<NotAScriptRun>(read_interpreter_args(refused)));
+  }
+
+  LaunchOptions o;
+  o.entrypoint = "sh";
+  o.args = {"-c", "true"};
+  CHECK(build_worker_command(o, "/usr/bin:/bin", std::nullopt).why_not_python == "the entrypoint is no .py script");
+  o.entrypoint = "python3";
+  o.args = {"-u", "train.py", "--x"};
+  const auto command = build_worker_command(o, "/usr/bin:/bin", std::nullopt);
+  CHECK(command.argv == Args{"python3", "-u", "train.py", "--x"});  // run as written
+  REQUIRE(command.python);
+  CHECK(command.python->target == "train.py");
+  o.args = {"-c", "print(1)"};
+  CHECK(build_worker_command(o, "/usr/bin:/bin", std::nullopt).why_not_python ==
+        "the interpreter runs a command (-c), not a script");
 }

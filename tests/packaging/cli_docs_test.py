@@ -37,10 +37,11 @@ def run(args, **kwargs):
 
 
 def help_flags(text):
-    """Option names of a CLI11 help: two-space-indented entry lines in the Options: section."""
+    """Option names of a CLI11 help: two-space-indented entry lines in the Options: section and in every
+    group of options (a "Title:" line of its own, as CLI11 prints a group)."""
     flags, in_options = [], False
     for line in text.splitlines():
-        if line.strip() == "Options:":
+        if line.strip() == "Options:" or (re.match(r"^\S.*:$", line) and line not in ("Positionals:", "Subcommands:")):
             in_options = True
         elif not line.strip():
             in_options = False

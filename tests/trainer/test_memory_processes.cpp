@@ -2,10 +2,14 @@
 // Gloo): no storage checkpoint exists in these runs, so a restart that does not restore from the agents'
 // memory starts again at step 1. A worker killed after a step restores the newest committed copy from its
 // own agent; one killed halfway through its copy leaves the step before standing; and the copy runs beside
-// the next step, not on the training thread (shown by the order of events, with the copy stalled).
+// the next step, not on the training thread (shown by the order of events, with the copy stalled). A copy at every
+// step skips every other one, and says so once per rank, with the count at the end.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -114,4 +118,45 @@ TEST_CASE("memory: without meshrun the key says so and training goes on", "[memo
   REQUIRE(run.ok());
   CHECK_THAT(run.outputs[0], Catch::Contains("checkpoint.memory_interval needs meshrun (MESHRUN_MEMORY is unset)"));
   CHECK(read_step_losses(dir).size() == 20);
+}
+
+TEST_CASE("memory: a copy at every step skips every other one, said once per rank and counted at the end",
+          "[memory][every]") {
+  // checkpoint.memory_interval=1, a value the docs allow: the agent's two slots still hold the newest committed and
+  // the newest durable copy when the next step's copy asks for one, so every other copy is skipped. That is said
+  // once per rank (then at most every few minutes), with the fix, and counted in the run's summary.
+  const std::string dir = make_temp_dir();
+  const auto started = std::chrono::steady_clock::now();
+  LauncherJob job(dir, 2, with(memory_run(dir), {"train.steps=40", "checkpoint.memory_interval=1"}), {}, kOneRestart);
+  const int code = job.wait();
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60;
+  const std::string out = job.output();
+  INFO(out);
+  REQUIRE(code == 0);
+  // What rank 0's copies did, from its memory_copy events: the counts the summary must say.
+  int64_t skipped = 0;
+  int64_t incomplete = 0;
+  const auto copies = read_events(dir, "memory_copy");
+  for (const auto& copy : copies) {
+    skipped += copy["skipped"] != "" ? 1 : 0;
+    incomplete += copy["committed"] == false ? 1 : 0;
+  }
+  REQUIRE(skipped >= 2);  // the condition recurred: otherwise saying it once would prove nothing
+  const auto count = [&](const std::string& pattern) {
+    const std::regex re(pattern);
+    return std::distance(std::sregex_iterator(out.begin(), out.end(), re), std::sregex_iterator());
+  };
+  const auto allowed = static_cast<long>(std::ceil(minutes));  // one line per rank per minute, at most
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string r = std::to_string(rank);
+    CHECK(count("rank " + r + " made no copy in memory of step") <= allowed);
+    CHECK(count("rank " + r + " made no copy in memory of step [0-9]+: the agent lent no slot: every slot holds a "
+                "copy that must stay.*checkpoint.memory_interval=2 or more") == 1);  // the reason and the fix
+    CHECK(count("rank " + r + " made no copy in memory at [0-9]+ of [0-9]+ copy steps") == 1);
+  }
+  CHECK(count("rank 0 made no copy in memory at " + std::to_string(skipped) + " of " +
+              std::to_string(copies.size()) + " copy steps \\(" + std::to_string(skipped) +
+              " of them because every slot held a copy that must stay\\)") == 1);
+  CHECK(count("is not complete on every rank") <= allowed);
+  CHECK(count(std::to_string(incomplete) + " copies in memory were not complete on every rank") == 1);
 }

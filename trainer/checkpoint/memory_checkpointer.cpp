@@ -208,6 +208,8 @@ std::optional<MemoryCopyStats> MemoryCheckpointer::advance(double sealed_sum, do
   in_flight_ = false;
   MemoryCopyStats stats = copied_;  // the gate passed: the job ended
   stats.blocked_seconds = blocked_;
+  ++copies_decided_;
+  if (!stats.skipped.empty()) say_skipped(stats);
   if (sealed_sum < static_cast<double>(world_size_)) return stats;
   try {
     link_->tell(proto::HandoverRequest::commit(stats.step));
@@ -232,16 +234,45 @@ void MemoryCheckpointer::copy_job(const TrainState& state) {
     stats.skipped = e.what();  // a copy that fails skips this step; training and storage saves go on
   }
   stats.copy_seconds = now_seconds() - begin;
-  if (!stats.skipped.empty())
-    std::fprintf(stderr, "checkpoint: rank %d made no copy in memory of step %lld: %s\n", world_.rank(),
-                 static_cast<long long>(state.step), stats.skipped.c_str());
   copied_ = stats;
+}
+
+namespace {
+
+// The fix a skip calls for, when the reason is one: the agent keeps two slots per rank, and a copy made at every
+// step finds both still holding the newest committed and the newest durable copy.
+constexpr const char* kSlotsInUseFix =
+    "copy less often (checkpoint.memory_interval=2 or more: the agent keeps two slots per rank, and the newest "
+    "committed copy and the newest on every buddy must stay)";
+
+}  // namespace
+
+void MemoryCheckpointer::say_skipped(const MemoryCopyStats& stats) {
+  if (stats.slots_in_use) ++skipped_in_use_;
+  std::string text = "checkpoint: rank " + std::to_string(world_.rank()) + " made no copy in memory of step " +
+                     std::to_string(stats.step) + ": " + stats.skipped;
+  if (stats.slots_in_use) text += "; " + std::string(kSlotsInUseFix);
+  if (const auto line = skipped_notice_.occurred(text)) std::fprintf(stderr, "%s\n", line->c_str());
+}
+
+std::string MemoryCheckpointer::skipped_summary() const {
+  const int64_t skipped = skipped_notice_.count();
+  if (skipped == 0) return {};
+  std::string text = "checkpoint: rank " + std::to_string(world_.rank()) + " made no copy in memory at " +
+                     std::to_string(skipped) + " of " + std::to_string(copies_decided_) + " copy steps";
+  if (skipped_in_use_ > 0) {
+    text += " (" + std::to_string(skipped_in_use_) + " of them because every slot held a copy that must stay); " +
+            kSlotsInUseFix;
+  }
+  return text;
 }
 
 std::string MemoryCheckpointer::copy(const TrainState& state, MemoryCopyStats& stats) {
   const AgentReply lent = link_->request(proto::HandoverRequest::begin(state.step));
-  if (lent.message.kind != proto::HandoverReply::Kind::kLend)
+  if (lent.message.kind != proto::HandoverReply::Kind::kLend) {
+    stats.slots_in_use = lent.message.kind == proto::HandoverReply::Kind::kBusy;
     return "the agent lent no slot: " + proto::describe(lent.message);
+  }
   const int slot = lent.message.slot;
   if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) return "the agent lent slot " + std::to_string(slot);
   auto* base = static_cast<char*>(slots_[static_cast<size_t>(slot)].data);

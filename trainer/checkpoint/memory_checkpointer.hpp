@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/repeated_notice.hpp"
 #include "trainer/checkpoint/agent_link.hpp"
 #include "trainer/checkpoint/background_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
@@ -43,6 +44,7 @@ struct MemoryCopyStats {
   double blocked_seconds = 0;      // the training thread's wait for it in before_update()
   int64_t sealed_during_step = 0;  // the training step running when the copy was sealed (> step: it overlapped)
   std::string skipped;             // why this rank made no copy ("" when it did)
+  bool slots_in_use = false;       // skipped because every slot held a copy that must stay (copies come too often)
   bool committed = false;          // every rank sealed it: the agents keep it for a restart
 };
 
@@ -72,6 +74,9 @@ class MemoryCheckpointer {
   /// "memory", "memory (buddy)"): the agent drops this rank's copies of later steps and tells the
   /// recovery ledger where the load phase read from.
   void resumed_from(int64_t step, const std::string& source);
+  /// The run's end: how many copies this rank skipped and why, when it skipped any (the lines during the run
+  /// said it once, then every few minutes); empty otherwise.
+  std::string skipped_summary() const;
   /// Bytes of the two slots this rank writes into.
   int64_t slot_bytes() const { return static_cast<int64_t>(slot_bytes_); }
   AgentLink& link() { return *link_; }
@@ -93,6 +98,8 @@ class MemoryCheckpointer {
   MemoryCheckpointer(const TrainerConfig& config, Communicator& world, std::vector<Piece> pieces,
                      std::unique_ptr<AgentLink> link, const std::atomic<int64_t>& training_step);
   std::string say_hello(ShardedModel& model);
+  /// Says a skipped copy: once, then every few minutes with a count.
+  void say_skipped(const MemoryCopyStats& stats);
   /// The writer thread's job: the copy of `state`, its stats into copied_.
   void copy_job(const TrainState& state);
   /// The copy of `state`: asks for a slot, fills it, seals it. Returns why not, or "".
@@ -121,6 +128,9 @@ class MemoryCheckpointer {
   bool gate_pending_ = false;
   int64_t durable_pending_ = 0;  // the newest committed step not yet on every buddy (0: none)
   double blocked_ = 0;           // the copy in flight's wait in before_update()
+  int64_t copies_decided_ = 0;   // copies advance() returned, skipped or not
+  int64_t skipped_in_use_ = 0;   // of those, skipped because every slot was in use
+  RepeatedNotice skipped_notice_;
 
   MemoryCopyStats copied_;  // written by the writer's job, read once it ended (state().idle, or the gate passed)
   std::unique_ptr<BackgroundWriter> writer_;  // started by create() once the slots are mapped; stopped first
