@@ -150,12 +150,13 @@ TEST_CASE("memory: a copy at every step skips every other one, said once per ran
   for (int rank = 0; rank < 2; ++rank) {
     const std::string r = std::to_string(rank);
     CHECK(count("rank " + r + " made no copy in memory of step") <= allowed);
-    CHECK(count("rank " + r + " made no copy in memory of step [0-9]+: the agent lent no slot: every slot holds a "
+    CHECK(count("rank " + r +
+                " made no copy in memory of step [0-9]+: the agent lent no slot: every slot holds a "
                 "copy that must stay.*checkpoint.memory_interval=2 or more") == 1);  // the reason and the fix
     CHECK(count("rank " + r + " made no copy in memory at [0-9]+ of [0-9]+ copy steps") == 1);
   }
-  CHECK(count("rank 0 made no copy in memory at " + std::to_string(skipped) + " of " +
-              std::to_string(copies.size()) + " copy steps \\(" + std::to_string(skipped) +
+  CHECK(count("rank 0 made no copy in memory at " + std::to_string(skipped) + " of " + std::to_string(copies.size()) +
+              " copy steps \\(" + std::to_string(skipped) +
               " of them because every slot held a copy that must stay\\)") == 1);
   CHECK(count("is not complete on every rank") <= allowed);
   CHECK(count(std::to_string(incomplete) + " copies in memory were not complete on every rank") == 1);
