@@ -1,4 +1,4 @@
-# What `cmake --install` lays out, and the .deb CPack makes of it (docs/architecture.md, README "Install"):
+# What `cmake --install` lays out, and the .deb CPack makes of it (docs/architecture.md, docs/install.md):
 #   bin/                                  meshrun, meshrun-rendezvous (meshrun-trainer and its CUDA plugin when built)
 #   share/man/man1/                       PROGRAM.1.gz, generated from each program's --help
 #   share/bash-completion/completions/    PROGRAM, generated from --help

@@ -14,8 +14,9 @@ A command of a fenced block also runs, from a fresh folder that holds build/ and
 script as train.py (the docs' "your script"), when it can run on one machine: no host but this one, every
 file it names there, not a daemon that serves until stopped, not a synopsis (`[OPTIONS]`, `HOST`). Training
 runs are cut to a few steps (`--set train.steps=N` appended). It must exit 0.
-The test prints what it ran and what it only checked; it fails on the first unknown option, key or file
-listed, or on a non-zero exit, naming the file and line.
+Links between the pages must reach a file, and a heading when they name one.
+The test prints what it ran and what it only checked; it fails when any option, key, file or link is unknown,
+or a command exits non-zero, naming the file and line of each.
 """
 import argparse
 import glob
@@ -210,6 +211,33 @@ def runnable(text, words, run_dir):
     return None
 
 
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def check_links(repo, files):
+    """Every link from one page to another (or to a heading) reaches a file and, when it names one, a heading."""
+    anchors = {}
+    for path in files:
+        text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+        anchors[path.resolve()] = {slug(h) for h in re.findall(r"^#+ (.*)$", text, re.M)} | set(
+            re.findall(r'<a id="([^"]+)">', text))
+    for path in files:
+        text = path.read_text()
+        for match in re.finditer(r"\]\(([^)\s]+)\)", text):
+            target = match.group(1)
+            if re.match(r"^[a-z]+:", target):
+                continue  # http(s), mailto
+            where = f"{path.relative_to(repo)}:{text.count(chr(10), 0, match.start()) + 1}"
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path.resolve()
+            if not linked.exists():
+                problem(where, f"the link {target} reaches no file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors.get(linked, set()):
+                problem(where, f"the link {target} reaches no heading of {linked.name}")
+
+
 def run_command(where, words, run_dir, env):
     if "meshrun-trainer" in (os.path.basename(w) for w in words):
         words = [*words, "--set", f"train.steps={STEPS_WHEN_RUN}"]
@@ -232,6 +260,7 @@ def main():
     if len(keys) < 20:
         sys.exit(f"meshrun-trainer --help-config listed {len(keys)} keys: has its format changed?")
     files = [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+    check_links(repo, files)
     checked, ran, seen = 0, 0, set()
     with tempfile.TemporaryDirectory() as run_dir:
         os.symlink(os.path.dirname(os.path.abspath(args.bin)), os.path.join(run_dir, "build"))
