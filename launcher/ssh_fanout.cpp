@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/base64.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/signal_set.hpp"
@@ -22,6 +23,7 @@
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_process.hpp"
+#include "proto/join_auth.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -34,11 +36,15 @@ constexpr const char* kPidMarker = "@@meshrun-remote-pid ";
 // Variables sent to every host without being asked for (as DeepSpeed does for NCCL/PYTHON/UCX).
 constexpr const char* kForwardedPrefixes[] = {"NCCL_", "PYTHON", "UCX_", "GLOO_"};
 
-// Runs on the host. $1: seconds between SIGTERM and SIGKILL; the rest: the command. The command runs in the
-// background; a watcher reads ssh's stdin (fd 3) and, at EOF (local meshrun gone, ssh killed, connection
-// lost), stops the command. `3<&-` keeps the lifeline out of the command's hands.
+// Runs on the host. $1: seconds between SIGTERM and SIGKILL; the rest: the command. First it reads the variables
+// to export from ssh's stdin, one `NAME=<base64 of the value>` per line up to an empty line: a value (the join
+// token, say) on a command line would be readable by every user of the host in /proc/PID/cmdline, an
+// environment only by its owner. The command then runs in the background; a watcher reads the rest of stdin
+// (fd 3) and, at EOF (local meshrun gone, ssh killed, connection lost), stops the command. `3<&-` keeps the
+// lifeline out of the command's hands.
 constexpr const char* kRemoteWrapper =
-    "g=$1; shift; exec 3<&0; \"$@\" </dev/null 3<&- & c=$!; echo \"@@meshrun-remote-pid $c\"; "
+    "g=$1; shift; while IFS= read -r l && [ -n \"$l\" ]; do v=$(printf %s \"${l#*=}\" | base64 -d; echo .); "
+    "export \"${l%%=*}=${v%.}\"; done; exec 3<&0; \"$@\" </dev/null 3<&- & c=$!; echo \"@@meshrun-remote-pid $c\"; "
     "( while read -r _ <&3; do :; done; kill -TERM $c 2>/dev/null; i=0; "
     "while [ $i -lt $g ] && kill -0 $c 2>/dev/null; do sleep 1; i=$((i+1)); done; kill -KILL $c 2>/dev/null "
     ") </dev/null >/dev/null 2>&1 & w=$!; exec 3<&-; wait $c; r=$?; kill $w 2>/dev/null; exit $r";
@@ -139,6 +145,24 @@ std::string shell_quote(const std::string& word) {
   return out + "'";
 }
 
+namespace {
+
+// --rdzv-conf's value without its token=... entry: the token travels to the hosts in the environment.
+std::string without_token(const std::string& conf) {
+  std::string out;
+  size_t start = 0;
+  while (start <= conf.size()) {
+    const auto comma = conf.find(',', start);
+    const std::string entry = conf.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!entry.empty() && entry.rfind("token=", 0) != 0) out.append(out.empty() ? "" : ",").append(entry);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> strip_fanout_options(const std::vector<std::string>& args) {
   static const char* kWithValue[] = {"--hostfile",       "-H",
                                      "--include",        "-i",
@@ -157,6 +181,16 @@ std::vector<std::string> strip_fanout_options(const std::vector<std::string>& ar
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--standalone") continue;
+    if (a == "--rdzv-conf" || a == "--rdzv_conf" || a.rfind("--rdzv-conf=", 0) == 0 ||
+        a.rfind("--rdzv_conf=", 0) == 0) {
+      const auto eq = a.find('=');
+      const std::string value = eq != std::string::npos ? a.substr(eq + 1) : i + 1 < args.size() ? args[++i] : "";
+      if (const std::string kept = without_token(value); !kept.empty()) {
+        out.emplace_back("--rdzv-conf");
+        out.push_back(kept);
+      }
+      continue;
+    }
     bool stripped = false;
     for (const char* name : kWithValue) {
       const std::string n = name;
@@ -233,6 +267,8 @@ std::vector<std::pair<std::string, std::string>> SshFanout::exported_env() const
                        "=VALUE)");
     }
   }
+  // The job's join token, wherever it came from (--rdzv-conf token=, $MESHRUN_RDZV_TOKEN): the agents need it.
+  if (!options_.rdzv_conf.token.empty()) put(proto::kTokenEnv, options_.rdzv_conf.token);
   return vars;
 }
 
@@ -356,7 +392,6 @@ void SshFanout::preflight(const std::vector<HostEntry>& hosts) {
 }
 
 std::string SshFanout::remote_command(const HostEntry& host, int node_rank, int nnodes_total,
-                                      const std::vector<std::pair<std::string, std::string>>& vars,
                                       const std::string& remote_meshrun) const {
   // Built with append() only: GCC 12 reports a bogus -Wrestrict for `" " + std::string` chains here.
   std::string command;
@@ -364,7 +399,6 @@ std::string SshFanout::remote_command(const HostEntry& host, int node_rank, int 
   command.append("cd ").append(shell_quote(std::filesystem::current_path().string())).append(" && exec sh -c");
   word(kRemoteWrapper);
   command.append(" meshrun-fanout ").append(std::to_string(grace_s_)).append(" env");
-  for (const auto& [k, v] : vars) word(k + "=" + v);
   if (!host.picked.empty()) {
     std::string cvd = "CUDA_VISIBLE_DEVICES=";
     for (size_t k = 0; k < host.picked.size(); ++k) {
@@ -378,13 +412,26 @@ std::string SshFanout::remote_command(const HostEntry& host, int node_rank, int 
   return command;
 }
 
-void SshFanout::start_remote(Remote& r, const std::string& command) {
+namespace {
+
+// The variables the remote wrapper exports, as it reads them from ssh's stdin (kRemoteWrapper).
+std::string env_block(const std::vector<std::pair<std::string, std::string>>& vars) {
+  std::string block;
+  for (const auto& [k, v] : vars) block.append(k).append("=").append(base64_encode(v)).append("\n");
+  return block + "\n";
+}
+
+}  // namespace
+
+void SshFanout::start_remote(Remote& r, const std::string& command, const std::string& env) {
   Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();
   auto argv = ssh_argv(r.host);
   argv.push_back(command);
   r.ssh.emplace(WorkerProcess::spawn(ssh_spawn(argv, in.read.get(), out.write.get(), err.write.get())));
   r.ssh->confirm_exec();
   r.lifeline = std::move(in.write);
+  // ssh reads its stdin as soon as it runs; a block larger than the pipe waits for it here.
+  write_all(r.lifeline.get(), env.data(), env.size());
   ::fcntl(out.read.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(err.read.get(), F_SETFL, O_NONBLOCK);
   r.out.fd = std::move(out.read);
@@ -515,7 +562,7 @@ int SshFanout::run() {
   for (size_t i = 0; i < hosts.size(); ++i) {
     remotes_[i].host = hosts[i].host;
     const int nnodes = static_cast<int>(hosts.size());
-    start_remote(remotes_[i], remote_command(hosts[i], static_cast<int>(i), nnodes, vars, remote_meshrun));
+    start_remote(remotes_[i], remote_command(hosts[i], static_cast<int>(i), nnodes, remote_meshrun), env_block(vars));
   }
   const int stop_signal = relay_until_done_or_signal();
   if (stop_signal != 0) {

@@ -46,11 +46,11 @@ class SshFanout {
   void preflight(const std::vector<HostEntry>& hosts);
   std::vector<std::string> remote_args(const HostEntry& host, int node_rank, int nnodes_total) const;
   std::vector<std::pair<std::string, std::string>> exported_env() const;
-  /// The shell command run on `host`: the wrapper, the exported variables and the remote meshrun.
+  /// The shell command run on `host`: the wrapper and the remote meshrun. It carries no variable: those go
+  /// over ssh's stdin (`env`, env_block()), so that no secret is on a command line.
   std::string remote_command(const HostEntry& host, int node_rank, int nnodes_total,
-                             const std::vector<std::pair<std::string, std::string>>& vars,
                              const std::string& remote_meshrun) const;
-  void start_remote(Remote& r, const std::string& command);
+  void start_remote(Remote& r, const std::string& command, const std::string& env);
   /// `ssh HOST kill -SIG PID`: a side command, reaped by reap_remotes().
   void remote_kill(Remote& r, int sig);
   /// Relays output and observes exits for up to 200 ms (or until `deadline`); returns the signals received.

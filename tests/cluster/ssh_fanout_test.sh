@@ -1,7 +1,8 @@
 #!/bin/bash
 # `meshrun --hostfile` over real sshd in 3 node namespaces: ranks and environment on every host, host:rank
 # line prefixes, .meshrun_env and --export, --include/--exclude, unreachable hosts reported before anything
-# starts, and SIGTERM / SIGKILL of the local meshrun leaving nothing behind on any host.
+# starts, and SIGTERM / SIGKILL of the local meshrun leaving nothing behind on any host. The join token (from
+# .meshrun_env, and from --rdzv-conf token=) reaches every agent, and no command line on any node carries it.
 # Usage: ssh_fanout_test.sh MESHRUN   (root; exits 77 when namespaces cannot be made)
 MESHRUN=$1
 WORKER=$(cd "$(dirname "$0")" && pwd)/worker.sh
@@ -10,7 +11,22 @@ mc_init 3
 for i in 0 1 2; do mc_sshd_up $i; done
 W=$MC_DIR/work; mkdir -p "$W"; cd "$W" || exit 1
 printf '# three nodes\nnode0 slots=2\n\nnode1 slots=2   # second\nnode2 slots=2\n' > hostfile
-echo "MC_EXTRA=from-env-file" > .meshrun_env
+TOKEN1=env-file-token-$RANDOM$RANDOM TOKEN3=conf-token-$RANDOM$RANDOM
+printf 'MC_EXTRA=from-env-file\nMESHRUN_RDZV_TOKEN=%s\n' "$TOKEN1" > .meshrun_env
+
+# no_token_in_cmdlines TOKEN JOB: every process's command line on every node (the nodes share the host's /proc) is
+# read while the job runs; none may carry TOKEN. The user's own local command line (it holds --hostfile) is theirs.
+no_token_in_cmdlines() {
+  local p line seen=0
+  for p in /proc/[0-9]*; do
+    line=$(tr '\0' ' ' < "$p/cmdline" 2> /dev/null) || continue
+    case $line in *meshrun-fanout*) seen=$((seen + 1)) ;; esac
+    case $line in *--hostfile*) continue ;; esac
+    case $line in *"$1"*) mc_fail "$2: the join token is on the command line of pid ${p#/proc/}: $line" ;; esac
+  done
+  [ "$seen" -ge 3 ] || mc_fail "$2: only $seen remote wrappers were running when the command lines were read"
+  echo "== $2: $(ls -d /proc/[0-9]* | wc -l) command lines read, $seen remote wrappers among them, no token"
+}
 fanout() { echo "$MESHRUN --hostfile hostfile --ssh-opts \"$MC_SSH_OPTS\" --shutdown-timeout 3 $*"; }
 
 # 1. Six workers on three hosts, unique ranks, WORLD_SIZE 6, output prefixed host:rank.
@@ -21,6 +37,7 @@ mc_spawn 0 "$W/$J.log" env MC_JOB=$J $MESHRUN --hostfile hostfile --ssh-opts "$M
 P=$MC_PID
 for _ in $(seq 200); do [ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || ! kill -0 $P 2> /dev/null && break; sleep 0.1; done
 echo "== $J: 6 workers up after $(mc_elapsed "$t0") s"
+no_token_in_cmdlines "$TOKEN1" $J
 touch "$D/finish"
 mc_wait_exit $P 60; echo "== $J (rc=$MC_RC)"; cat "$W/$J.log"
 [ "$MC_RC" = 0 ] || mc_fail "$J: exit status $MC_RC"
@@ -54,9 +71,11 @@ mc_wait_exit $MC_PID 60; echo "== $J (rc=$MC_RC)"; cat "$W/$J.log"
 # 3. SIGTERM to the local meshrun stops every remote agent and worker.
 J=job3; D=$W/$J; mkdir -p "$D"
 mc_spawn 0 "$W/$J.log" env MC_JOB=$J $MESHRUN --hostfile hostfile --ssh-opts "$MC_SSH_OPTS" --export MC_JOB \
-  --shutdown-timeout 3 --no-python "$WORKER" "$D"
+  --rdzv-conf read_timeout=30,token=$TOKEN3 --shutdown-timeout 3 --no-python "$WORKER" "$D"
 P=$MC_PID
 for _ in $(seq 200); do [ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || ! kill -0 $P 2> /dev/null && break; sleep 0.1; done
+[ "$(mc_count_files "$D" '^a0\.r')" = 6 ] || mc_fail "$J: the agents did not all join with --rdzv-conf token="
+no_token_in_cmdlines "$TOKEN3" $J
 t0=$(mc_now); kill -TERM $P
 mc_wait_exit $P 60; echo "== $J: SIGTERM (rc=$MC_RC after $(mc_elapsed "$t0") s)"; cat "$W/$J.log"
 [ "$MC_RC" = 143 ] || mc_fail "$J: exit status $MC_RC after SIGTERM, expected 143"

@@ -97,6 +97,9 @@ TEST_CASE("fan-out forwards the user's options but not those it sets per host", 
                                       "3"};
   CHECK(strip_fanout_options(args) == std::vector<std::string>{"--max-restarts", "3", "--tee", "3"});
   CHECK(shell_quote("it's") == "'it'\\''s'");
+  // The token leaves --rdzv-conf (it goes to the hosts in the environment); the rest of the conf stays.
+  CHECK(strip_fanout_options({"--rdzv-conf", "read_timeout=30,token=s3cret,is_host=0", "--rdzv_conf=token=x"}) ==
+        std::vector<std::string>{"--rdzv-conf", "read_timeout=30,is_host=0"});
 }
 
 TEST_CASE("the launcher's own options are told apart from the entrypoint's", "[hostfile]") {
