@@ -57,10 +57,17 @@ inline uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash = 14695981
 /// The check of `h` as written in header_check.
 inline uint64_t header_check_of(const CopyHeader& h) { return fnv1a64(&h, offsetof(CopyHeader, header_check)); }
 
-/// Bytes of a slot: the header, the index's capacity and the payload, each rounded up to 4 KiB.
+/// Bytes of a slot: the header, the index's capacity and the payload, each rounded up to 4 KiB. Sizes a slot of
+/// this process's own copy; no sum here can wrap below 2^62 bytes of either.
 inline uint64_t slot_bytes(uint64_t index_capacity, uint64_t payload_bytes) {
   const auto round_up = [](uint64_t n) { return (n + kHeaderBytes - 1) / kHeaderBytes * kHeaderBytes; };
   return kHeaderBytes + round_up(index_capacity) + round_up(payload_bytes);
+}
+
+/// [offset, offset + bytes) lies within [0, size), computed so that no sum can wrap around (the values come
+/// from a copy another process wrote: a crafted one must be refused, not read past its mapping).
+inline bool range_within(uint64_t offset, uint64_t bytes, uint64_t size) {
+  return offset <= size && bytes <= size - offset;
 }
 
 /// Why the copy starting at `bytes` (a slot of `slot_size` bytes) cannot be used; "" when it can.
@@ -76,8 +83,8 @@ inline std::string validate_header(const void* bytes, uint64_t slot_size) {
   if (h.state != CopyState::kSealed) return "not sealed (state " + std::to_string(static_cast<uint32_t>(h.state)) + ")";
   if (h.header_check != header_check_of(h)) return "the header's check does not match (damaged)";
   const bool index_fits = h.index_offset >= kHeaderBytes && h.index_bytes <= h.index_capacity &&
-                          h.index_offset + h.index_capacity <= h.payload_offset;
-  if (!index_fits || h.payload_offset + h.payload_bytes > slot_size) {
+                          range_within(h.index_offset, h.index_capacity, h.payload_offset);
+  if (!index_fits || !range_within(h.payload_offset, h.payload_bytes, slot_size)) {
     return "offsets beyond the slot (index at " + std::to_string(h.index_offset) + ", payload " +
            std::to_string(h.payload_offset) + "+" + std::to_string(h.payload_bytes) + " of " +
            std::to_string(slot_size) + " bytes)";

@@ -133,6 +133,24 @@ TEST_CASE("copy header: sealed passes, and torn, damaged or overflowing copies a
   long_payload.header_check = meshrun::proto::header_check_of(long_payload);
   CHECK_THAT(meshrun::proto::validate_header(slot_with(long_payload, size).data(), size),
              Catch::Contains("beyond the slot"));
+  // Crafted sizes whose sums wrap around 2^64 (and would pass a check written as `offset + bytes <= size`).
+  const auto crafted = [&](auto change) {
+    CopyHeader h = good;
+    change(h);
+    h.header_check = meshrun::proto::header_check_of(h);
+    return meshrun::proto::validate_header(slot_with(h, size).data(), size);
+  };
+  CHECK_THAT(crafted([](CopyHeader& h) { h.payload_bytes = ~uint64_t{0} - h.payload_offset + 2; }),
+             Catch::Contains("beyond the slot"));
+  CHECK_THAT(crafted([](CopyHeader& h) { h.payload_offset = ~uint64_t{0}; }), Catch::Contains("beyond the slot"));
+  CHECK_THAT(crafted([](CopyHeader& h) {
+               h.index_capacity = ~uint64_t{0} - h.index_offset + 1;  // index_offset + capacity wraps to 0
+               h.index_bytes = 4096 * 1024;
+             }),
+             Catch::Contains("beyond the slot"));
+  CHECK(meshrun::proto::range_within(0, size, size));
+  CHECK_FALSE(meshrun::proto::range_within(1, ~uint64_t{0}, size));
+  CHECK_FALSE(meshrun::proto::range_within(size + 1, 0, size));
 }
 
 TEST_CASE("slot: a memfd handed over a SEQPACKET socket is written by the receiver and checked by the owner",

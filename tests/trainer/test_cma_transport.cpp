@@ -3,6 +3,7 @@
 // collectives in flight than the control block has slots, and the failures: a peer that exits, a peer that
 // never posts, ranks that disagree on a size, a rank that may not read its peers' memory.
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -241,4 +242,38 @@ TEST_CASE("cma: when one rank may not read its peers, every rank gets the same r
   CHECK_THROWS_WITH(t.connect(),
                     Catch::Contains("rank 1 cannot read rank 0's memory") && Catch::Contains("system.intra_node=gloo"));
   CHECK(exit_code_of(pids[0]) == 42);
+}
+
+TEST_CASE("cma: a control block the store names is mapped only when it is a meshrun-cma memfd", "[trainer][cma]") {
+  // The path comes from the job's store, which anyone who reaches it may write: a file it names must be refused
+  // and left as it was, never opened read-write and overwritten with counters.
+  char file_path[] = "/tmp/meshrun-cma-test-XXXXXX";
+  const int file = mkstemp(file_path);
+  REQUIRE(file >= 0);
+  const std::string content(8192, 'x');
+  REQUIRE(write(file, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+  const std::string via_proc = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(file);
+  const int other_memfd = memfd_create("not-meshrun", MFD_CLOEXEC);
+  REQUIRE(other_memfd >= 0);
+  REQUIRE(ftruncate(other_memfd, 1 << 20) == 0);
+  const int small = memfd_create("meshrun-cma", MFD_CLOEXEC);  // the right name, too small for a group of 2
+  REQUIRE(small >= 0);
+  for (const std::string& path :
+       {std::string(file_path), via_proc, "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(other_memfd),
+        "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(small), std::string("/proc/self/fd/0"),
+        std::string("/proc/1/fd/x")}) {
+    INFO(path);
+    CHECK_THROWS_AS(CmaTransport(path, 0, 2, 1s), CmaUnavailable);
+    CHECK_THROWS_WITH(CmaTransport(path, 0, 2, 1s), Catch::Contains("refuses the intra-node control block"));
+  }
+  std::string after(content.size(), '\0');
+  REQUIRE(pread(file, after.data(), after.size(), 0) == static_cast<ssize_t>(after.size()));
+  CHECK(after == content);  // untouched
+  // What group rank 0 really hands out is taken.
+  const CmaSegmentFile segment(2);
+  CHECK_NOTHROW(CmaTransport(segment.path(), 0, 2, 1s));
+  close(file);
+  close(other_memfd);
+  close(small);
+  unlink(file_path);
 }

@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -89,10 +91,50 @@ std::string errno_text(int err) { return std::string(std::strerror(err)) + " (er
 // ptracer. Naming our parent (the launcher) lets every sibling worker read us, and nobody else.
 void allow_siblings_to_read() { prctl(PR_SET_PTRACER, static_cast<unsigned long>(getppid()), 0, 0, 0); }
 
+constexpr const char* kSegmentName = "meshrun-cma";
+
+// True for "/proc/<pid>/fd/<fd>", the only form of path CmaSegmentFile hands out.
+bool is_proc_fd_path(const std::string& path) {
+  const auto number_at = [&path](size_t at) {  // where the digits from `at` end; `at` when there are none
+    while (at < path.size() && std::isdigit(static_cast<unsigned char>(path[at])) != 0) ++at;
+    return at;
+  };
+  if (path.rfind("/proc/", 0) != 0) return false;
+  const size_t pid_end = number_at(6);
+  if (pid_end == 6 || path.compare(pid_end, 4, "/fd/") != 0) return false;
+  const size_t fd_end = number_at(pid_end + 4);
+  return fd_end > pid_end + 4 && fd_end == path.size();
+}
+
+// What a /proc/.../fd/N link points at ("/memfd:meshrun-cma (deleted)" for a control block).
+std::string link_target(const std::string& link) {
+  char target[256] = {};
+  const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+  return {target, n > 0 ? static_cast<size_t>(n) : 0};
+}
+
+bool names_a_control_block(const std::string& target) {
+  return target.rfind(std::string("/memfd:") + kSegmentName + " ", 0) == 0 ||
+         target == std::string("/memfd:") + kSegmentName;
+}
+
+// Why the descriptor `fd`, opened from a path the store named, is not a control block group rank 0 made ("" when
+// it is): a memfd of that name, as large as the group's block. The path comes from the store, which anyone who
+// reaches it may write: a file must never be opened read-write and overwritten here.
+std::string not_a_control_block(int fd, size_t bytes) {
+  const std::string target = link_target("/proc/self/fd/" + std::to_string(fd));
+  if (!names_a_control_block(target)) return "it is " + target + ", not a " + kSegmentName + " memfd";
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+    return "it holds " + std::to_string(st.st_size) + " bytes, the group's block " + std::to_string(bytes);
+  }
+  return "";
+}
+
 }  // namespace
 
 CmaSegmentFile::CmaSegmentFile(int size) {
-  fd_ = memfd_create("meshrun-cma", MFD_CLOEXEC);
+  fd_ = memfd_create(kSegmentName, MFD_CLOEXEC);
   if (fd_ < 0) throw CmaUnavailable("cannot create the intra-node control block (memfd_create): " + errno_text(errno));
   // Zero-filled: every counter starts at 0.
   if (ftruncate(fd_, static_cast<off_t>(CmaTransport::segment_bytes(size))) != 0) {
@@ -174,11 +216,20 @@ size_t CmaTransport::segment_bytes(int size) {
 void CmaTransport::map_segment(const std::string& path) {
   segment_bytes_ = segment_bytes(size_);
   // A memfd of another process opens through /proc/<pid>/fd/<fd>: the kernel allows it to whoever may
-  // ptrace that process, the same permission process_vm_readv needs.
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // ptrace that process, the same permission process_vm_readv needs. Nothing else is opened.
+  if (!is_proc_fd_path(path) || !names_a_control_block(link_target(path))) {
+    throw CmaUnavailable("rank " + std::to_string(rank_) + " refuses the intra-node control block '" + path +
+                         "' the store named: not a " + kSegmentName + " memfd's /proc/PID/fd/FD path");
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw CmaUnavailable("rank " + std::to_string(rank_) + " cannot open the intra-node control block " + path + ": " +
                          errno_text(errno));
+  }
+  if (const std::string why = not_a_control_block(fd, segment_bytes_); !why.empty()) {
+    close(fd);
+    throw CmaUnavailable("rank " + std::to_string(rank_) + " refuses the intra-node control block " + path + ": " +
+                         why);
   }
   void* mapped = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
