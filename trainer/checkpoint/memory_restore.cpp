@@ -92,7 +92,8 @@ json checked_index(const MappedCopy& copy, int64_t step, int rank, int world_siz
       const uint64_t offset = c.at("offset").get<uint64_t>();
       const uint64_t count = c.at("count").get<uint64_t>();
       // A count or an offset past the payload is refused before any multiplication or sum could wrap.
-      if (count > h.payload_bytes / sizeof(float) || !proto::range_within(offset, count * sizeof(float), h.payload_bytes))
+      if (count > h.payload_bytes / sizeof(float) ||
+          !proto::range_within(offset, count * sizeof(float), h.payload_bytes))
         throw Error(label + " is damaged: a chunk of " + name + " lies outside its payload");
       if (crc32_of(payload + offset, count * sizeof(float)) != c.at("crc32").get<uint32_t>())
         throw Error(label + " is damaged: the CRC-32 of " + name + " does not match");
