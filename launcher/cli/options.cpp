@@ -625,10 +625,11 @@ void LaunchCommandLine::add_restart_options(LaunchOptions& o) {
                   "idle: their imports never slow the job), or now (all at its first step: a restart always finds "
                   "them, at the cost of a few seconds of a core each)")
       ->default_str("idle");
-  app_.add_flag("--no-quick-exit", raw.no_quick_exit,
-                "Let a worker that dies of an uncaught exception go through Python's whole teardown: by default, "
-                "while the job may restart, it ends once its atexit functions ran and its files were closed "
-                "(docs/multi-node.md#quick-exit)");
+  app_.add_flag(
+      "--no-quick-exit", raw.no_quick_exit,
+      "Let a worker that dies of a lost peer's collective error go through Python's whole teardown: by "
+      "default, while the job may restart, it ends once its atexit functions ran and its writers and "
+      "files were closed, through libc's exit(); never for its own exception (docs/multi-node.md#quick-exit)");
   app_.add_option(
       "--preload", raw.preload,
       "Comma-separated modules the standby workers import besides torch and torch._dynamo (e.g. transformers)");

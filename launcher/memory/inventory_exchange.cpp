@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/sha256.hpp"
 #include "proto/store_client.hpp"
 
 namespace meshrun::launcher {
@@ -21,9 +22,13 @@ proto::StoreClient connect(const MemoryAttempt& attempt) {
                                                                           .op_timeout = std::chrono::seconds(10)});
 }
 
+std::string inventory_mac(const std::string& text, const std::string& store_key, const std::string& key) {
+  return to_hex(hmac_sha256(key, "meshrun-inventory|" + store_key + "|" + text));
+}
+
 // Reads the nodes in `wanted` that are there, until all are or `wait` has passed.
 std::map<int, Inventory> read_nodes(const MemoryAttempt& attempt, const std::vector<int>& wanted,
-                                    std::chrono::milliseconds wait) {
+                                    const std::string& secret, std::chrono::milliseconds wait) {
   std::map<int, Inventory> found;
   const auto deadline = Clock::now() + wait;
   try {
@@ -31,12 +36,11 @@ std::map<int, Inventory> read_nodes(const MemoryAttempt& attempt, const std::vec
     for (;;) {
       for (const int node : wanted) {
         if (found.count(node) > 0 || !client.check({key(attempt, node)})) continue;
-        try {
-          found[node] = nlohmann::json::parse(client.get(key(attempt, node))).get<Inventory>();
-        } catch (const nlohmann::json::exception& e) {
-          spdlog::warn("memory: node {}'s inventory is malformed: {}", node, e.what());
-          found[node] = Inventory{};
+        const auto verified = verified_inventory(client.get(key(attempt, node)), key(attempt, node), secret);
+        if (!verified || verified->node != node) {
+          spdlog::warn("memory: node {}'s inventory is malformed or not signed with the run's secret: ignored", node);
         }
+        found[node] = verified && verified->node == node ? *verified : Inventory{};
       }
       if (found.size() == wanted.size() || Clock::now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -51,18 +55,41 @@ std::map<int, Inventory> read_nodes(const MemoryAttempt& attempt, const std::vec
 
 }  // namespace
 
-void publish_inventory(const MemoryAttempt& attempt, const Inventory& inventory) {
-  connect(attempt).set(key(attempt, attempt.node), nlohmann::json(inventory).dump());
+std::string signed_inventory(const Inventory& inventory, const std::string& store_key, const std::string& key) {
+  const std::string text = nlohmann::json(inventory).dump();
+  return nlohmann::json{{"inventory", text}, {"mac", inventory_mac(text, store_key, key)}}.dump();
 }
 
-std::map<int, Inventory> gather_inventories(const MemoryAttempt& attempt, std::chrono::milliseconds wait) {
+std::optional<Inventory> verified_inventory(const std::string& value, const std::string& store_key,
+                                            const std::string& key) {
+  if (key.empty()) return std::nullopt;
+  const auto outer = nlohmann::json::parse(value, nullptr, false);
+  if (!outer.is_object() || !outer.contains("inventory") || !outer.contains("mac") || !outer["inventory"].is_string() ||
+      !outer["mac"].is_string())
+    return std::nullopt;
+  const std::string text = outer["inventory"].get<std::string>();
+  if (!equal_constant_time(outer["mac"].get<std::string>(), inventory_mac(text, store_key, key))) return std::nullopt;
+  try {
+    return nlohmann::json::parse(text).get<Inventory>();
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+void publish_inventory(const MemoryAttempt& attempt, const Inventory& inventory, const std::string& secret) {
+  connect(attempt).set(key(attempt, attempt.node), signed_inventory(inventory, key(attempt, attempt.node), secret));
+}
+
+std::map<int, Inventory> gather_inventories(const MemoryAttempt& attempt, const std::string& secret,
+                                            std::chrono::milliseconds wait) {
   std::vector<int> nodes;
   for (int n = 0; n < attempt.nodes; ++n) nodes.push_back(n);
-  return read_nodes(attempt, nodes, wait);
+  return read_nodes(attempt, nodes, secret, wait);
 }
 
-std::optional<Inventory> read_inventory(const MemoryAttempt& attempt, int node, std::chrono::milliseconds wait) {
-  auto found = read_nodes(attempt, {node}, wait);
+std::optional<Inventory> read_inventory(const MemoryAttempt& attempt, int node, const std::string& secret,
+                                        std::chrono::milliseconds wait) {
+  auto found = read_nodes(attempt, {node}, secret, wait);
   if (found.empty()) return std::nullopt;
   return found.begin()->second;
 }

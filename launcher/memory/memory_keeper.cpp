@@ -119,7 +119,7 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
   }
   if (attempt.nodes <= 1) return;
   try {
-    publish_inventory(attempt, mine);
+    publish_inventory(attempt, mine, copy_key());
   } catch (const std::exception& e) {
     spdlog::warn("memory: cannot publish this node's copies in the workers' store: {}", e.what());
   }
@@ -173,7 +173,7 @@ HandoverReply MemoryKeeper::hello(int rank, const proto::CopyShape& shape, std::
   }
   if (publish) {
     try {
-      publish_inventory(publish->first, publish->second);
+      publish_inventory(publish->first, publish->second, copy_key());
     } catch (const std::exception& e) {
       spdlog::warn("memory: cannot publish this node's copy port in the workers' store: {}", e.what());
     }
@@ -331,7 +331,7 @@ HandoverReply MemoryKeeper::plan(int rank) {
     }
   }
   // Outside the lock: the other agents may take seconds to publish.
-  const auto inventories = gather_inventories(*attempt, kInventoryWait);
+  const auto inventories = gather_inventories(*attempt, copy_key(), kInventoryWait);
   RestorePlan computed = plan_restore(inventories, attempt->world_size, attempt->node);
   if (static_cast<int>(inventories.size()) < attempt->nodes && computed.candidates.empty())
     computed.why_none += " (" + std::to_string(attempt->nodes - static_cast<int>(inventories.size())) +
@@ -607,7 +607,7 @@ std::optional<CopySource> MemoryKeeper::buddy() {
     attempt = attempt_;
   }
   const int node = (attempt->node + 1) % attempt->nodes;
-  const auto inventory = read_inventory(*attempt, node, kInventoryWait);
+  const auto inventory = read_inventory(*attempt, node, copy_key(), kInventoryWait);
   if (!inventory || inventory->port <= 0) return std::nullopt;  // its copy port is not open yet: asked again
   std::lock_guard lock(mutex_);
   if (attempt_ && attempt_->round == attempt->round)

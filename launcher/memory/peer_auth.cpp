@@ -12,14 +12,28 @@ namespace meshrun::launcher {
 
 using nlohmann::json;
 
+std::string copy_port_target(const std::string& addr, int port) { return addr + ":" + std::to_string(port); }
+
+std::string copy_proof(const std::string& key, const char* role, const std::string& agent_nonce,
+                       const std::string& client_nonce, const std::string& target,
+                       const proto::CopyPortRequest& request) {
+  proto::CopyPortRequest fields = request;
+  fields.client_nonce.clear();
+  fields.proof.clear();
+  const std::string message = std::string("meshrun-copy-port|") + role + "|" + agent_nonce + "|" + client_nonce + "|" +
+                              target + "|" + json(fields).dump();
+  return to_hex(hmac_sha256(key, message));
+}
+
 UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, proto::CopyPortRequest request) {
   const std::string where = "the agent at " + addr + ":" + std::to_string(port);
   if (key.empty()) throw Error("cannot prove this run's secret to " + where + ": this agent has not joined a round");
   UniqueFd peer = connect_peer(addr, port);
   const std::string agent_nonce = receive_frame(peer.get()).get<proto::CopyPortChallenge>().nonce;
   const std::string client_nonce = proto::make_nonce();
+  const std::string target = copy_port_target(addr, port);
   request.client_nonce = client_nonce;
-  request.proof = proto::client_proof(key, agent_nonce, client_nonce);
+  request.proof = copy_proof(key, "peer", agent_nonce, client_nonce, target, request);
   send_frame(peer.get(), request);
   const auto answer = receive_frame(peer.get()).get<proto::CopyPortProof>();
   if (answer.refused) {
@@ -28,35 +42,31 @@ UniqueFd open_peer_request(const std::string& addr, int port, const std::string&
                 "same " +
                 std::string(proto::kTokenEnv) + ")");
   }
-  if (!equal_constant_time(answer.proof, proto::daemon_proof(key, agent_nonce, client_nonce)))
+  if (!equal_constant_time(answer.proof, copy_proof(key, "agent", agent_nonce, client_nonce, target, request)))
     throw Error(where + " does not know the run's secret: no copy goes to it or comes from it");
   return peer;
 }
 
-std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key) {
+std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key,
+                                                          const std::string& target) {
   const std::string nonce = proto::make_nonce();
   send_frame(socket, proto::CopyPortChallenge{nonce});
   const json frame = receive_frame(socket);
-  // The proof first: a stranger learns nothing, not even which of its fields this build reads.
-  const auto text_of = [&frame](const char* field) -> std::string {
-    if (!frame.is_object()) return "";
-    const auto it = frame.find(field);
-    return it != frame.end() && it->is_string() ? it->get<std::string>() : "";
-  };
-  const std::string client_nonce = text_of("client_nonce");
-  const std::string proof = text_of("proof");
-  if (key.empty() || client_nonce.empty() ||
-      !equal_constant_time(proof, proto::client_proof(key, nonce, client_nonce))) {
+  proto::CopyPortRequest request;
+  try {
+    request = frame.get<proto::CopyPortRequest>();
+  } catch (const ProtocolError&) {
+    send_frame(socket, kRefused);  // unreadable (a stranger's, or another version's): nothing said about why
+    throw;
+  }
+  if (key.empty() || request.client_nonce.empty() ||
+      !equal_constant_time(request.proof, copy_proof(key, "peer", nonce, request.client_nonce, target, request))) {
     send_frame(socket, kRefused);
     return std::nullopt;
   }
-  send_frame(socket, proto::CopyPortProof{proto::daemon_proof(key, nonce, client_nonce), false});
-  try {
-    return frame.get<proto::CopyPortRequest>();
-  } catch (const ProtocolError&) {
-    send_frame(socket, kRefused);  // a proven peer's request this build cannot read (another version's?)
-    throw;
-  }
+  send_frame(socket,
+             proto::CopyPortProof{copy_proof(key, "agent", nonce, request.client_nonce, target, request), false});
+  return request;
 }
 
 std::string peer_address(int socket) {

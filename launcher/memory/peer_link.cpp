@@ -67,6 +67,12 @@ UniqueFd connect_peer(const std::string& addr, int port) {
   return fd;
 }
 
+void set_handshake_deadline(int socket) {
+  const timeval tv{kHandshakeTimeout.count(), 0};
+  ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(socket, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
 void set_peer_deadlines(int socket) {
   const timeval tv{kPeerTimeout.count(), 0};
   ::setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);

@@ -20,6 +20,9 @@ inline constexpr std::chrono::seconds kPeerTimeout{20};
 UniqueFd connect_peer(const std::string& addr, int port);
 /// Send and receive deadlines on a connected socket.
 void set_peer_deadlines(int socket);
+/// How long an accepted connection may take to prove its request: a stranger holds the copy port no longer.
+inline constexpr std::chrono::seconds kHandshakeTimeout{5};
+void set_handshake_deadline(int socket);
 void send_frame(int socket, const nlohmann::json& message);
 /// Throws meshrun::Error when the peer closes, times out or sends more than the limit.
 nlohmann::json receive_frame(int socket);

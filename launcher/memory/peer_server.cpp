@@ -50,7 +50,10 @@ UniqueFd listen_on(const std::string& addr, int& port) {
 }  // namespace
 
 PeerServer::PeerServer(MemoryKeeper& keeper, const std::string& addr)
-    : keeper_(keeper), listen_(listen_on(addr, port_)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    : keeper_(keeper),
+      listen_(listen_on(addr, port_)),
+      target_(copy_port_target(addr, port_)),
+      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!wake_.valid()) throw Error(std::string("cannot serve the memory copy port: ") + std::strerror(errno));
   thread_ = std::thread([this] { serve(); });
 }
@@ -69,7 +72,7 @@ void PeerServer::serve() {
     if (fds[1].revents == 0) continue;
     const UniqueFd peer(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!peer.valid()) continue;
-    set_peer_deadlines(peer.get());
+    set_handshake_deadline(peer.get());  // a stranger holds the port for seconds at most
     try {
       handle(peer.get());
     } catch (const std::exception& e) {
@@ -82,7 +85,7 @@ void PeerServer::handle(int socket) {
   const std::string peer = peer_address(socket);
   std::optional<proto::CopyPortRequest> proven;
   try {
-    proven = accept_peer_request(socket, keeper_.copy_key());
+    proven = accept_peer_request(socket, keeper_.copy_key(), target_);
   } catch (const ProtocolError& e) {
     spdlog::warn("memory copy port: refused {}: its request cannot be read ({})", peer, e.what());
     return;
@@ -91,6 +94,7 @@ void PeerServer::handle(int socket) {
     spdlog::warn("memory copy port: refused {}: it did not prove the run's secret", peer);
     return;
   }
+  set_peer_deadlines(socket);
   const proto::CopyPortRequest& request = *proven;
   if (request.run != keeper_.run_id()) {
     spdlog::warn("memory copy port: refused {}: run '{}'", peer, request.run);

@@ -31,6 +31,7 @@ class PeerServer {
   MemoryKeeper& keeper_;
   int port_ = 0;  // before listen_: set while listen_ is made
   UniqueFd listen_;
+  std::string target_;  // addr:port, as this agent publishes it: what a proof must name
   UniqueFd wake_;
   std::thread thread_;
 };

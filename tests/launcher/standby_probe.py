@@ -4,7 +4,9 @@
 import os
 
 
-def standby_is_up():
+def standby_is_up(count=1):
+    """True once `count` of the agent's standbys are running."""
+    up = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -14,5 +16,5 @@ def standby_is_up():
         except OSError:
             continue
         if parent == os.getppid() and any(arg.endswith(b"_meshrun_standby.py") for arg in cmdline):
-            return True
-    return False
+            up += 1
+    return up >= count

@@ -2,11 +2,13 @@
 // workers as clients that write copies into lent memfds, die mid-copy, and read a copy back after a restart.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
@@ -19,6 +21,7 @@
 
 #include "common/endpoint.hpp"
 #include "common/fd_passing.hpp"
+#include "launcher/memory/inventory_exchange.hpp"
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_keeper.hpp"
 #include "launcher/memory/peer_auth.hpp"
@@ -417,6 +420,91 @@ TEST_CASE("copy port: a party that did not join the run can neither fetch nor pu
   CHECK(answer.dump().find("run") == std::string::npos);
   CHECK(replicas_of(keeper).empty());
   CHECK(keeper.candidates(2) == std::vector<int64_t>{5});  // still there, never sent
+}
+
+namespace {
+
+// A TCP relay on a port of its own, passing one connection's bytes both ways to 127.0.0.1:`to`: what a party that
+// wrote a copy port of its own into the store would do to sit between two agents.
+class Relay {
+ public:
+  explicit Relay(int to) : listen_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    REQUIRE(::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listen_.get(), 1) == 0);
+    REQUIRE(::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, to] {
+      const UniqueFd in(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      const UniqueFd out = meshrun::launcher::connect_peer("127.0.0.1", to);
+      pollfd fds[2] = {{in.get(), POLLIN, 0}, {out.get(), POLLIN, 0}};
+      char buf[65536];
+      while (::poll(fds, 2, 10000) > 0) {
+        const int from = fds[0].revents != 0 ? 0 : 1;
+        const ssize_t n = ::read(fds[from].fd, buf, sizeof buf);
+        if (n <= 0 || ::write(fds[1 - from].fd, buf, static_cast<size_t>(n)) != n) break;
+        relayed_ += n;
+      }
+    });
+  }
+  ~Relay() { thread_.join(); }
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+  int port() const { return port_; }
+  int64_t relayed() const { return relayed_; }
+
+ private:
+  UniqueFd listen_;
+  int port_ = 0;
+  std::atomic<int64_t> relayed_{0};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("copy port: a relay between two agents is refused, and so is a forged inventory", "[memory][security]") {
+  using namespace meshrun::launcher;
+  meshrun::testing::TempDir dir;
+  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
+  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  keeper.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));
+  Worker own(keeper.socket_path(), 2);
+  own.write_copy(5, 'a');
+  own.tell({{"op", "commit"}, {"step", 5}});
+  wait_for(keeper, 2, {5});
+  const int port = open_port(keeper);
+  REQUIRE(port > 0);
+  const std::string key = keeper.copy_key();
+  {
+    // The peer knows the run's secret and dials the relay, believing it is the agent: its proof names the relay's
+    // port, so the real agent refuses what the relay passes on, and no copy's byte goes through it.
+    const Relay relay(port);
+    CHECK_THROWS_WITH(
+        open_peer_request("127.0.0.1", relay.port(), key, meshrun::proto::CopyPortRequest::fetch("run", 2, 5)),
+        Catch::Contains("refused the request"));
+    CHECK(relay.relayed() < 4096);
+  }
+  // Dialled directly, the same request is served.
+  const UniqueFd direct =
+      open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 2, 5));
+  CHECK(receive_frame(direct.get())["ok"] == true);
+  // The inventories that tell agents where to dial are signed: one written without the secret, or moved under another
+  // node's key, is not believed.
+  meshrun::proto::Inventory inventory{.node = 1, .host = "node1", .addr = "127.0.0.1", .port = port, .copies = {}};
+  const std::string store_key = "meshrun/memory/1/node/1";
+  const std::string value = signed_inventory(inventory, store_key, key);
+  REQUIRE(verified_inventory(value, store_key, key));
+  CHECK(verified_inventory(value, store_key, key)->port == port);
+  CHECK_FALSE(verified_inventory(value, "meshrun/memory/1/node/0", key));
+  CHECK_FALSE(verified_inventory(value, store_key, std::string(64, '0')));
+  CHECK_FALSE(verified_inventory(json(inventory).dump(), store_key, key));  // the unsigned format
+  auto forged = json::parse(value);
+  forged["inventory"] =
+      json(meshrun::proto::Inventory{.node = 1, .host = "evil", .addr = "10.9.9.9", .port = 1, .copies = {}}).dump();
+  CHECK_FALSE(verified_inventory(forged.dump(), store_key, key));
 }
 
 TEST_CASE("copy port: a push of a rank this node does not back, of another world or model, or too large is refused",
