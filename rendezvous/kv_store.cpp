@@ -112,6 +112,11 @@ std::vector<WaitId> KvStore::append(const std::string& key, const std::string& v
   return woken;
 }
 
+size_t KvStore::value_size(const std::string& key) const {
+  const auto it = data_.find(key);
+  return it == data_.end() ? 0 : it->second.size();
+}
+
 bool KvStore::erase(const std::string& key) { return data_.erase(key) > 0; }
 
 std::vector<std::string> KvStore::keys() const {

@@ -32,6 +32,8 @@ class KvStore {
   std::string compare_set(const std::string& key, const std::string& expected, std::string desired,
                           std::vector<WaitId>& woken);
   std::vector<WaitId> append(const std::string& key, const std::string& value);
+  /// The bytes of the value at `key` (0 when there is none).
+  size_t value_size(const std::string& key) const;
   bool erase(const std::string& key);
   bool contains(const std::string& key) const { return data_.count(key) != 0; }
   /// A value, or a non-empty queue (what CHECK and WAIT see, as in PyTorch's server).

@@ -29,8 +29,22 @@ constexpr double kJoinerGapGraceSeconds = 10.0;
 constexpr double kSurvivorStopGraceSeconds = 30.0;
 // Runs remembered after they ended well, so a hot spare still waiting learns that instead of "not known".
 constexpr size_t kCompletedKept = 256;
+// What one client may make the daemon hold: its runs, and the times it keeps a node, a round open or a join
+// waiting. Far above any real job's, so that a client that asks for more is refused, not served for ever.
+constexpr size_t kMaxRuns = 10000;
+constexpr double kMaxKeepAliveSeconds = 3600;      // a node silent this long is gone
+constexpr double kMaxLastCallSeconds = 24 * 3600;  // a round's wait for stragglers
+constexpr double kMaxJoinSeconds = 7 * 24 * 3600;  // a node's wait to be admitted
 
 std::string describe(const proto::JoinRequest& r) { return fmt::format("{} (pid {})", r.host, r.pid); }
+
+void check_timeout(const proto::JoinRequest& r, const char* name, double value, double most) {
+  if (!(value >= 0 && value <= most)) {
+    throw RemoteError(
+        fmt::format("{} asks for {} {} s: this daemon allows 0 to {} s (--rdzv-conf)", describe(r), name, value, most));
+  }
+}
+
 /// The survivor key: what stays the same when an agent re-joins under a new node id.
 std::string identity(const proto::JoinRequest& r) { return fmt::format("{}/{}", r.host, r.pid); }
 
@@ -76,12 +90,21 @@ Membership::Run& Membership::run_for_join(const proto::JoinRequest& r) {
     throw RemoteError(fmt::format("{} asks for node rank {}, out of range for --nnodes {}: use 0..{}", describe(r),
                                   r.requested_rank, r.max_nodes, r.max_nodes - 1));
   }
+  check_timeout(r, "keep_alive timeout", r.keep_alive_timeout_s, kMaxKeepAliveSeconds);
+  check_timeout(r, "last_call_timeout", r.last_call_timeout_s, kMaxLastCallSeconds);
+  check_timeout(r, "join_timeout", r.join_timeout_s, kMaxJoinSeconds);
   auto it = runs_.find(r.run_id);
   if (it != runs_.end() && !it->second.fatal_error.empty() && it->second.nodes.empty()) {
     runs_.erase(it);  // a failed run that everyone left: a fresh job may reuse the id
     it = runs_.end();
   }
   if (it == runs_.end()) {
+    if (runs_.size() >= kMaxRuns) {
+      throw RemoteError(
+          fmt::format("{} cannot start run '{}': this daemon holds {} runs, its most; finish some, or "
+                      "run this job on another daemon",
+                      describe(r), r.run_id, runs_.size()));
+    }
     Run run;
     run.id = r.run_id;
     run.secret = proto::make_run_secret();

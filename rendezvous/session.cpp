@@ -218,7 +218,15 @@ void Session::handle_store(const proto::Request& r) {
       break;
     case QueryType::kGetNumKeys: send(proto::encode_int64(static_cast<int64_t>(store.size()))); break;
     case QueryType::kDeleteKey: send(proto::encode_int64(store.erase(r.keys[0]) ? 1 : 0)); break;
-    case QueryType::kAppend: woken = store.append(r.keys[0], r.values[0]); break;
+    case QueryType::kAppend:
+      // Each APPEND fits the message cap; their sum must too, or one key grows the daemon without bound.
+      if (store.value_size(r.keys[0]) + r.values[0].size() > host_.limits().max_value_bytes) {
+        close("APPEND would grow key '" + r.keys[0].substr(0, 64) + "' past " +
+              std::to_string(host_.limits().max_value_bytes) + " bytes (--max-message-bytes)");
+        return;
+      }
+      woken = store.append(r.keys[0], r.values[0]);
+      break;
     case QueryType::kMultiGet: send(proto::encode_strings(values_of(store, r.keys))); break;
     case QueryType::kMultiSet:
       for (size_t i = 0; i < r.keys.size(); ++i) {

@@ -1,6 +1,7 @@
 // Rendezvous rounds driven by a FakeClock: no sleeps, every deadline is advanced explicitly.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -794,4 +795,35 @@ TEST_CASE("the goodput ledger: the daemon splits a run's wall time, and the last
   CHECK(last->shutdown_s == Approx(1));
   CHECK(proto::accounted_s(*last) == Approx(21));
   CHECK_FALSE(m.has_run("job"));
+}
+
+TEST_CASE("a client cannot make the daemon hold a node, a round or a join past its limits", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  auto forever = node("host-a", 1, 1);
+  forever.keep_alive_timeout_s = 1e9;  // never declared dead
+  CHECK_THROWS_WITH(m.join(forever), Catch::Contains("keep_alive timeout") && Catch::Contains("allows 0 to 3600"));
+  auto nan_join = node("host-a", 1, 1);
+  nan_join.join_timeout_s = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(m.join(nan_join), Catch::Contains("join_timeout"));
+  auto long_call = node("host-a", 1, 2);
+  long_call.last_call_timeout_s = -1;
+  CHECK_THROWS_WITH(m.join(long_call), Catch::Contains("last_call_timeout"));
+  CHECK_NOTHROW(m.join(node("host-a", 1, 1)));  // the defaults users get are well within
+}
+
+TEST_CASE("the daemon holds at most 10,000 runs, and says so to the next", "[membership]") {
+  FakeClock clock;
+  Membership m(clock);
+  for (int i = 0; i < 10000; ++i) {
+    auto r = node("host", 2, 2);
+    r.run_id = "run-" + std::to_string(i);
+    m.join(r);
+  }
+  auto next = node("host", 2, 2);
+  next.run_id = "one-too-many";
+  CHECK_THROWS_WITH(m.join(next), Catch::Contains("holds 10000 runs") && Catch::Contains("another daemon"));
+  auto existing = node("host-b", 2, 2);
+  existing.run_id = "run-7";
+  CHECK_NOTHROW(m.join(existing));  // the runs it holds are served as before
 }

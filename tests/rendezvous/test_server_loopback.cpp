@@ -178,6 +178,27 @@ TEST_CASE("garbage, truncated and oversized input closes only that connection", 
   CHECK(daemon.client().get("/k") == "v");
 }
 
+TEST_CASE("APPEND cannot grow one key past the value cap, and the daemon keeps serving", "[server]") {
+  auto options = testing::TestDaemon::default_options();
+  options.limits.max_value_bytes = 4096;
+  testing::TestDaemon daemon(options);
+  auto good = daemon.client();
+  good.set("/k", "v");
+  auto greedy = daemon.client();
+  const std::string chunk(1000, 'x');
+  for (int i = 0; i < 4; ++i) greedy.append("/grow", chunk);  // 4,000 bytes: within the cap
+  CHECK(good.get("/grow").size() == 4000);
+  // The fifth would make 5,000: each APPEND fits a message, their sum does not fit a value.
+  // APPEND has no reply: the daemon closes the connection, which the client's next request finds.
+  try {
+    greedy.append("/grow", chunk);
+  } catch (const std::exception&) {}
+  CHECK_THROWS(greedy.get("/grow"));
+  CHECK(good.get("/grow").size() == 4000);
+  CHECK(good.get("/k") == "v");
+  CHECK(daemon.client().get("/k") == "v");
+}
+
 // The process's peak resident memory (VmHWM) in bytes, after `reset_peak` (clear_refs 5) zeroed it.
 size_t peak_rss_bytes() {
   std::ifstream status("/proc/self/status");
