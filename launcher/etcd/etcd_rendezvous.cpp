@@ -44,7 +44,8 @@ RunRecord fresh_run(int64_t round, const LaunchOptions& options) {
   run.round = round;
   run.min_nodes = options.min_nodes;
   run.max_nodes = options.max_nodes;
-  run.secret = proto::make_run_secret();  // a new run (or a new job under an old id)
+  // A new run (or a new job under an old id); never in plain text in etcd when the run has a join token.
+  run.secret = etcd::seal_secret(proto::make_run_secret(), options.rdzv_conf.token, options.run_id);
   return run;
 }
 
@@ -132,6 +133,11 @@ void EtcdRendezvous::renew_lease(bool force) {
                lease_ttl_s(options_.rdzv_conf));
   lease_ = client_.grant_lease(lease_ttl_s(options_.rdzv_conf));
   entered_round_ = -1;
+}
+
+proto::Assignment EtcdRendezvous::sealed_secret_opened(proto::Assignment a) const {
+  a.run_secret = etcd::unseal_secret(a.run_secret, options_.rdzv_conf.token, run_id_);
+  return a;
 }
 
 EtcdRendezvous::Snapshot EtcdRendezvous::read_state() { return snapshot_of(client_.range(keys_.state())); }
@@ -393,13 +399,14 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
     const Endpoint store{.host = addr_, .port = store_->port()};
     client_.put(keys_.store(run.round), store.to_string(), lease_);
     spdlog::info("round {}: serving the workers' store on {}", run.round, store.to_string());
-    return etcd::assignment_for(run, node_id_, store.host, store.port);
+    return sealed_secret_opened(etcd::assignment_for(run, node_id_, store.host, store.port));
   }
   const auto deadline = SteadyClock::now() + from_seconds(options_.rdzv_conf.join_timeout_s);
   while (!check_signals()) {
     renew_lease(false);
     const RoundView view = read_round(run.round);
-    if (view.store) return etcd::assignment_for(run, node_id_, view.store->host, view.store->port);
+    if (view.store)
+      return sealed_secret_opened(etcd::assignment_for(run, node_id_, view.store->host, view.store->port));
     const Snapshot now = read_state();
     if (!now.exists || now.run.round != run.round) return std::nullopt;  // the round moved on
     const auto lost = etcd::lost_members(run, view.alive, view.done);

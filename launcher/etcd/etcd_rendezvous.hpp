@@ -124,6 +124,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   /// The assignment once the round closed with this node in it: node rank 0 starts the store and
   /// publishes it, the others wait for it. nullopt when the round moved on meanwhile.
   std::optional<proto::Assignment> assignment(const Snapshot& closed);
+  /// The assignment with the run's secret as agents use it (etcd keeps it sealed with the join token).
+  proto::Assignment sealed_secret_opened(proto::Assignment a) const;
   /// Waits for any change under the run's prefix after `revision`, at most `wait`.
   void wait_for_change(int64_t revision, std::chrono::milliseconds wait);
   /// Renews the lease when due (every keep-alive interval); a lease that expired is granted anew.

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <optional>
+#include <string_view>
 
 #include "common/error.hpp"
+#include "common/sha256.hpp"
 #include "proto/group_ranks.hpp"
+#include "proto/join_auth.hpp"
 #include "proto/round_policy.hpp"
 
 namespace meshrun::launcher::etcd {
@@ -176,6 +180,77 @@ proto::Assignment assignment_for(const RunRecord& run, const std::string& node_i
   if (run.members.size() <= proto::kMaxNodesInAssignment) a.nodes = run.members;
   a.run_secret = run.secret;
   return a;
+}
+
+namespace {
+
+constexpr std::string_view kSealed = "sealed:";
+
+std::string keystream(const std::string& token, const std::string& run_id, size_t bytes) {
+  std::string stream;
+  for (int block = 0; stream.size() < bytes; ++block) {
+    const auto part = hmac_sha256(token, "meshrun-etcd-secret|" + run_id + "|" + std::to_string(block));
+    stream.append(part.begin(), part.end());
+  }
+  stream.resize(bytes);
+  return stream;
+}
+
+std::string seal_tag(const std::string& secret, const std::string& token, const std::string& run_id) {
+  return to_hex(hmac_sha256(token, "meshrun-etcd-secret-tag|" + run_id + "|" + secret)).substr(0, 32);
+}
+
+std::string hex_of(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : bytes) out.append({kDigits[c >> 4], kDigits[c & 15]});
+  return out;
+}
+
+std::optional<std::string> bytes_of(std::string_view hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const auto nibble = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    const int hi = nibble(hex[i]);
+    const int lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string seal_secret(const std::string& secret, const std::string& token, const std::string& run_id) {
+  if (token.empty()) return secret;
+  std::string cipher = keystream(token, run_id, secret.size());
+  for (size_t i = 0; i < secret.size(); ++i) cipher[i] = static_cast<char>(cipher[i] ^ secret[i]);
+  return std::string(kSealed) + hex_of(cipher) + ":" + seal_tag(secret, token, run_id);
+}
+
+std::string unseal_secret(const std::string& stored, const std::string& token, const std::string& run_id) {
+  const bool sealed = stored.rfind(kSealed, 0) == 0;
+  const std::string fix = std::string("give every agent of the run the same ") + proto::kTokenEnv;
+  if (!sealed) {
+    if (!token.empty()) throw UsageError("run '" + run_id + "' in etcd was started without a join token: " + fix);
+    return stored;
+  }
+  if (token.empty()) throw UsageError("run '" + run_id + "' in etcd was started with a join token: " + fix);
+  const std::string_view body = std::string_view(stored).substr(kSealed.size());
+  const auto colon = body.rfind(':');
+  const auto cipher = colon == std::string_view::npos ? std::nullopt : bytes_of(body.substr(0, colon));
+  if (!cipher) throw ProtocolError("run '" + run_id + "' in etcd holds a malformed secret");
+  std::string secret = keystream(token, run_id, cipher->size());
+  for (size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<char>(secret[i] ^ (*cipher)[i]);
+  if (!equal_constant_time(body.substr(colon + 1), seal_tag(secret, token, run_id))) {
+    throw UsageError("run '" + run_id + "' in etcd was started with another join token: " + fix);
+  }
+  return secret;
 }
 
 std::string join_timeout_message(const std::string& run_id, const RunRecord& run,

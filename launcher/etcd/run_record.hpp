@@ -100,6 +100,16 @@ std::vector<proto::NodeInfo> lost_members(const RunRecord& run, const std::set<s
 proto::Assignment assignment_for(const RunRecord& run, const std::string& node_id, const std::string& store_addr,
                                  int store_port);
 
+/// The run's secret as the run record keeps it in etcd. With a join token it is sealed with it ("sealed:" + the
+/// secret XOR an HMAC-SHA256 keystream of the token and run id, hex, + ":" + a tag): whoever can read the run's
+/// keys in etcd learns nothing of it without the token. Without a token it is kept as it is: anyone who can
+/// write the run's keys can then join the run and be handed the secret anyway, as anyone who reaches a daemon
+/// without a token can; etcd's own users and TLS guard it.
+std::string seal_secret(const std::string& secret, const std::string& token, const std::string& run_id);
+/// The secret `stored` holds. Throws UsageError when it was sealed with another token, or with one while this
+/// agent has none (and the reverse): every agent of a run must be given the same MESHRUN_RDZV_TOKEN.
+std::string unseal_secret(const std::string& stored, const std::string& token, const std::string& run_id);
+
 /// The join timeout's message: who joined, which requested ranks are missing, the fix.
 std::string join_timeout_message(const std::string& run_id, const RunRecord& run,
                                  const std::vector<proto::NodeInfo>& joined, double timeout_s);

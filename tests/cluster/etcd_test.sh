@@ -3,7 +3,8 @@
 # (Debian's etcd-server) and a meshrun agent; no meshrun daemon anywhere. Workers are a Gloo job that
 # checkpoints every step (etcd_worker.py). One scenario per run; no timing is asserted, only behaviour.
 #   member  an etcd member (the first endpoint every agent tries) is killed -9 mid-job: the job goes on
-#           on the other two and completes on all three nodes, without a restart
+#           on the other two and completes on all three nodes, without a restart; the agents share a join
+#           token, and the run's secret is in etcd only sealed with it
 #   rank0   the agent of node rank 0 (which serves the workers' store) is killed -9, with --nnodes 2:3:
 #           the survivors re-rendezvous, a new node rank 0 serves a fresh store, the job resumes from its
 #           checkpoint with a world of 2 and completes
@@ -28,7 +29,7 @@ etcd_up() { mc_etcd_up "$W"; }
 # agent I ARGS...: meshrun on node I (1 worker), log in $W/node<I>.log.
 agent() {
   local i=$1; shift
-  mc_spawn "$i" "$W/node$i.log" env "$MARKER" PATH="$VENV_BIN:$PATH" ETCD_WORKER_HOLD_AT="${HOLD_AT:--1}" "$MESHRUN" --rdzv-backend etcd-v3 \
+  mc_spawn "$i" "$W/node$i.log" env "$MARKER" MESHRUN_RDZV_TOKEN="${TOKEN:-}" PATH="$VENV_BIN:$PATH" ETCD_WORKER_HOLD_AT="${HOLD_AT:--1}" "$MESHRUN" --rdzv-backend etcd-v3 \
     --rdzv-endpoint "$ENDPOINTS" --rdzv-id "job$$" --nproc-per-node 1 --shutdown-timeout 2 --log-level info "$@" \
     "$HERE/etcd_worker.py" "$D" "$STEPS"
   A[$i]=$MC_PID
@@ -46,14 +47,26 @@ wait_held() {   # wait_held RANKS: until that many ranks hold at HOLD_AT (<= 90 
   mc_fail "$SCENARIO: only $(mc_count_files "$D" '^held\.') of $1 ranks held at step $HOLD_AT"; return 1
 }
 release() { touch "$D/release"; }
+etcd_values() {  # every value the etcd cluster holds, one per line (read through node I's member's gateway)
+  nsenter --net="/run/netns/$(mc_ns "$1")" "$VENV_BIN/python" - "$(mc_ip "$1")" << 'PY'
+import base64, json, sys, urllib.request
+everything = {"key": base64.b64encode(b"\0").decode(), "range_end": base64.b64encode(b"\0").decode()}
+request = urllib.request.Request(f"http://{sys.argv[1]}:2379/v3/kv/range", json.dumps(everything).encode())
+for kv in json.load(urllib.request.urlopen(request, timeout=10)).get("kvs", []):
+    print(base64.b64decode(kv.get("value", "")).decode(errors="replace"))
+PY
+}
 show_logs() { local i; for i in 0 1 2; do [ -f "$W/node$i.log" ] && { echo "--- node$i"; cat "$W/node$i.log"; }; done; }
 
 etcd_up
 case $SCENARIO in
   member)
-    STEPS=25 HOLD_AT=5
+    STEPS=25 HOLD_AT=5 TOKEN=etcd-token-$RANDOM$RANDOM
     agent 0 --nnodes 3; agent 1 --nnodes 3; agent 2 --nnodes 3
     wait_held 3
+    values=$(etcd_values 1)
+    grep -q '"secret":"sealed:' <<< "$values" || mc_fail "member: the run's secret is not sealed in etcd: $values"
+    ! grep -q '"secret":"[0-9a-f]' <<< "$values" || mc_fail "member: the run's secret is in etcd in plain text"
     t0=$(mc_now); mc_kill9 "${E[0]}"; echo "killed etcd member e0 at step $(cat "$D/ckpt")"
     release
     for i in 0 1 2; do expect_exit "$i" 0; done

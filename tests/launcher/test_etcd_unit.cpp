@@ -1,6 +1,8 @@
 // The etcd backend's pure parts: the run record, when a round closes, who is lost, what a node is told.
 #include <catch2/catch.hpp>
 
+#include "proto/join_auth.hpp"
+
 #include "common/error.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/etcd/etcd_client.hpp"
@@ -163,6 +165,25 @@ TEST_CASE("etcd assignment: ranks, offsets and the store of the round", "[etcd]"
   CHECK(a.master_port == 4242);
   CHECK(a.nodes.size() == 2);
   CHECK_THROWS_AS(etcd::assignment_for(run, "n9", "x", 1), meshrun::Error);
+}
+
+TEST_CASE("etcd keeps the run's secret sealed with the join token, and opens it only with the same one", "[etcd]") {
+  const std::string secret = meshrun::proto::make_run_secret();
+  const std::string sealed = etcd::seal_secret(secret, "token-A", "job7");
+  CHECK(sealed.rfind("sealed:", 0) == 0);
+  CHECK(sealed.find(secret) == std::string::npos);
+  CHECK(sealed.find(secret.substr(0, 8)) == std::string::npos);
+  CHECK(etcd::seal_secret(secret, "token-A", "job8") != sealed);  // bound to the run id too
+  CHECK(etcd::unseal_secret(sealed, "token-A", "job7") == secret);
+  CHECK_THROWS_WITH(etcd::unseal_secret(sealed, "token-B", "job7"), Catch::Contains("another join token"));
+  CHECK_THROWS_WITH(etcd::unseal_secret(sealed, "token-A", "job8"), Catch::Contains("another join token"));
+  CHECK_THROWS_WITH(etcd::unseal_secret(sealed, "", "job7"),
+                    Catch::Contains("started with a join token") && Catch::Contains("MESHRUN_RDZV_TOKEN"));
+  // Without a token there is nothing to seal it with (anyone who can write the run's keys could join it).
+  CHECK(etcd::seal_secret(secret, "", "job7") == secret);
+  CHECK(etcd::unseal_secret(secret, "", "job7") == secret);
+  CHECK_THROWS_WITH(etcd::unseal_secret(secret, "token-A", "job7"), Catch::Contains("started without a join token"));
+  CHECK_THROWS_AS(etcd::unseal_secret("sealed:zz:00", "token-A", "job7"), meshrun::ProtocolError);
 }
 
 TEST_CASE("etcd join timeout names who joined and the missing node ranks", "[etcd]") {
