@@ -147,14 +147,15 @@ std::string shell_quote(const std::string& word) {
 
 namespace {
 
-// --rdzv-conf's value without its token=... entry: the token travels to the hosts in the environment.
+// --rdzv-conf's value without its token= and password= entries: they travel to the hosts in the environment.
 std::string without_token(const std::string& conf) {
   std::string out;
   size_t start = 0;
   while (start <= conf.size()) {
     const auto comma = conf.find(',', start);
     const std::string entry = conf.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!entry.empty() && entry.rfind("token=", 0) != 0) out.append(out.empty() ? "" : ",").append(entry);
+    const bool secret = entry.rfind("token=", 0) == 0 || entry.rfind("password=", 0) == 0;
+    if (!entry.empty() && !secret) out.append(out.empty() ? "" : ",").append(entry);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -269,6 +270,7 @@ std::vector<std::pair<std::string, std::string>> SshFanout::exported_env() const
   }
   // The job's join token, wherever it came from (--rdzv-conf token=, $MESHRUN_RDZV_TOKEN): the agents need it.
   if (!options_.rdzv_conf.token.empty()) put(proto::kTokenEnv, options_.rdzv_conf.token);
+  if (!options_.rdzv_conf.etcd_password.empty()) put(kEtcdPasswordEnv, options_.rdzv_conf.etcd_password);
   return vars;
 }
 

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
@@ -293,6 +294,17 @@ void set_rdzv_conf_key(RdzvConf& conf, const std::string& key, const std::string
   } else if (key == "token") {
     if (value.empty()) throw UsageError("--rdzv-conf token= is empty: give the job's join token (or leave it out)");
     conf.token = value;
+  } else if (key == "username" || key == "user") {
+    if (value.empty()) throw UsageError("--rdzv-conf " + key + "= is empty: give etcd's user name");
+    conf.etcd_user = value;
+  } else if (key == "password") {
+    conf.etcd_password = value;
+  } else if (key == "password_file") {
+    std::ifstream in(value);
+    if (!in) throw UsageError("--rdzv-conf password_file=" + value + ": cannot read it");
+    std::getline(in, conf.etcd_password);
+    while (!conf.etcd_password.empty() && (conf.etcd_password.back() == '\r' || conf.etcd_password.back() == '\n'))
+      conf.etcd_password.pop_back();
   } else if (key == "local_addr") {
     if (value.empty()) throw UsageError("--rdzv-conf local_addr= is empty: give this node's address");
     conf.local_addr = value;
@@ -310,7 +322,8 @@ void set_rdzv_conf_key(RdzvConf& conf, const std::string& key, const std::string
     throw UsageError(
         "--rdzv-conf: unknown key '" + key +
         "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
-        "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, local_addr, store_type, use_libuv)");
+        "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, local_addr, store_type, use_libuv, "
+        "username, password, password_file)");
   }
 }
 
@@ -549,7 +562,8 @@ void LaunchCommandLine::add_job_options(LaunchOptions& o) {
       both_spellings("--rdzv-conf"), raw.conf,
       "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
       "keep_alive_max_attempt, heartbeat_timeout, is_host, http_port (the hosted daemon's live page), token (the "
-      "join token; prefer $MESHRUN_RDZV_TOKEN, which `ps` does not show)");
+      "join token; prefer $MESHRUN_RDZV_TOKEN, which `ps` does not show); etcd-v3: username, password_file (or "
+      "password, or $MESHRUN_ETCD_PASSWORD)");
   app_.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
   app_.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
       ->check(CLI::NonNegativeNumber)
@@ -768,6 +782,8 @@ void convert_rendezvous(const RawFlags& raw, const EnvLookup& env, const HostInf
   if (o.local_addr.empty()) o.local_addr = o.rdzv_conf.local_addr;  // --local-addr wins, as in torchrun
   o.master_addr = strip_brackets(o.master_addr);                    // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);
+  if (const auto password = env(kEtcdPasswordEnv); o.rdzv_conf.etcd_password.empty() && password)
+    o.rdzv_conf.etcd_password = *password;
 }
 
 std::optional<std::set<int>> convert_ranks_filter(const std::string& filter) {

@@ -29,6 +29,9 @@ struct StreamMask {
 };
 
 /// --rdzv-conf keys (torchrun's names); times in seconds.
+/// etcd's password for --rdzv-backend etcd-v3, when --rdzv-conf gives none: `ps` does not show it.
+inline constexpr const char* kEtcdPasswordEnv = "MESHRUN_ETCD_PASSWORD";
+
 struct RdzvConf {
   double join_timeout_s = 600;
   double last_call_timeout_s = 30;
@@ -39,8 +42,10 @@ struct RdzvConf {
   int keep_alive_max_attempt = 3;
   std::optional<bool> is_host;        // force (or forbid) hosting the daemon under c10d
   std::optional<uint16_t> http_port;  // the hosted daemon's HTTP live view (meshrun-rendezvous --http-port)
-  std::string token;       // the join token (never printed): token=..., else $MESHRUN_RDZV_TOKEN; empty: none
-  std::string local_addr;  // torchrun's local_addr: as --local-addr when that is not given
+  std::string token;          // the join token (never printed): token=..., else $MESHRUN_RDZV_TOKEN; empty: none
+  std::string local_addr;     // torchrun's local_addr: as --local-addr when that is not given
+  std::string etcd_user;      // etcd-v3: etcd's user/password auth (username=); empty: none
+  std::string etcd_password;  // password=, or password_file='s first line (never printed)
 };
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.

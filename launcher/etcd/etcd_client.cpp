@@ -93,8 +93,11 @@ json compare_json(const Compare& c) {
 // streamed body whether to stop reading (a watch never ends by itself).
 class Exchange {
  public:
-  Exchange(const Endpoint& endpoint, SteadyTime send_deadline, SteadyTime deadline)
-      : endpoint_(endpoint), deadline_(std::min(send_deadline, deadline)), read_deadline_(deadline) {}
+  Exchange(const Endpoint& endpoint, SteadyTime send_deadline, SteadyTime deadline, std::string authorization = "")
+      : endpoint_(endpoint),
+        authorization_(std::move(authorization)),
+        deadline_(std::min(send_deadline, deadline)),
+        read_deadline_(deadline) {}
 
   http::response<http::string_body> post(const std::string& path, const std::string& body,
                                          const std::function<bool(const std::string&)>& enough) {
@@ -111,6 +114,7 @@ class Exchange {
     http::request<http::string_body> request{http::verb::post, path, 11};
     request.set(http::field::host, endpoint_.to_string());
     request.set(http::field::content_type, "application/json");
+    if (!authorization_.empty()) request.set(http::field::authorization, authorization_);
     request.body() = body;
     request.prepare_payload();
     run([&](auto done) { http::async_write(stream_, request, [done](auto ec, size_t) { done(ec); }); });
@@ -143,6 +147,7 @@ class Exchange {
   }
 
   Endpoint endpoint_;
+  std::string authorization_;
   SteadyTime deadline_;  // of the step under way
   SteadyTime read_deadline_;
   asio::io_context io_;
@@ -161,6 +166,11 @@ std::string error_message(const std::string& body) {
 
 // A 5xx answer is the member's trouble (no leader, stopping): the next member may do; any other
 // refusal is etcd's answer to the request itself.
+// etcd says the auth token a call carried is no longer valid (expired, or a restarted member forgot it).
+bool token_rejected(const http::response<http::string_body>& response) {
+  return response.result_int() == 401 && response.body().find("invalid auth token") != std::string::npos;
+}
+
 void check_status(const http::response<http::string_body>& response, const Endpoint& endpoint,
                   const std::string& path) {
   const unsigned status = response.result_int();
@@ -253,8 +263,8 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {
+EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout, EtcdCredentials credentials)
+    : endpoints_(std::move(endpoints)), timeout_(timeout), credentials_(std::move(credentials)) {
   if (endpoints_.empty()) throw UsageError("the etcd backend needs --rdzv-endpoint host:port[,host:port...]");
 }
 
@@ -271,8 +281,11 @@ std::string EtcdClient::post(const std::string& path, const std::string& body) {
     const Endpoint& endpoint = endpoints_[index];
     try {
       const auto deadline = std::chrono::steady_clock::now() + timeout_;
-      Exchange exchange(endpoint, deadline, deadline);
-      const auto response = exchange.post(path, body, nullptr);
+      auto response = Exchange(endpoint, deadline, deadline, authorization(endpoint)).post(path, body, nullptr);
+      if (token_rejected(response)) {
+        auth_token_.clear();  // once: a fresh token, the same member
+        response = Exchange(endpoint, deadline, deadline, authorization(endpoint)).post(path, body, nullptr);
+      }
       check_status(response, endpoint, path);
       current_ = index;
       return response.body();
@@ -283,6 +296,25 @@ std::string EtcdClient::post(const std::string& path, const std::string& body) {
     }
   }
   throw NetworkError("no etcd endpoint answered (" + failures + ")");
+}
+
+std::string EtcdClient::authorization(const Endpoint& endpoint) {
+  if (credentials_.user.empty() || !auth_token_.empty()) return auth_token_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const std::string body = json{{"name", credentials_.user}, {"password", credentials_.password}}.dump();
+  const auto response = Exchange(endpoint, deadline, deadline).post("/v3/auth/authenticate", body, nullptr);
+  if (response.result_int() >= 500) throw MemberUnavailable("HTTP " + std::to_string(response.result_int()));
+  if (response.result_int() != 200) {
+    throw RemoteError("etcd at " + endpoint.to_string() + " refused user '" + credentials_.user +
+                      "': " + error_message(response.body()) +
+                      " (check --rdzv-conf username= and password_file=, and that etcd's auth is on for that user)");
+  }
+  const json reply = json::parse(response.body(), nullptr, false);
+  if (!reply.is_object() || !reply.contains("token") || !reply["token"].is_string())
+    throw ProtocolError("etcd at " + endpoint.to_string() + " authenticated '" + credentials_.user +
+                        "' without a token");
+  auth_token_ = reply["token"].get<std::string>();
+  return auth_token_;
 }
 
 RangeResult EtcdClient::range(const std::string& key, const std::string& range_end, bool count_only) {
@@ -351,7 +383,8 @@ std::vector<WatchEvent> EtcdClient::watch(const std::string& key, const std::str
     std::optional<std::vector<WatchEvent>> events;
     size_t consumed = 0;
     try {
-      Exchange exchange(endpoints_[index], std::chrono::steady_clock::now() + timeout_, deadline);
+      Exchange exchange(endpoints_[index], std::chrono::steady_clock::now() + timeout_, deadline,
+                        authorization(endpoints_[index]));
       const auto response = exchange.post("/v3/watch", body, [&](const std::string& so_far) {
         events = events_in(so_far, consumed);
         return events.has_value();

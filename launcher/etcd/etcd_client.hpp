@@ -78,10 +78,19 @@ Operation delete_op(const std::string& key, const std::string& range_end = "");
 /// The key just after every key that starts with `prefix`: [prefix, prefix_end(prefix)) is the prefix.
 std::string prefix_end(const std::string& prefix);
 
+/// etcd's user/password auth (--rdzv-conf username=, password= or password_file=): empty user, none.
+struct EtcdCredentials {
+  std::string user;
+  std::string password;
+};
+
 class EtcdClient {
  public:
-  /// `endpoints`: the cluster's client URLs as host:port (http). `timeout` bounds each call.
-  EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout);
+  /// `endpoints`: the cluster's client URLs as host:port (http). `timeout` bounds each call. With a user, the
+  /// client authenticates (/v3/auth/authenticate) before its first call, and again when a member says its token
+  /// is no longer valid (they expire, and a restarted member forgets them); the token travels in the
+  /// Authorization header.
+  EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout, EtcdCredentials credentials = {});
 
   RangeResult range(const std::string& key, const std::string& range_end = "", bool count_only = false);
   /// Returns the store's revision after the put.
@@ -99,6 +108,10 @@ class EtcdClient {
   std::vector<WatchEvent> watch(const std::string& key, const std::string& range_end, int64_t start_revision,
                                 std::chrono::milliseconds wait);
 
+  /// One call of the JSON gateway at `path` ("/v3/auth/user/add"...), its JSON answer: administration the
+  /// rendezvous itself does not make (the tests set up users and roles with it).
+  std::string call(const std::string& path, const std::string& body) { return post(path, body); }
+
   /// "host1:2379,host2:2379": for messages.
   std::string endpoints_text() const;
 
@@ -106,10 +119,14 @@ class EtcdClient {
   /// POSTs `body` to `path` on the first endpoint that answers; throws NetworkError naming every
   /// endpoint and why it failed when none does, ProtocolError when etcd answers with an error.
   std::string post(const std::string& path, const std::string& body);
+  /// The Authorization header for calls to `endpoint` ("" without a user); authenticates when it has no token.
+  std::string authorization(const Endpoint& endpoint);
 
   std::vector<Endpoint> endpoints_;
   std::chrono::milliseconds timeout_;
-  size_t current_ = 0;  // the endpoint that answered last
+  EtcdCredentials credentials_;
+  std::string auth_token_;  // etcd's, from the last authentication
+  size_t current_ = 0;      // the endpoint that answered last
 };
 
 }  // namespace meshrun::launcher::etcd

@@ -78,7 +78,8 @@ void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c
 EtcdRendezvous::EtcdRendezvous(const LaunchOptions& options, SignalSet& signals)
     : options_(options),
       signals_(signals),
-      client_(options.etcd_endpoints, kCallTimeout),
+      client_(options.etcd_endpoints, kCallTimeout,
+              etcd::EtcdCredentials{.user = options.rdzv_conf.etcd_user, .password = options.rdzv_conf.etcd_password}),
       keys_(options.run_id),
       run_id_(options.run_id),
       hostname_(local_hostname()),

@@ -5,8 +5,10 @@
 #include <csignal>
 #include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/base64.hpp"
 #include "common/error.hpp"
 #include "launcher/etcd/etcd_client.hpp"
 #include "support/etcd_server.hpp"
@@ -132,6 +134,54 @@ TEST_CASE("etcd client: a member that does not answer is skipped, and none answe
   } catch (const meshrun::NetworkError& e) {
     CHECK_THAT(e.what(), Catch::Contains(dead.to_string()) && Catch::Contains(dead2.to_string()));
   }
+}
+
+TEST_CASE("etcd client and agents with user/password auth: the right user passes, a wrong password is named",
+          "[etcd]") {
+  EtcdServer server;
+  TempDir dir;
+  // Users root and rdzv (read-write on /meshrun/), then auth on: what an etcd admin does.
+  EtcdClient admin = client_for(server);
+  const auto b64 = [](const std::string& s) { return meshrun::base64_encode(s); };
+  for (const auto& [user, password] : {std::pair{"root", "root-pw"}, std::pair{"rdzv", "rdzv-pw"}})
+    admin.call("/v3/auth/user/add", nlohmann::json{{"name", user}, {"password", password}}.dump());
+  admin.call("/v3/auth/role/add", R"({"name":"root"})");
+  admin.call("/v3/auth/user/grant", R"({"user":"root","role":"root"})");
+  admin.call("/v3/auth/role/add", R"({"name":"rdzv"})");
+  admin.call(
+      "/v3/auth/role/grant",
+      nlohmann::json{{"name", "rdzv"},
+                     {"perm", {{"permType", "READWRITE"}, {"key", b64("/meshrun/")}, {"range_end", b64("/meshrun0")}}}}
+          .dump());
+  admin.call("/v3/auth/user/grant", R"({"user":"rdzv","role":"rdzv"})");
+  admin.call("/v3/auth/enable", "{}");
+
+  EtcdClient rdzv({server.endpoint()}, 2000ms, {.user = "rdzv", .password = "rdzv-pw"});
+  rdzv.put("/meshrun/k", "v");
+  CHECK(rdzv.range("/meshrun/k").kvs.at(0).value == "v");
+  CHECK_THROWS(client_for(server).range("/meshrun/k"));  // no user: etcd refuses
+  EtcdClient wrong({server.endpoint()}, 2000ms, {.user = "rdzv", .password = "guess"});
+  CHECK_THROWS_WITH(wrong.range("/meshrun/k"),
+                    Catch::Contains("refused user 'rdzv'") && Catch::Contains("password_file"));
+
+  // Two agents meet through the auth-enabled etcd, the password in a file (not on the command line).
+  const std::string password_file = dir.path() + "/etcd-password";
+  std::ofstream(password_file) << "rdzv-pw\n";
+  const std::string marker = unique_marker();
+  const auto agent = [&](const std::string& name) {
+    return std::make_unique<Process>(
+        etcd_agent(server, "authjob", "2", {"--rdzv-conf", "username=rdzv,password_file=" + password_file},
+                   {"--no-python", "true"}),
+        std::vector<std::string>{marker}, dir.path() + "/" + name);
+  };
+  auto a = agent("a.out");
+  auto b = agent("b.out");
+  const int code_a = a->wait(120s);
+  const int code_b = b->wait(120s);
+  INFO(a->output() << "\n---\n" << b->output());
+  CHECK(code_a == 0);
+  CHECK(code_b == 0);
+  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }
 
 TEST_CASE("meshrun over etcd: two agents meet without a meshrun daemon and run a PyTorch Gloo all_reduce",
