@@ -512,6 +512,7 @@ class LaunchCommandLine {
   void add_signal_options(LaunchOptions& o);
   void add_restart_options(LaunchOptions& o);
   void add_hang_options(LaunchOptions& o);
+  void add_hosting_options(LaunchOptions& o);
   void add_fanout_options(LaunchOptions& o);
   void add_log_options(LaunchOptions& o);
 
@@ -538,6 +539,8 @@ LaunchCommandLine::LaunchCommandLine(LaunchOptions& options) {
   add_restart_options(options);
   app_.option_defaults()->group("meshrun: hangs and stragglers (docs/progress.md)");
   add_hang_options(options);
+  app_.option_defaults()->group("meshrun: the rendezvous it hosts (docs/security.md)");
+  add_hosting_options(options);
   app_.option_defaults()->group("meshrun: many hosts over ssh (docs/multi-node.md)");
   add_fanout_options(options);
   app_.option_defaults()->group("meshrun: its own output");
@@ -682,6 +685,20 @@ void LaunchCommandLine::add_hang_options(LaunchOptions& o) {
   app_.add_option("--straggler-threshold", o.progress.straggler,
                   "Name ranks this many times slower per step than the run's median (0: off)")
       ->default_str("1.3");
+}
+
+void LaunchCommandLine::add_hosting_options(LaunchOptions& o) {
+  app_.add_option("--host", o.hosted_bind,
+                  "When this agent hosts the rendezvous (the c10d endpoint's host, static node 0, node rank 0's store "
+                  "under etcd): the address it listens on, e.g. the nodes' network's (default: every address; "
+                  "127.0.0.1 with --standalone)");
+  // One value per use (--allow A --allow B): a vector option would otherwise swallow the entrypoint.
+  app_.add_option("--allow", o.hosted_allow,
+                  "When this agent hosts the rendezvous: accept only peers in this CIDR, e.g. 10.0.0.0/8; repeatable "
+                  "(as meshrun-rendezvous --allow)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 void LaunchCommandLine::add_fanout_options(LaunchOptions& o) {

@@ -85,9 +85,11 @@ struct LaunchOptions {
   int node_rank = 0;
   bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
-  std::optional<uint16_t> master_port;  // static: unset means 29500 (or a free port when nnodes is 1)
-  std::string local_addr;               // the address other nodes reach this one at; empty = host name
-  std::vector<int> signals_to_handle;   // forwarded to workers
+  std::optional<uint16_t> master_port;    // static: unset means 29500 (or a free port when nnodes is 1)
+  std::string local_addr;                 // the address other nodes reach this one at; empty = host name
+  std::string hosted_bind;                // --host: where the rendezvous this agent hosts listens; empty: the default
+  std::vector<std::string> hosted_allow;  // --allow: CIDRs the hosted rendezvous accepts; empty: everyone
+  std::vector<int> signals_to_handle;     // forwarded to workers
   std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given: the workers' environment
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
   double fault_stop_timeout_s = 3;       // ... when a fault stops them (capped by shutdown_timeout_s)

@@ -393,7 +393,8 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
   }
   if (me.group_rank == 0) {
     rendezvous::ServerOptions so;
-    so.host = wildcard_address_for(addr_);
+    so.host = options_.hosted_bind.empty() ? wildcard_address_for(addr_) : options_.hosted_bind;
+    so.allow = options_.hosted_allow;
     so.port = options_.master_port.value_or(0);
     store_ = std::make_unique<rendezvous::Server>(so);
     store_->start_background();

@@ -87,7 +87,9 @@ NodeRendezvous::~NodeRendezvous() {
 
 bool NodeRendezvous::try_host(const std::string& bind_host, uint16_t port) {
   rendezvous::ServerOptions so;
-  so.host = bind_host;
+  // --host narrows where it listens; a private daemon on loopback stays there.
+  so.host = options_.hosted_bind.empty() || bind_host == "127.0.0.1" ? bind_host : options_.hosted_bind;
+  so.allow = options_.hosted_allow;
   so.port = port;
   so.http_port = options_.rdzv_conf.http_port;
   so.join_token = options_.rdzv_conf.token;
