@@ -25,7 +25,7 @@
 #             fixed) instead of failing for a lost node
 #   trainerstop meshrun-trainer (beats, its own collective ledger) on the two nodes, one rank each: rank 1
 #             (node1) stops itself 3 s after its step 30, so node0 suspects first: every node names rank 1
-#             stopped, with the collective and its sequence number (the case first reported)
+#             stopped, and rank 0 waiting in step 31's all_gather (a sequence number past step 30's)
 # Every scenario but pause/nocoll/slowfirst/native runs with --max-restarts 0 and checks: the verdict line on
 # both nodes, the root cause on both naming the culprit, hang.json in the log folder, both agents exit 1, and
 # that no process of the job is left. Scenarios other than defaults use --hang-floor 3 (stopremote and
@@ -166,7 +166,11 @@ case $SCENARIO in
       --set "output.dir=\"$D/trainer\"" --set train.steps=100000 --set train.sample_tokens=0
     agent 1 --max-restarts 0 "${FLOOR[@]}" --no-python "$TRAINER" --config "$CONFIGS/tiny.json" \
       --set "output.dir=\"$D/trainer\"" --set train.steps=100000 --set train.sample_tokens=0
-    verdict "hang: rank 1 \(node1, local rank 0, $PID\) is stopped by a signal \(state T\); rank 0 waits in [a-z_]+ #[0-9]+ of group 0 \(ranks 0,1\)" 120 1
+    verdict "hang: rank 1 \(node1, local rank 0, $PID\) is stopped by a signal \(state T\); rank 0 waits in all_gather #[0-9]+ of group 0 \(ranks 0,1\)" 120 1
+    # Rank 1 stopped after step 30: rank 0 waits in step 31's first collective (FULL_SHARD's all_gather of the first
+    # unit), so the collective is past every one of the first 30 steps' (at least one per step).
+    seq=$(grep -hoE "rank 0 waits in all_gather #[0-9]+" "$W/node0.log" | head -1 | grep -oE "[0-9]+$")
+    [ "${seq:-0}" -gt 30 ] || mc_fail "$SCENARIO: rank 0 waits in collective #${seq:-?}, not one after step 30's"
     suspected_first_on 0 ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
 esac

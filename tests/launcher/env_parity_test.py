@@ -1,7 +1,7 @@
 """The workers' environment under meshrun, diffed against torchrun's for the same command line.
 
 For each mode (one node, --standalone, two nodes on a c10d endpoint, --nnodes MIN:MAX, -m module,
---no-python, --signals-to-handle), both launchers run a worker that dumps its environment; the parent's environment is fixed
+--no-python, --signals-to-handle, --max-restarts 1: standby workers and the quick exit on), both launchers run a worker that dumps its environment; the parent's environment is fixed
 (env -i), so every variable a worker has beyond it was set by the launcher. Then, per rank:
   - every variable torchrun sets, meshrun sets too;
   - a variable only meshrun sets is on the list of deliberate additions in docs/launcher.md;
@@ -74,6 +74,8 @@ def modes(port):
         "module": [single + ["-m", "dump", "OUT"]],
         "no-python": [single + ["--no-python", os.path.join(VENV_BIN, "python"), "dump.py", "OUT"]],
         "signals": [single + ["--signals-to-handle", "SIGTERM,SIGUSR1", "dump.py", "OUT"]],
+        # A job that may restart: meshrun's standby workers and quick exit are on.
+        "restarts": [single + ["--max-restarts", "1", "dump.py", "OUT"]],
     }
 
 

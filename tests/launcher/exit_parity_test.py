@@ -40,6 +40,9 @@ SCENARIOS = {
         "                     stderr=subprocess.DEVNULL, env=dict(os.environ, EXIT_PARITY_MARK=os.environ['MARK']))\n",
         "ok"),
 }
+# The same scripts once more where the job may restart (--max-restarts 1): meshrun's standby workers and quick
+# exit are on; the failure happens in both attempts, and the outcome must still mean the same.
+RESTARTED = ("sys.exit(3) on one rank", "an exception after the last collective")
 
 
 def leftovers(mark):
@@ -57,9 +60,9 @@ def leftovers(mark):
     return found
 
 
-def run(launcher, script, mark):
+def run(launcher, script, mark, extra):
     env = {"PATH": VENV_BIN + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "MARK": mark}
-    p = subprocess.run(launcher + ["--standalone", "--nproc-per-node", "2", script], env=env,
+    p = subprocess.run(launcher + ["--standalone", "--nproc-per-node", "2", *extra, script], env=env,
                        capture_output=True, text=True, timeout=240)
     return p.returncode, p.stdout + p.stderr
 
@@ -78,14 +81,17 @@ def main():
     launchers = {"torchrun": [os.path.join(VENV_BIN, "torchrun")], "meshrun": [MESHRUN]}
     problems = []
     with tempfile.TemporaryDirectory() as work:
-        for i, (name, (body, expected)) in enumerate(SCENARIOS.items()):
+        runs = [(name, body, expected, []) for name, (body, expected) in SCENARIOS.items()]
+        runs += [(name + ", --max-restarts 1", SCENARIOS[name][0], SCENARIOS[name][1], ["--max-restarts", "1"])
+                 for name in RESTARTED]
+        for i, (name, body, expected, extra) in enumerate(runs):
             script = os.path.join(work, f"s{i}.py")
             with open(script, "w") as f:
                 f.write(PRELUDE + body)
             seen = {}
             for launcher, argv in launchers.items():
                 mark = f"{launcher}-{i}-{os.getpid()}"
-                code, out = run(argv, script, mark)
+                code, out = run(argv, script, mark, extra)
                 seen[launcher] = outcome(code, out)
                 time.sleep(0.5)
                 left = leftovers(mark)
