@@ -46,6 +46,11 @@ bool is_boolean(const std::string& v) {
   return truthy(s) || s == "0" || s == "false" || s == "no" || s == "off";
 }
 
+// A vector option that takes one value per use (--export A --export B): otherwise it would swallow the entrypoint.
+void repeatable(CLI::Option* option) {
+  option->expected(1)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 // One torchrun option: the dashed spelling (the underscore one is derived) and whether it is a flag.
 struct OptionName {
   const char* dashed;  // "--nproc-per-node"
@@ -692,13 +697,9 @@ void LaunchCommandLine::add_hosting_options(LaunchOptions& o) {
                   "When this agent hosts the rendezvous (the c10d endpoint's host, static node 0, node rank 0's store "
                   "under etcd): the address it listens on, e.g. the nodes' network's (default: every address; "
                   "127.0.0.1 with --standalone)");
-  // One value per use (--allow A --allow B): a vector option would otherwise swallow the entrypoint.
-  app_.add_option("--allow", o.hosted_allow,
-                  "When this agent hosts the rendezvous: accept only peers in this CIDR, e.g. 10.0.0.0/8; repeatable "
-                  "(as meshrun-rendezvous --allow)")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  repeatable(app_.add_option("--allow", o.hosted_allow,
+                             "When this agent hosts the rendezvous: accept only peers in this CIDR, e.g. 10.0.0.0/8; "
+                             "repeatable (as meshrun-rendezvous --allow)"));
 }
 
 void LaunchCommandLine::add_fanout_options(LaunchOptions& o) {
@@ -706,11 +707,8 @@ void LaunchCommandLine::add_fanout_options(LaunchOptions& o) {
                                    "Start one meshrun per host of FILE over ssh (lines: `host slots=N`)");
   app_.add_option("-i,--include", o.fanout.include, "With --hostfile: only these hosts/slots, e.g. node1@node2:0,1");
   app_.add_option("-e,--exclude", o.fanout.exclude, "With --hostfile: skip these hosts/slots, e.g. node3");
-  // One value per use (--export A --export B): a vector option would otherwise swallow the entrypoint.
-  app_.add_option("--export", o.fanout.exports, "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  repeatable(app_.add_option("--export", o.fanout.exports,
+                             "With --hostfile: send VAR (or VAR=VALUE) to every host; repeatable"));
   app_.add_option("--ssh-opts", o.fanout.ssh_opts,
                   "With --hostfile: extra ssh arguments, e.g. \"-i ~/.ssh/k -p 2222\"");
   app_.add_option("--remote-meshrun", o.fanout.remote_meshrun,

@@ -389,19 +389,36 @@ TEST_CASE("copy port: closed until a worker asks for copies in a job of several 
   CHECK_THROWS(connect_peer("127.0.0.2", port));
 }
 
+namespace {
+
+// node 1's agent of a two-node round, holding rank 2's committed copy of step 5, its copy port open.
+struct KeeperWithACopy {
+  meshrun::testing::TempDir dir;
+  meshrun::testing::DaemonProcess store{DAEMON_BIN, {}, dir.path() + "/daemon.log"};
+  std::unique_ptr<MemoryKeeper> keeper =
+      std::make_unique<MemoryKeeper>(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
+  std::unique_ptr<Worker> own;
+  int port = 0;
+
+  KeeperWithACopy() {
+    keeper->begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));
+    own = std::make_unique<Worker>(keeper->socket_path(), 2);
+    own->write_copy(5, 'a');
+    own->tell({{"op", "commit"}, {"step", 5}});
+    wait_for(*keeper, 2, {5});
+    port = open_port(*keeper);
+    REQUIRE(port > 0);
+  }
+};
+
+}  // namespace
+
 TEST_CASE("copy port: a party that did not join the run can neither fetch nor push, and is told nothing",
           "[memory][security]") {
   using namespace meshrun::launcher;
-  meshrun::testing::TempDir dir;
-  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
-  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
-  keeper.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));
-  Worker own(keeper.socket_path(), 2);
-  own.write_copy(5, 'a');
-  own.tell({{"op", "commit"}, {"step", 5}});
-  wait_for(keeper, 2, {5});
-  const int port = open_port(keeper);
-  REQUIRE(port > 0);
+  const KeeperWithACopy held;
+  MemoryKeeper& keeper = *held.keeper;
+  const int port = held.port;
   const json fetch = {{"op", "fetch"}, {"run", "run"}, {"rank", 2}, {"step", 5}};
   // Without the secret this side cannot even ask; with a guessed one, and the run id it stole, it is refused.
   CHECK_THROWS_WITH(open_peer_request("127.0.0.1", port, "", fetch), Catch::Contains("has not joined a round"));
@@ -467,16 +484,9 @@ class Relay {
 
 TEST_CASE("copy port: a relay between two agents is refused, and so is a forged inventory", "[memory][security]") {
   using namespace meshrun::launcher;
-  meshrun::testing::TempDir dir;
-  const meshrun::testing::DaemonProcess store(DAEMON_BIN, {}, dir.path() + "/daemon.log");
-  MemoryKeeper keeper(dir.path() + "/memory.sock", "meshrun-memory test", "run", "host");
-  keeper.begin_attempt(round_of(meshrun::parse_endpoint(store.endpoint(), 0), 1, 1));
-  Worker own(keeper.socket_path(), 2);
-  own.write_copy(5, 'a');
-  own.tell({{"op", "commit"}, {"step", 5}});
-  wait_for(keeper, 2, {5});
-  const int port = open_port(keeper);
-  REQUIRE(port > 0);
+  const KeeperWithACopy held;
+  MemoryKeeper& keeper = *held.keeper;
+  const int port = held.port;
   const std::string key = keeper.copy_key();
   {
     // The peer knows the run's secret and dials the relay, believing it is the agent: its proof names the relay's
