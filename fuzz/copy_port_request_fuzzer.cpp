@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 0 && ::write(peer.get(), data, size) != static_cast<ssize_t>(size)) return 0;
   ::shutdown(peer.get(), SHUT_WR);
   try {
-    if (meshrun::launcher::accept_peer_request(agent.get(), "the run's secret")) __builtin_trap();  // no proof passes
+    if (meshrun::launcher::accept_peer_request(agent.get(), "the run's secret", "10.0.0.1:4242"))
+      __builtin_trap();  // no proof passes
   } catch (const std::exception&) {}
   return 0;
 }
