@@ -150,4 +150,10 @@ void from_json(const json& j, CopyPortProof& m) {
   });
 }
 
+void to_json(json& j, const CopyPortTag& m) { j = {{"mac", m.mac}}; }
+
+void from_json(const json& j, CopyPortTag& m) {
+  reading(j, [&] { m.mac = j.value("mac", ""); });
+}
+
 }  // namespace meshrun::proto

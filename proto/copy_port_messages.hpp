@@ -6,9 +6,12 @@
 //   peer  -> the request, with "client_nonce" and "proof"               CopyPortRequest
 //   agent -> {"proof":P} | {"error":"refused"}                          CopyPortProof
 //   push   {"op":"push","run":R,"rank":r,"step":S,"round":n,"world_size":W,"digest":D,"bytes":B}
-//          -> {"go":true}, B bytes, {"ok":true} | {"ok":true,"have":true} | {"error":..}
+//          -> {"go":true}; peer -> B bytes, {"mac":T}; agent -> {"ok":true} | {"ok":true,"have":true} | {"error":..}
 //   fetch  {"op":"fetch","run":R,"rank":r,"step":S[,"world_size":W]}
-//          -> {"ok":true,"bytes":B}, B bytes | {"error":..}
+//          -> {"ok":true,"bytes":B}, B bytes, {"mac":T} | {"error":..}
+//
+// T is the Poly1305 tag of the B bytes under the connection's one-time key (peer_auth.hpp's copy_data_key): a
+// byte changed on the way is caught before the copy is kept or lent.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +80,12 @@ struct CopyPortProof {
   bool operator==(const CopyPortProof&) const = default;
 };
 
+/// After a copy's bytes: their tag, as hex.
+struct CopyPortTag {
+  std::string mac;
+  bool operator==(const CopyPortTag&) const = default;
+};
+
 // nlohmann's conversions (the frames are JSON objects). from_json throws ProtocolError naming a field of the wrong
 // type or an unknown op; a missing field keeps its default.
 void to_json(nlohmann::json& j, const CopyPortRequest& m);
@@ -87,5 +96,7 @@ void to_json(nlohmann::json& j, const CopyPortChallenge& m);
 void from_json(const nlohmann::json& j, CopyPortChallenge& m);
 void to_json(nlohmann::json& j, const CopyPortProof& m);
 void from_json(const nlohmann::json& j, CopyPortProof& m);
+void to_json(nlohmann::json& j, const CopyPortTag& m);
+void from_json(const nlohmann::json& j, CopyPortTag& m);
 
 }  // namespace meshrun::proto

@@ -58,6 +58,13 @@ struct Limits {
   // Replies queued for a client that does not read them: past this the daemon stops reading (and
   // answering) that client until it drains, so one client cannot grow the daemon's memory without bound.
   size_t max_reply_backlog_bytes = 64 * 1024 * 1024;
+  // Connections from one address at once: past it a new one is closed at once, so one client cannot take
+  // every descriptor. A node's agent and workers hold tens; the connect-storm bench 4,096 per source address,
+  // the rendezvous bench 10,000 from one. 0: no cap (--max-connections-per-peer).
+  size_t max_connections_per_peer = 16384;
+  // Keys named by one address's parked WAITs at once, over all its connections (the wait registry holds each):
+  // a WAIT past it closes that connection. PyTorch waits on a rank's keys, at most the world's (0: no cap).
+  size_t max_waited_keys_per_peer = size_t{1} << 20;
 };
 
 /// Returns the lowercase name of a query type ("set", "compare_set"...), or nullptr when unknown.

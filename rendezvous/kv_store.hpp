@@ -16,6 +16,7 @@ namespace meshrun::rendezvous {
 
 /// Identifies one pending WAIT (the server uses a per-connection id).
 using WaitId = uint64_t;
+inline constexpr WaitId kNoWait = 0;  // never an id: registered ids start at 1
 
 class KvStore {
  public:

@@ -108,6 +108,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-message-bytes", max_message_bytes, "Largest value or payload accepted in one request")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 32));
+  app.add_option("--max-connections-per-peer", options.limits.max_connections_per_peer,
+                 "Connections one client address may hold at once; past it new ones are closed (0: no cap)")
+      ->capture_default_str();
+  app.add_option("--max-waited-keys-per-peer", options.limits.max_waited_keys_per_peer,
+                 "Keys one client address may wait on at once, over all its connections; a WAIT past it closes "
+                 "that connection (0: no cap)")
+      ->capture_default_str();
   app.option_defaults()->group("The live view: a page, /api/status, /metrics, /health (docs/daemon.md)");
   app.add_option("--http-port", options.http_port,
                  "Serve the live view (/, /api/status, /metrics, /health) on this port; 0 picks a free one "

@@ -36,7 +36,8 @@ Session::Session(tcp::socket socket, SessionHost& host, std::shared_ptr<Listener
     : socket_(std::move(socket)), host_(host), listener_(std::move(listener)), allowed_(allowed) {
   boost::system::error_code ec;
   const auto remote = socket_.remote_endpoint(ec);
-  peer_ = ec ? "?" : Endpoint{address_text(remote.address()), remote.port()}.to_string();  // [v6]:port
+  peer_address_ = ec ? "?" : address_text(remote.address());
+  peer_ = ec ? "?" : Endpoint{peer_address_, remote.port()}.to_string();  // [v6]:port
   const auto local = socket_.local_endpoint(ec);
   local_addr_ = ec ? "" : address_text(local.address());
   socket_.set_option(tcp::no_delay(true), ec);
@@ -250,7 +251,11 @@ void Session::handle_store(const proto::Request& r) {
 // BARRIER: the count lives in the key itself; the last arrival releases everyone parked on it.
 void Session::handle_barrier(const proto::Request& r) {
   std::vector<WaitId> woken;
-  const WaitId id = host_.register_wait(shared_from_this());
+  const WaitId id = host_.register_wait(shared_from_this(), 1);
+  if (id == kNoWait) {
+    close_over_wait_cap(1);
+    return;
+  }
   if (listener_->store.barrier(r.keys[0], r.number, id, woken)) {
     host_.forget_wait(id);
     send(proto::encode_status(WaitResponse::kStopWaiting));
@@ -277,7 +282,11 @@ void Session::handle_meshrun(const proto::Request& r) {
 }
 
 void Session::block_until(const std::vector<std::string>& keys, std::function<void()> on_ready) {
-  const WaitId id = host_.register_wait(shared_from_this());
+  const WaitId id = host_.register_wait(shared_from_this(), keys.size());
+  if (id == kNoWait) {
+    close_over_wait_cap(keys.size());
+    return;
+  }
   if (listener_->store.add_wait(id, keys)) {
     host_.forget_wait(id);
     on_ready();
@@ -286,6 +295,12 @@ void Session::block_until(const std::vector<std::string>& keys, std::function<vo
   wait_id_ = id;
   on_ready_ = std::move(on_ready);
   blocked_ = Blocked::kWait;
+}
+
+void Session::close_over_wait_cap(size_t keys) {
+  close("a wait on " + std::to_string(keys) + " key(s) would take " + peer_address_ + " past " +
+        std::to_string(host_.limits().max_waited_keys_per_peer) +
+        " keys waited on at once, over all its connections (a daemon limit)");
 }
 
 void Session::flush() {

@@ -29,7 +29,9 @@ class SessionHost {
   virtual ~SessionHost() = default;
   /// Wakes the sessions whose waits are satisfied.
   virtual void wake(const std::vector<WaitId>& ids) = 0;
-  virtual WaitId register_wait(const std::shared_ptr<Session>& session) = 0;
+  /// A parked wait of the session on `keys` keys; kNoWait when its address already waits on as many as it
+  /// may (Limits::max_waited_keys_per_peer).
+  virtual WaitId register_wait(const std::shared_ptr<Session>& session, size_t keys) = 0;
   virtual void forget_wait(WaitId id) = 0;
   /// Handles one meshrun JSON request; nullopt means the reply comes later (await).
   virtual std::optional<nlohmann::json> handle_meshrun(const std::shared_ptr<Session>& session,
@@ -47,6 +49,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() { do_read(); }
   /// "ip:port" of the client.
   const std::string& peer() const { return peer_; }
+  /// The client's address alone (what the per-address limits count).
+  const std::string& peer_address() const { return peer_address_; }
   /// The local address the client reached us at (what its workers should use as MASTER_ADDR).
   const std::string& local_addr() const { return local_addr_; }
   /// Closes the connection; a non-empty reason is logged.
@@ -80,6 +84,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_meshrun(const proto::Request& r);
   void handle_rejected(const proto::Request& r);
   void block_until(const std::vector<std::string>& keys, std::function<void()> on_ready);
+  /// Closes the connection whose wait on `keys` keys its address may not park (SessionHost::register_wait).
+  void close_over_wait_cap(size_t keys);
   void send(const std::string& bytes) { pending_.append(bytes); }
   /// Reply bytes queued for this client: pending_ plus what the socket has not taken yet.
   size_t reply_backlog() const { return pending_.size() + out_bytes_; }
@@ -92,6 +98,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Listener> listener_;
   bool allowed_;
   std::string peer_;
+  std::string peer_address_;
   std::string local_addr_;
   std::string in_;
   // Reads land in small_: requests are mostly tens of bytes, and tens of thousands of idle connections

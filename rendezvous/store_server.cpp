@@ -56,31 +56,90 @@ void StoreServer::bind(Listener& listener, const std::string& host, uint16_t por
 void StoreServer::accept(const std::shared_ptr<Listener>& listener) {
   listener->acceptor.async_accept([this, listener](boost::system::error_code ec, tcp::socket socket) {
     if (!listener->acceptor.is_open()) return;
-    if (!ec) {
-      boost::system::error_code peer_ec;
-      const auto remote = socket.remote_endpoint(peer_ec);
-      const bool ok = !peer_ec && allowed(allow_, address_text(remote.address()));
-      auto session = std::make_shared<Session>(std::move(socket), *this, listener, ok);
-      sessions_.insert(session);
-      session->start();
-    } else if (ec != asio::error::operation_aborted) {
-      spdlog::warn("accept failed: {}", ec.message());
+    if (ec) {
+      accept_after_error(listener, ec);
+      return;
     }
+    out_of_descriptors_ = false;
+    admit(listener, std::move(socket));
     accept(listener);
   });
 }
 
-WaitId StoreServer::register_wait(const std::shared_ptr<Session>& session) {
+void StoreServer::admit(const std::shared_ptr<Listener>& listener, tcp::socket socket) {
+  boost::system::error_code peer_ec;
+  const auto remote = socket.remote_endpoint(peer_ec);
+  const std::string address = peer_ec ? "?" : address_text(remote.address());
+  PeerLoad& load = load_[address];
+  const size_t cap = options_.limits.max_connections_per_peer;
+  if (cap != 0 && load.connections >= cap) {
+    if (!load.refusing) {
+      spdlog::warn(
+          "{} holds {} connections, the most one address may (--max-connections-per-peer): its next ones "
+          "are closed until it closes some",
+          address, load.connections);
+    }
+    load.refusing = true;
+    return;  // the socket closes here
+  }
+  ++load.connections;
+  const bool ok = !peer_ec && allowed(allow_, address);
+  auto session = std::make_shared<Session>(std::move(socket), *this, listener, ok);
+  sessions_.insert(session);
+  session->start();
+}
+
+void StoreServer::accept_after_error(const std::shared_ptr<Listener>& listener, const boost::system::error_code& ec) {
+  const bool starved = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                       ec == asio::error::no_memory || ec.value() == ENFILE;
+  if (!starved) {
+    if (ec != asio::error::operation_aborted) spdlog::warn("accept failed: {}", ec.message());
+    accept(listener);
+    return;
+  }
+  if (!out_of_descriptors_) {
+    spdlog::warn(
+        "accept failed: {}; new connections wait while the daemon is out of descriptors (raise its "
+        "open-files limit, ulimit -n, or find the client that holds them: status lists them)",
+        ec.message());
+  }
+  out_of_descriptors_ = true;
+  auto pause = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+  pause->async_wait([this, listener, pause](const boost::system::error_code&) {
+    if (listener->acceptor.is_open()) accept(listener);
+  });
+}
+
+WaitId StoreServer::register_wait(const std::shared_ptr<Session>& session, size_t keys) {
+  PeerLoad& load = load_[session->peer_address()];
+  const size_t cap = options_.limits.max_waited_keys_per_peer;
+  if (cap != 0 && (keys > cap || load.waited_keys > cap - keys)) return kNoWait;
+  load.waited_keys += keys;
   const WaitId id = next_wait_id_++;
-  waits_[id] = session;
+  waits_[id] = ParkedWait{session, session->peer_address(), keys};
   return id;
+}
+
+void StoreServer::forget_wait(WaitId id) {
+  const auto it = waits_.find(id);
+  if (it == waits_.end()) return;
+  release_wait(it->second);
+  waits_.erase(it);
+}
+
+void StoreServer::release_wait(const ParkedWait& wait) {
+  const auto it = load_.find(wait.peer_address);
+  if (it == load_.end()) return;
+  it->second.waited_keys -= std::min(it->second.waited_keys, wait.keys);
+  if (it->second.connections == 0 && it->second.waited_keys == 0) load_.erase(it);
 }
 
 void StoreServer::wake(const std::vector<WaitId>& ids) {
   for (WaitId id : ids) {
     auto it = waits_.find(id);
     if (it == waits_.end()) continue;
-    auto session = it->second.lock();
+    auto session = it->second.session.lock();
+    release_wait(it->second);
     waits_.erase(it);
     if (session) session->wake();
   }
@@ -93,6 +152,11 @@ std::optional<nlohmann::json> StoreServer::handle_meshrun(const std::shared_ptr<
 
 void StoreServer::on_closed(const std::shared_ptr<Session>& session) {
   sessions_.erase(session);
+  if (const auto it = load_.find(session->peer_address()); it != load_.end()) {
+    it->second.connections -= std::min<size_t>(it->second.connections, 1);
+    it->second.refusing = false;
+    if (it->second.connections == 0 && it->second.waited_keys == 0) load_.erase(it);
+  }
   if (meshrun_ != nullptr) meshrun_->on_session_closed(*session);
 }
 

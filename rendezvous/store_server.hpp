@@ -36,8 +36,8 @@ class StoreServer final : public SessionHost, public RunPorts {
 
   // --- SessionHost: called by sessions ---
   void wake(const std::vector<WaitId>& ids) override;
-  WaitId register_wait(const std::shared_ptr<Session>& session) override;
-  void forget_wait(WaitId id) override { waits_.erase(id); }
+  WaitId register_wait(const std::shared_ptr<Session>& session, size_t keys) override;
+  void forget_wait(WaitId id) override;
   std::optional<nlohmann::json> handle_meshrun(const std::shared_ptr<Session>& session,
                                                const nlohmann::json& request) override;
   void on_closed(const std::shared_ptr<Session>& session) override;
@@ -51,8 +51,27 @@ class StoreServer final : public SessionHost, public RunPorts {
   size_t connection_count() const override { return sessions_.size(); }
 
  private:
+  struct ParkedWait {
+    std::weak_ptr<Session> session;
+    std::string peer_address;
+    size_t keys = 0;
+  };
+  // What each client address holds now (proto::Limits' per-peer caps).
+  struct PeerLoad {
+    size_t connections = 0;
+    size_t waited_keys = 0;
+    bool refusing = false;  // at its connection cap, and said so: said again once it went below
+  };
+
   void bind(Listener& listener, const std::string& host, uint16_t port);
   void accept(const std::shared_ptr<Listener>& listener);
+  /// Starts serving an accepted connection, unless its address holds as many as it may (closed, and said once).
+  void admit(const std::shared_ptr<Listener>& listener, boost::asio::ip::tcp::socket socket);
+  /// The next accept after `ec` failed: at once, or after a pause when the process is out of descriptors (an
+  /// accept retried at once would fail again, in a loop).
+  void accept_after_error(const std::shared_ptr<Listener>& listener, const boost::system::error_code& ec);
+  /// A parked wait is over (woken, cancelled, or its session gone): its keys no longer count for its address.
+  void release_wait(const ParkedWait& wait);
 
   boost::asio::io_context& io_;
   ServerOptions options_;
@@ -61,7 +80,9 @@ class StoreServer final : public SessionHost, public RunPorts {
   std::shared_ptr<Listener> main_;
   std::map<std::string, std::shared_ptr<Listener>> run_listeners_;
   std::set<std::shared_ptr<Session>> sessions_;
-  std::unordered_map<WaitId, std::weak_ptr<Session>> waits_;  // parked WAITs and BARRIERs, by id
+  std::unordered_map<WaitId, ParkedWait> waits_;  // parked WAITs and BARRIERs, by id
+  std::unordered_map<std::string, PeerLoad> load_;
+  bool out_of_descriptors_ = false;  // said once until an accept succeeds again
   WaitId next_wait_id_ = 1;
   uint16_t port_ = 0;
 };

@@ -37,14 +37,15 @@ UniqueFd dup_fd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
 std::string receive_fetched(const CopySource& from, const std::string& key, const CopyPortRequest& request,
                             const std::function<int(uint64_t bytes, std::string& why)>& into) {
   try {
-    const UniqueFd peer = open_peer_request(from.addr, from.port, key, request);
+    const PeerConnection peer = open_peer_request(from.addr, from.port, key, request);
     const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
     if (reply.kind != CopyPortReply::Kind::kOk)
       return "node " + std::to_string(from.node) + " says: " + proto::describe(reply);
     std::string why;
     const int fd = into(reply.bytes, why);
     if (!why.empty()) return why;
-    receive_copy(peer.get(), fd, reply.bytes);
+    Poly1305 mac(peer.data_key);
+    receive_copy(peer.get(), fd, reply.bytes, mac);
     return "";
   } catch (const std::exception& e) {
     return e.what();
@@ -107,6 +108,7 @@ MemoryKeeper::~MemoryKeeper() {
 
 void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
   Inventory mine;
+  std::unique_ptr<PeerServer> retired;  // stopped outside the lock: a connection it serves may be waiting for it
   {
     std::lock_guard lock(mutex_);
     attempt_ = attempt;
@@ -114,9 +116,11 @@ void MemoryKeeper::begin_attempt(const MemoryAttempt& attempt) {
     fetched_.clear();
     plan_.reset();
     buddy_.reset();
-    if (peers_ && peers_addr_ != attempt.addr) open_copy_port_locked();  // this round's network is another
+    if (peers_ && peers_addr_ != attempt.addr && attempt.nodes > 1)
+      retired = open_copy_port_locked();  // this round's network is another
     mine = inventory_locked();
   }
+  retired.reset();
   if (attempt.nodes <= 1) return;
   try {
     publish_inventory(attempt, mine, copy_key());
@@ -155,13 +159,12 @@ int MemoryKeeper::copy_port() const {
   return peers_ ? peers_->port() : 0;
 }
 
-bool MemoryKeeper::open_copy_port_locked() {
-  if (!attempt_ || attempt_->nodes <= 1) return false;  // one node: no other agent to serve
-  peers_.reset();
+std::unique_ptr<PeerServer> MemoryKeeper::open_copy_port_locked() {
+  std::unique_ptr<PeerServer> previous = std::move(peers_);
   peers_ = std::make_unique<PeerServer>(*this, attempt_->addr);
   peers_addr_ = attempt_->addr;
   spdlog::info("memory: copy port {}:{} open (the run's secret required)", peers_addr_, peers_->port());
-  return true;
+  return previous;
 }
 
 HandoverReply MemoryKeeper::hello(int rank, const proto::CopyShape& shape, std::vector<int>& fds, uint64_t connection) {
@@ -169,7 +172,10 @@ HandoverReply MemoryKeeper::hello(int rank, const proto::CopyShape& shape, std::
   std::optional<std::pair<MemoryAttempt, Inventory>> publish;
   {
     std::lock_guard lock(mutex_);
-    if (!peers_ && open_copy_port_locked()) publish.emplace(*attempt_, inventory_locked());
+    if (!peers_ && attempt_ && attempt_->nodes > 1) {  // one node: no other agent to serve
+      open_copy_port_locked();
+      publish.emplace(*attempt_, inventory_locked());
+    }
   }
   if (publish) {
     try {
@@ -475,7 +481,7 @@ void MemoryKeeper::disconnected(int rank, uint64_t connection) {
     shelf_.on_disconnect(rank);
 }
 
-void MemoryKeeper::receive_push(const CopyPortRequest& request, int socket) {
+void MemoryKeeper::receive_push(const CopyPortRequest& request, const Poly1305Key& data_key, int socket) {
   PushTarget target = place_push(request, socket);
   if (target.answer) {
     send_frame(socket, *target.answer);
@@ -484,7 +490,8 @@ void MemoryKeeper::receive_push(const CopyPortRequest& request, int socket) {
   std::string why;
   try {
     send_frame(socket, CopyPortReply::go());
-    receive_copy(socket, target.into.get(), request.bytes);
+    Poly1305 mac(data_key);
+    receive_copy(socket, target.into.get(), request.bytes, mac);
   } catch (const std::exception& e) {
     why = e.what();
   }
@@ -549,7 +556,7 @@ std::string MemoryKeeper::settle_push(const CopyPortRequest& request, int slot, 
   return why;
 }
 
-void MemoryKeeper::serve_fetch(const CopyPortRequest& request, int socket) {
+void MemoryKeeper::serve_fetch(const CopyPortRequest& request, const Poly1305Key& data_key, int socket) {
   const int rank = request.rank;
   const int64_t step = request.step;
   UniqueFd from;
@@ -570,7 +577,9 @@ void MemoryKeeper::serve_fetch(const CopyPortRequest& request, int socket) {
                                                std::to_string(rank) + " here"));
     } else {
       send_frame(socket, CopyPortReply::ok(bytes));
-      send_copy(socket, from.get(), bytes);
+      Poly1305 mac(data_key);
+      send_copy(socket, from.get(), bytes, mac);
+      send_copy_tag(socket, mac);
     }
   } catch (const std::exception& e) {
     spdlog::warn("memory: sending rank {}'s copy of step {} failed: {}", rank, step, e.what());

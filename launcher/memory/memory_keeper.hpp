@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
+#include "common/poly1305.hpp"
 #include "launcher/memory/copy_shelf.hpp"
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_budget.hpp"
@@ -104,8 +105,8 @@ class MemoryKeeper {
   void disconnected(int rank, uint64_t connection);
 
   // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
-  void receive_push(const proto::CopyPortRequest& request, int socket);
-  void serve_fetch(const proto::CopyPortRequest& request, int socket);
+  void receive_push(const proto::CopyPortRequest& request, const Poly1305Key& data_key, int socket);
+  void serve_fetch(const proto::CopyPortRequest& request, const Poly1305Key& data_key, int socket);
 
   // The replicator's side.
   /// The committed copy of `step` of `rank`, pinned until pushed() (nullopt: it was overwritten).
@@ -153,8 +154,9 @@ class MemoryKeeper {
   Inventory inventory_locked() const;
   [[nodiscard]] proto::HandoverReply hello_slots(int rank, const proto::CopyShape& shape, std::vector<int>& fds,
                                                  uint64_t connection);
-  /// Opens the copy port on this round's address (again, when the address changed). True when it opened now.
-  bool open_copy_port_locked();
+  /// Opens the copy port on this round's address (again, when the address changed). Returns the one it replaces,
+  /// for the caller to stop once it has let go of the lock (~PeerServer).
+  std::unique_ptr<PeerServer> open_copy_port_locked();
   /// Whether a push of `rank` of `bytes` is one this node expects: a rank of the node it backs this round, no
   /// larger than this node's own copies. "" or why not (logged here, never told to the pusher).
   [[nodiscard]] std::string push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const;

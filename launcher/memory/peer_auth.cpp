@@ -25,7 +25,13 @@ std::string copy_proof(const std::string& key, const char* role, const std::stri
   return to_hex(hmac_sha256(key, message));
 }
 
-UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, proto::CopyPortRequest request) {
+Poly1305Key copy_data_key(const std::string& key, const std::string& agent_nonce, const std::string& client_nonce,
+                          const std::string& target) {
+  return hmac_sha256(key, "meshrun-copy-data|" + agent_nonce + "|" + client_nonce + "|" + target);
+}
+
+PeerConnection open_peer_request(const std::string& addr, int port, const std::string& key,
+                                 proto::CopyPortRequest request) {
   const std::string where = "the agent at " + addr + ":" + std::to_string(port);
   if (key.empty()) throw Error("cannot prove this run's secret to " + where + ": this agent has not joined a round");
   UniqueFd peer = connect_peer(addr, port);
@@ -44,11 +50,10 @@ UniqueFd open_peer_request(const std::string& addr, int port, const std::string&
   }
   if (!equal_constant_time(answer.proof, copy_proof(key, "agent", agent_nonce, client_nonce, target, request)))
     throw Error(where + " does not know the run's secret: no copy goes to it or comes from it");
-  return peer;
+  return PeerConnection{std::move(peer), copy_data_key(key, agent_nonce, client_nonce, target)};
 }
 
-std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key,
-                                                          const std::string& target) {
+std::optional<ProvenRequest> accept_peer_request(int socket, const std::string& key, const std::string& target) {
   const std::string nonce = proto::make_nonce();
   send_frame(socket, proto::CopyPortChallenge{nonce});
   const json frame = receive_frame(socket);
@@ -66,7 +71,8 @@ std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std:
   }
   send_frame(socket,
              proto::CopyPortProof{copy_proof(key, "agent", nonce, request.client_nonce, target, request), false});
-  return request;
+  const Poly1305Key data_key = copy_data_key(key, nonce, request.client_nonce, target);
+  return ProvenRequest{std::move(request), data_key};
 }
 
 std::string peer_address(int socket) {

@@ -11,7 +11,9 @@
 // T is the copy port the peer meant to reach, addr:port as that agent published it (in an inventory signed with
 // K: inventory_exchange.hpp). A relay (a party that points a peer at itself and passes the handshake on to the
 // real agent) fails: the real agent's own T differs from the one the peer proved, and a request changed on the
-// way no longer matches its proof.
+// way no longer matches its proof. The copy's bytes carry a Poly1305 tag under a key drawn from K and both nonces
+// (copy_data_key): fresh for each connection, so a tag is never reused, and a byte changed on the network path is
+// caught before the copy is kept or lent.
 #pragma once
 
 #include <optional>
@@ -19,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/poly1305.hpp"
 #include "common/unique_fd.hpp"
 #include "proto/copy_port_messages.hpp"
 
@@ -27,10 +30,18 @@ namespace meshrun::launcher {
 /// What the copy port answers a request it refuses, as a frame.
 inline const nlohmann::json kRefused = proto::CopyPortReply::refused();
 
+/// A proven connection: its socket, and the one-time key of the copy bytes it carries (one copy, one way).
+struct PeerConnection {
+  UniqueFd socket;
+  Poly1305Key data_key{};
+  int get() const { return socket.get(); }
+};
+
 /// Connects to the agent at addr:port and sends `request`, proven with `key`, and checks the agent's proof.
 /// The socket is then ready for the request's first reply. Throws meshrun::Error naming why not (an empty
 /// key: this agent has not joined a round yet).
-UniqueFd open_peer_request(const std::string& addr, int port, const std::string& key, proto::CopyPortRequest request);
+PeerConnection open_peer_request(const std::string& addr, int port, const std::string& key,
+                                 proto::CopyPortRequest request);
 
 /// The proof of one side: HMAC-SHA256 with `key` over the role, both nonces, the target and the request's fields
 /// (its own proof and nonce aside).
@@ -38,14 +49,24 @@ std::string copy_proof(const std::string& key, const char* role, const std::stri
                        const std::string& client_nonce, const std::string& target,
                        const proto::CopyPortRequest& request);
 
+/// The one-time key of a connection's copy bytes: HMAC-SHA256 with `key` over both nonces and the target.
+Poly1305Key copy_data_key(const std::string& key, const std::string& agent_nonce, const std::string& client_nonce,
+                          const std::string& target);
+
 /// "addr:port" as a copy port's target is named in proofs.
 std::string copy_port_target(const std::string& addr, int port);
+
+/// A request whose proof held, and the key of the copy bytes its connection carries.
+struct ProvenRequest {
+  proto::CopyPortRequest request;
+  Poly1305Key data_key{};
+};
 
 /// The agent's side, on a connection just accepted: sends the challenge, reads the request, checks its proof
 /// and answers with the agent's own. nullopt: refused (kRefused was sent). Throws ProtocolError when the
 /// request is malformed.
-[[nodiscard]] std::optional<proto::CopyPortRequest> accept_peer_request(int socket, const std::string& key,
-                                                                        const std::string& target);
+[[nodiscard]] std::optional<ProvenRequest> accept_peer_request(int socket, const std::string& key,
+                                                               const std::string& target);
 
 /// The peer's address, for the log ("10.0.0.2:41234"), or "a peer".
 std::string peer_address(int socket);

@@ -4,15 +4,17 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/sha256.hpp"
+#include "proto/copy_port_messages.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -101,25 +103,63 @@ nlohmann::json receive_frame(int socket) {
   return message;
 }
 
-void send_copy(int socket, int memfd, uint64_t bytes, uint64_t from) {
-  auto offset = static_cast<off_t>(from);
-  while (static_cast<uint64_t>(offset) < bytes) {
-    const ssize_t w = ::sendfile(socket, memfd, &offset, static_cast<size_t>(bytes - static_cast<uint64_t>(offset)));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("sendfile");
+namespace {
+
+constexpr uint64_t kCopyPiece = 4 << 20;  // tagged and sent (or received and tagged) while it is in the cache
+
+// A memfd's first `bytes`, mapped for the length of one transfer.
+class CopyMapping {
+ public:
+  CopyMapping(int memfd, uint64_t bytes, int protection) : bytes_(bytes) {
+    map_ = ::mmap(nullptr, bytes, protection, MAP_SHARED, memfd, 0);
+    if (map_ == MAP_FAILED) fail("mapping the slot");
+  }
+  ~CopyMapping() { ::munmap(map_, bytes_); }
+  CopyMapping(const CopyMapping&) = delete;
+  CopyMapping& operator=(const CopyMapping&) = delete;
+  char* at(uint64_t offset) const { return static_cast<char*>(map_) + offset; }
+
+ private:
+  void* map_ = nullptr;
+  uint64_t bytes_;
+};
+
+std::string hex_of(const Poly1305Tag& tag) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string text;
+  for (const uint8_t byte : tag) {
+    text += kDigits[byte >> 4];
+    text += kDigits[byte & 15];
+  }
+  return text;
+}
+
+}  // namespace
+
+void send_copy(int socket, int memfd, uint64_t to, Poly1305& mac, uint64_t from) {
+  if (from >= to) return;
+  const CopyMapping map(memfd, to, PROT_READ);
+  for (uint64_t at = from; at < to; at += kCopyPiece) {
+    const size_t n = static_cast<size_t>(std::min(kCopyPiece, to - at));
+    mac.update(map.at(at), n);
+    write_all(socket, map.at(at), n);
   }
 }
 
-void receive_copy(int socket, int memfd, uint64_t bytes) {
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-  if (map == MAP_FAILED) fail("mapping the slot");
-  try {
-    read_all(socket, static_cast<char*>(map), bytes);
-  } catch (...) {
-    ::munmap(map, bytes);
-    throw;
+void send_copy_tag(int socket, Poly1305& mac) { send_frame(socket, proto::CopyPortTag{hex_of(mac.finish())}); }
+
+void receive_copy(int socket, int memfd, uint64_t bytes, Poly1305& mac) {
+  if (bytes > 0) {
+    const CopyMapping map(memfd, bytes, PROT_READ | PROT_WRITE);
+    for (uint64_t at = 0; at < bytes; at += kCopyPiece) {
+      const size_t n = static_cast<size_t>(std::min(kCopyPiece, bytes - at));
+      read_all(socket, map.at(at), n);
+      mac.update(map.at(at), n);
+    }
   }
-  ::munmap(map, bytes);
+  const auto tag = receive_frame(socket).get<proto::CopyPortTag>();
+  if (!equal_constant_time(tag.mac, hex_of(mac.finish())))
+    throw Error("memory copy transfer: the copy's bytes do not match their MAC: changed on the way, not kept");
 }
 
 }  // namespace meshrun::launcher

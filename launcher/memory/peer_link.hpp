@@ -1,7 +1,7 @@
 // The agents' copy transfer (docs/design/in-memory-checkpoints.md, "Agent to agent"): one TCP connection
 // per request, a frame (uint32 little-endian length, at most 64 KiB, then a JSON object: the messages of
-// proto/copy_port_messages.hpp) each way, and a copy's bytes straight from one memfd to the other (sendfile
-// out; received into a mapping). Every call has a deadline, so a peer that stops answering costs a bounded wait.
+// proto/copy_port_messages.hpp) each way, and a copy's bytes from one memfd's mapping to the other's, followed by
+// their Poly1305 tag. Every call has a deadline, so a peer that stops answering costs a bounded wait.
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/poly1305.hpp"
 #include "common/unique_fd.hpp"
 
 namespace meshrun::launcher {
@@ -26,9 +27,13 @@ void set_handshake_deadline(int socket);
 void send_frame(int socket, const nlohmann::json& message);
 /// Throws meshrun::Error when the peer closes, times out or sends more than the limit.
 nlohmann::json receive_frame(int socket);
-/// Bytes [from, bytes) of `memfd` to the socket.
-void send_copy(int socket, int memfd, uint64_t bytes, uint64_t from = 0);
-/// `bytes` from the socket into the start of `memfd` (which holds at least that many).
-void receive_copy(int socket, int memfd, uint64_t bytes);
+/// Bytes [from, to) of `memfd` to the socket, each given to `mac` as it is sent (the bytes tagged are the bytes
+/// sent). A copy's last piece is followed by send_copy_tag.
+void send_copy(int socket, int memfd, uint64_t to, Poly1305& mac, uint64_t from = 0);
+/// The tag of every byte given to `mac`, as the frame that ends a copy (proto::CopyPortTag).
+void send_copy_tag(int socket, Poly1305& mac);
+/// `bytes` from the socket into the start of `memfd` (which holds at least that many), then the sender's tag.
+/// Throws meshrun::Error when the tag does not match the bytes received: changed on the way.
+void receive_copy(int socket, int memfd, uint64_t bytes, Poly1305& mac);
 
 }  // namespace meshrun::launcher

@@ -34,7 +34,8 @@ UniqueFd listen_on(const std::string& addr, int& port) {
   } else {
     throw Error("cannot open the memory copy port on '" + addr + "': not a numeric address of this host");
   }
-  UniqueFd fd(::socket(want.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // Non-blocking: every serving thread polls it, and those that lose the race for a connection go back to poll.
+  UniqueFd fd(::socket(want.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   const std::string where = "the memory copy port on " + addr;
   if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&want), want_length) != 0)
     throw Error("cannot open " + where + ": " + std::strerror(errno));
@@ -55,13 +56,30 @@ PeerServer::PeerServer(MemoryKeeper& keeper, const std::string& addr)
       target_(copy_port_target(addr, port_)),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (!wake_.valid()) throw Error(std::string("cannot serve the memory copy port: ") + std::strerror(errno));
-  thread_ = std::thread([this] { serve(); });
+  for (int i = 0; i < kConcurrentConnections; ++i) threads_.emplace_back([this] { serve(); });
 }
 
 PeerServer::~PeerServer() {
-  const uint64_t one = 1;
-  if (::write(wake_.get(), &one, sizeof one) < 0) spdlog::debug("memory copy port: cannot wake its thread");
-  thread_.join();
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    for (const int socket : serving_) ::shutdown(socket, SHUT_RDWR);  // a transfer under way fails at once
+  }
+  const uint64_t one = 1;  // never read: the eventfd stays readable, and wakes every thread
+  if (::write(wake_.get(), &one, sizeof one) < 0) spdlog::debug("memory copy port: cannot wake its threads");
+  for (auto& thread : threads_) thread.join();
+}
+
+bool PeerServer::track(int socket) {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return false;
+  serving_.insert(socket);
+  return true;
+}
+
+void PeerServer::untrack(int socket) {
+  std::lock_guard lock(mutex_);
+  serving_.erase(socket);
 }
 
 void PeerServer::serve() {
@@ -71,19 +89,20 @@ void PeerServer::serve() {
     if (fds[0].revents != 0) return;
     if (fds[1].revents == 0) continue;
     const UniqueFd peer(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!peer.valid()) continue;
-    set_handshake_deadline(peer.get());  // a stranger holds the port for seconds at most
+    if (!peer.valid() || !track(peer.get())) continue;  // another thread took it, or the server is stopping
+    set_handshake_deadline(peer.get());                 // a stranger holds a thread for seconds at most
     try {
       handle(peer.get());
     } catch (const std::exception& e) {
       spdlog::warn("memory copy port: {}", e.what());
     }
+    untrack(peer.get());
   }
 }
 
 void PeerServer::handle(int socket) {
   const std::string peer = peer_address(socket);
-  std::optional<proto::CopyPortRequest> proven;
+  std::optional<ProvenRequest> proven;
   try {
     proven = accept_peer_request(socket, keeper_.copy_key(), target_);
   } catch (const ProtocolError& e) {
@@ -95,16 +114,16 @@ void PeerServer::handle(int socket) {
     return;
   }
   set_peer_deadlines(socket);
-  const proto::CopyPortRequest& request = *proven;
+  const proto::CopyPortRequest& request = proven->request;
   if (request.run != keeper_.run_id()) {
     spdlog::warn("memory copy port: refused {}: run '{}'", peer, request.run);
     send_frame(socket, kRefused);
     return;
   }
   if (request.kind == proto::CopyPortRequest::Kind::kPush) {
-    keeper_.receive_push(request, socket);
+    keeper_.receive_push(request, proven->data_key, socket);
   } else {
-    keeper_.serve_fetch(request, socket);
+    keeper_.serve_fetch(request, proven->data_key, socket);
   }
 }
 

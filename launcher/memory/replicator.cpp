@@ -74,19 +74,22 @@ bool Replicator::push(int rank, int64_t step) {
   const auto started = std::chrono::steady_clock::now();
   std::string why;
   try {
-    const UniqueFd peer = open_peer_request(buddy->addr, buddy->port, keeper_.copy_key(),
-                                            proto::CopyPortRequest::push(keeper_.run_id(), rank, step, copy->round,
-                                                                         copy->world_size, copy->digest, copy->bytes));
+    const PeerConnection peer =
+        open_peer_request(buddy->addr, buddy->port, keeper_.copy_key(),
+                          proto::CopyPortRequest::push(keeper_.run_id(), rank, step, copy->round, copy->world_size,
+                                                       copy->digest, copy->bytes));
     auto reply = receive_frame(peer.get()).get<proto::CopyPortReply>();
     if (reply.kind == proto::CopyPortReply::Kind::kGo) {
       // Test hook (agent side): the push pauses halfway through, as a slow network would.
+      Poly1305 mac(peer.data_key);
       uint64_t sent = 0;
       if (const char* slow = std::getenv("MESHRUN_FAULT_SLOW_REPLICATION"); slow != nullptr && *slow != '\0') {
         sent = copy->bytes / 2;
-        send_copy(peer.get(), copy->fd.get(), sent);
+        send_copy(peer.get(), copy->fd.get(), sent, mac);
         std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(slow)));
       }
-      send_copy(peer.get(), copy->fd.get(), copy->bytes, sent);
+      send_copy(peer.get(), copy->fd.get(), copy->bytes, mac, sent);
+      send_copy_tag(peer.get(), mac);
       reply = receive_frame(peer.get()).get<proto::CopyPortReply>();
     }
     using Kind = proto::CopyPortReply::Kind;

@@ -26,6 +26,7 @@
 #include "launcher/memory/memory_keeper.hpp"
 #include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
+#include "launcher/memory/peer_server.hpp"
 #include "proto/memory_copy.hpp"
 #include "support/daemon_process.hpp"
 #include "support/subprocess.hpp"
@@ -304,6 +305,13 @@ meshrun::launcher::MemoryAttempt round_of(const meshrun::Endpoint& store, int64_
           .backed_count = 2};
 }
 
+// A copy of kSlotBytes in `memfd`, pushed on a proven connection as an agent pushes one: the bytes, then their tag.
+void send_whole_copy(const meshrun::launcher::PeerConnection& peer, int memfd) {
+  meshrun::Poly1305 mac(peer.data_key);
+  meshrun::launcher::send_copy(peer.get(), memfd, kSlotBytes, mac);
+  meshrun::launcher::send_copy_tag(peer.get(), mac);
+}
+
 // Waits until the keeper's copy port is open (a worker asked for copies).
 int open_port(const MemoryKeeper& keeper) {
   for (int i = 0; i < 500 && keeper.copy_port() == 0; ++i) std::this_thread::sleep_for(10ms);
@@ -327,33 +335,35 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   CHECK(key == kSecret);
   const auto five = copy_image(1, 5, 'x');
   {
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, push_request("run", 1, 5));
+    const auto peer = open_peer_request("127.0.0.1", port, key, push_request("run", 1, 5));
     REQUIRE(receive_frame(peer.get()).value("go", false));
-    send_copy(peer.get(), five->fd(), kSlotBytes);
+    send_whole_copy(peer, five->fd());
     CHECK(receive_frame(peer.get()).value("ok", false));
   }
   CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});
 
   // Another run's agent is refused, whatever it asks, and told nothing.
   {
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, push_request("other-run", 1, 6));
+    const auto peer = open_peer_request("127.0.0.1", port, key, push_request("other-run", 1, 6));
     CHECK(receive_frame(peer.get()) == kRefused);
   }
   // A sender that dies halfway through step 10 leaves step 5 as it was.
   {
     const auto ten = copy_image(1, 10, 'y');
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, push_request("run", 1, 10));
+    const auto peer = open_peer_request("127.0.0.1", port, key, push_request("run", 1, 10));
     REQUIRE(receive_frame(peer.get()).value("go", false));
-    send_copy(peer.get(), ten->fd(), kSlotBytes / 2);
+    meshrun::Poly1305 mac(peer.data_key);
+    send_copy(peer.get(), ten->fd(), kSlotBytes / 2, mac);
   }  // closed mid-copy
 
-  // A fetch gets the copy back, byte for byte (served after the cut push: one connection at a time).
-  const UniqueFd peer = open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 1, 5));
+  // A fetch gets the copy back, byte for byte, whatever became of the cut push.
+  const auto peer = open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 1, 5));
   const json reply = receive_frame(peer.get());
   REQUIRE(reply.value("ok", false));
   REQUIRE(reply.value("bytes", uint64_t{0}) == kSlotBytes);
   MemfdSlot into("test fetched", kSlotBytes);
-  receive_copy(peer.get(), into.fd(), kSlotBytes);
+  meshrun::Poly1305 mac(peer.data_key);
+  receive_copy(peer.get(), into.fd(), kSlotBytes, mac);
   CHECK(into.check().empty());
   std::vector<char> got(kSlotBytes), want(kSlotBytes);
   REQUIRE(::pread(into.fd(), got.data(), kSlotBytes, 0) == static_cast<ssize_t>(kSlotBytes));
@@ -361,8 +371,7 @@ TEST_CASE("copy port: a pushed copy is kept whole and fetched back byte for byte
   CHECK(got == want);
   CHECK(replicas_of(buddy) == std::vector<std::pair<int, int64_t>>{{1, 5}});  // the cut push kept nothing
   // A step nobody holds: an error, not a hang.
-  const UniqueFd again =
-      open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 1, 99));
+  const auto again = open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 1, 99));
   CHECK_THAT(receive_frame(again.get()).value("error", ""), Catch::Contains("no copy of step 99"));
 }
 
@@ -441,11 +450,19 @@ TEST_CASE("copy port: a party that did not join the run can neither fetch nor pu
 
 namespace {
 
+// One byte a relay changes on its way: the `at`-th byte (from 0) that flows toward the agent, or toward the peer.
+struct Flip {
+  enum class Toward { kAgent, kPeer };
+  Toward toward = Toward::kPeer;
+  int64_t at = -1;  // -1: none
+};
+
 // A TCP relay on a port of its own, passing one connection's bytes both ways to 127.0.0.1:`to`: what a party that
-// wrote a copy port of its own into the store would do to sit between two agents.
+// wrote a copy port of its own into the store would do to sit between two agents, or (dialled as if it were the
+// agent itself) a router on the network path that changes a byte.
 class Relay {
  public:
-  explicit Relay(int to) : listen_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  explicit Relay(int to, Flip flip = {}) : listen_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -454,15 +471,21 @@ class Relay {
     REQUIRE(::listen(listen_.get(), 1) == 0);
     REQUIRE(::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &length) == 0);
     port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this, to] {
+    thread_ = std::thread([this, to, flip] {
       const UniqueFd in(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       const UniqueFd out = meshrun::launcher::connect_peer("127.0.0.1", to);
       pollfd fds[2] = {{in.get(), POLLIN, 0}, {out.get(), POLLIN, 0}};
       char buf[65536];
+      int64_t passed[2] = {0, 0};  // bytes that went toward the agent, toward the peer
+      const int flip_from = flip.toward == Flip::Toward::kAgent ? 0 : 1;
       while (::poll(fds, 2, 10000) > 0) {
         const int from = fds[0].revents != 0 ? 0 : 1;
         const ssize_t n = ::read(fds[from].fd, buf, sizeof buf);
-        if (n <= 0 || ::write(fds[1 - from].fd, buf, static_cast<size_t>(n)) != n) break;
+        if (n <= 0) break;
+        if (from == flip_from && flip.at >= passed[from] && flip.at < passed[from] + n)
+          buf[flip.at - passed[from]] ^= 1;
+        passed[from] += n;
+        if (::write(fds[1 - from].fd, buf, static_cast<size_t>(n)) != n) break;
         relayed_ += n;
       }
     });
@@ -498,8 +521,7 @@ TEST_CASE("copy port: a relay between two agents is refused, and so is a forged 
     CHECK(relay.relayed() < 4096);
   }
   // Dialled directly, the same request is served.
-  const UniqueFd direct =
-      open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 2, 5));
+  const auto direct = open_peer_request("127.0.0.1", port, key, meshrun::proto::CopyPortRequest::fetch("run", 2, 5));
   CHECK(receive_frame(direct.get())["ok"] == true);
   // The inventories that tell agents where to dial are signed: one written without the secret, or moved under another
   // node's key, is not believed.
@@ -517,6 +539,85 @@ TEST_CASE("copy port: a relay between two agents is refused, and so is a forged 
   CHECK_FALSE(verified_inventory(forged.dump(), store_key, key));
 }
 
+namespace {
+
+// A request to the agent whose copy port is `agent_port`, sent through `path_port`: a connection that reaches the
+// agent over a path that can change bytes (the peer proves the agent's own port, as it does when it dials it).
+meshrun::launcher::PeerConnection dial_through(int path_port, int agent_port, const std::string& key,
+                                               meshrun::proto::CopyPortRequest request) {
+  using namespace meshrun::launcher;
+  UniqueFd socket = connect_peer("127.0.0.1", path_port);
+  const std::string agent_nonce = receive_frame(socket.get()).at("nonce");
+  const std::string target = copy_port_target("127.0.0.1", agent_port);
+  request.client_nonce = "00112233445566778899aabbccddeeff";
+  request.proof = copy_proof(key, "peer", agent_nonce, request.client_nonce, target, request);
+  send_frame(socket.get(), request);
+  REQUIRE(receive_frame(socket.get()).contains("proof"));
+  return {std::move(socket), copy_data_key(key, agent_nonce, request.client_nonce, target)};
+}
+
+}  // namespace
+
+TEST_CASE("copy port: a byte of a copy changed on the network path is caught by its MAC, both ways",
+          "[memory][security]") {
+  using namespace meshrun::launcher;
+  const KeeperWithACopy held;
+  const std::string key = held.keeper->copy_key();
+  // A fetch of rank 2's copy: whole through a path that changes nothing; refused by the peer when one byte of the
+  // copy (well past the frames before it) is flipped.
+  const auto fetch = [&](Flip flip) -> std::string {
+    const Relay path(held.port, flip);
+    const auto peer = dial_through(path.port(), held.port, key, meshrun::proto::CopyPortRequest::fetch("run", 2, 5));
+    const json reply = receive_frame(peer.get());
+    REQUIRE(reply.value("ok", false));
+    const auto bytes = reply.at("bytes").get<uint64_t>();
+    MemfdSlot into("test fetched", bytes);
+    meshrun::Poly1305 mac(peer.data_key);
+    try {
+      receive_copy(peer.get(), into.fd(), bytes, mac);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return into.check();
+  };
+  CHECK(fetch({}) == "");
+  CHECK_THAT(fetch({Flip::Toward::kPeer, 8192}), Catch::Contains("do not match their MAC"));
+  // A push of rank 1's copy: the agent keeps nothing of the changed one, and says why.
+  const auto five = copy_image(1, 5, 'x');
+  const auto push = [&](Flip flip) {
+    const Relay path(held.port, flip);
+    const auto peer = dial_through(path.port(), held.port, key, push_request("run", 1, 5));
+    REQUIRE(receive_frame(peer.get()).value("go", false));
+    send_whole_copy(peer, five->fd());
+    return receive_frame(peer.get());
+  };
+  CHECK_THAT(push({Flip::Toward::kAgent, 8192}).value("error", ""), Catch::Contains("do not match their MAC"));
+  CHECK(replicas_of(*held.keeper).empty());
+  CHECK(push({}).value("ok", false));
+  CHECK(replicas_of(*held.keeper) == std::vector<std::pair<int, int64_t>>{{1, 5}});
+}
+
+TEST_CASE("copy port: strangers that connect and say nothing do not hold up a fetch", "[memory][security]") {
+  using namespace meshrun::launcher;
+  const KeeperWithACopy held;
+  // All but one of the port's threads held by connections that never send a request (each closed only at the
+  // handshake's deadline, seconds away).
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i + 1 < PeerServer::kConcurrentConnections; ++i) {
+    silent.push_back(connect_peer("127.0.0.1", held.port));
+    CHECK(receive_frame(silent.back().get()).contains("nonce"));  // accepted: a thread is on it
+  }
+  const auto peer = open_peer_request("127.0.0.1", held.port, held.keeper->copy_key(),
+                                      meshrun::proto::CopyPortRequest::fetch("run", 2, 5));
+  CHECK(receive_frame(peer.get()).value("ok", false));
+  // Served while every stranger's connection is still open: none was closed to make room.
+  for (const UniqueFd& stranger : silent) {
+    char byte = 0;
+    CHECK(::recv(stranger.get(), &byte, 1, MSG_DONTWAIT) == -1);
+    CHECK(errno == EAGAIN);
+  }
+}
+
 TEST_CASE("copy port: a push of a rank this node does not back, of another world or model, or too large is refused",
           "[memory][security]") {
   using namespace meshrun::launcher;
@@ -529,7 +630,7 @@ TEST_CASE("copy port: a push of a rank this node does not back, of another world
   REQUIRE(port > 0);
   const std::string key = keeper.copy_key();
   const auto refused = [&](json request) {
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, key, std::move(request));
+    const auto peer = open_peer_request("127.0.0.1", port, key, std::move(request));
     return receive_frame(peer.get()) == kRefused;
   };
   CHECK(refused(push_request("run", 3, 5)));  // node 1's own rank 3: backed by node 0
@@ -587,10 +688,10 @@ TEST_CASE("memory ring: a new ring's buddy gets the restored step at once, and s
     node1.begin_attempt(other_ring);
     const Worker asks(node1.socket_path(), 1);  // opens node 1's copy port
     const auto one = copy_image(1, 5, 'z');
-    const UniqueFd peer =
+    const auto peer =
         open_peer_request("127.0.0.1", open_port(node1), node1.copy_key(), push_request("run", 1, 5, kWorkerWorld));
     REQUIRE(receive_frame(peer.get()).value("go", false));
-    send_copy(peer.get(), one->fd(), kSlotBytes);
+    send_whole_copy(peer, one->fd());
     REQUIRE(receive_frame(peer.get()).value("ok", false));
   }
   // Round 1: node 1 joined (a spare); node 0's buddy is node 1, which holds nothing of rank 0.
@@ -642,9 +743,9 @@ TEST_CASE(
   CHECK(replicas_of(guarded).empty());
   {
     const auto five = copy_image(1, 5, 'x');
-    const UniqueFd peer = open_peer_request("127.0.0.1", port, guarded.copy_key(), push_request("run", 1, 5));
+    const auto peer = open_peer_request("127.0.0.1", port, guarded.copy_key(), push_request("run", 1, 5));
     REQUIRE(receive_frame(peer.get()).value("go", false));
-    send_copy(peer.get(), five->fd(), kSlotBytes);
+    send_whole_copy(peer, five->fd());
     CHECK(receive_frame(peer.get()).value("ok", false));
   }
   CHECK(replicas_of(guarded) == std::vector<std::pair<int, int64_t>>{{1, 5}});

@@ -24,8 +24,13 @@ using namespace std::chrono_literals;
 namespace {
 // A raw TCP connection for sending bytes no well-behaved client would send.
 struct RawSocket {
-  explicit RawSocket(uint16_t port) {
+  /// From `source` (another loopback address stands for another client host).
+  explicit RawSocket(uint16_t port, const char* source = "127.0.0.1") {
     fd.reset(::socket(AF_INET, SOCK_STREAM, 0));
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -43,6 +48,16 @@ struct RawSocket {
       if (n == 0) return true;
       if (n < 0) return errno == ECONNRESET;
     }
+  }
+  /// True when the daemon answers a PING on this connection (served, not closed).
+  bool answers_ping() {
+    send(proto::encode_request({proto::QueryType::kPing, {}, {}, 42}));
+    return receives_reply();
+  }
+  /// True when a reply's bytes arrive (within 5 s), not the hang-up.
+  bool receives_reply() {
+    char buf[64];
+    return ::recv(fd.get(), buf, sizeof buf, 0) > 0;
   }
   /// True when a byte or the hang-up arrives within `limit`.
   bool readable_within(std::chrono::milliseconds limit) {
@@ -197,6 +212,50 @@ TEST_CASE("APPEND cannot grow one key past the value cap, and the daemon keeps s
   CHECK(good.get("/grow").size() == 4000);
   CHECK(good.get("/k") == "v");
   CHECK(daemon.client().get("/k") == "v");
+}
+
+TEST_CASE("one address cannot hold more connections than its cap, nor wait on more keys, and others are served",
+          "[server][limits]") {
+  auto options = testing::TestDaemon::default_options();
+  options.limits.max_connections_per_peer = 4;
+  options.limits.max_waited_keys_per_peer = 100;
+  testing::TestDaemon daemon(options);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 60; ++i) keys.push_back("/wait/" + std::to_string(i));
+  const std::string wait_request = proto::encode_request({proto::QueryType::kWait, keys, {}, 0});
+  {
+    // 127.0.0.1 holds its four: a fifth is closed at once; 127.0.0.2 is served meanwhile.
+    std::vector<RawSocket> held;
+    for (int i = 0; i < 4; ++i) {
+      held.emplace_back(daemon.endpoint().port);
+      CHECK(held.back().answers_ping());
+    }
+    RawSocket fifth(daemon.endpoint().port);
+    CHECK(fifth.closed_by_peer());
+    RawSocket other(daemon.endpoint().port, "127.0.0.2");
+    CHECK(other.answers_ping());
+    // Waits: 60 keys park; 60 more from the same address (another connection) would make 120: closed. Another
+    // address's 60 park.
+    held[0].send(wait_request);
+    held[1].send(wait_request);
+    CHECK(held[1].closed_by_peer());
+    other.send(wait_request);
+    RawSocket setter(daemon.endpoint().port, "127.0.0.3");
+    for (const auto& key : keys) setter.send(proto::encode_request({proto::QueryType::kSet, {key}, {"v"}, 0}));
+    CHECK(held[0].receives_reply());  // parked, then woken: not closed
+    CHECK(other.receives_reply());
+    // The woken wait's keys count no more: the address may wait on 60 again.
+    held[2].send(wait_request);
+    CHECK(held[2].receives_reply());  // the keys exist: answered at once
+  }
+  // The address's connections closed: it is served again.
+  bool served = false;
+  for (int i = 0; i < 500 && !served; ++i) {
+    RawSocket again(daemon.endpoint().port);
+    served = again.answers_ping();
+    if (!served) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(served);
 }
 
 // The process's peak resident memory (VmHWM) in bytes, after `reset_peak` (clear_refs 5) zeroed it.
