@@ -3,6 +3,12 @@
 set(THREADS_PREFER_PTHREAD_FLAG ON)
 find_package(Threads REQUIRED)
 find_package(Boost 1.74 REQUIRED)
+# OpenSSL: TLS to etcd's members (launcher/etcd/gateway_exchange). Portable builds link it statically, so the
+# wheel and the .deb still need nothing but glibc (cmake/Portable.cmake).
+if(MESHRUN_PORTABLE)
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+endif()
+find_package(OpenSSL 3 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)

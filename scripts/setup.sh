@@ -47,17 +47,17 @@ took() {
 }
 
 # --- system packages (only the missing ones; apt-get update once when needed) ---
-# The launcher and the daemon: compiler, CMake, their header-only libraries, Catch2 (configure needs it), and
-# python3 for the man pages and completions the build generates from --help.
+# The launcher and the daemon: compiler, CMake, their header-only libraries, OpenSSL (TLS to etcd), Catch2
+# (configure needs it), and python3 for the man pages and completions the build generates from --help.
 LAUNCHER_PACKAGES=(build-essential cmake ninja-build ccache pkg-config
-                   libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev catch2 python3)
+                   libboost-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libssl-dev catch2 python3)
 # Everything else: the trainer, the fuzzer and linters, the cluster tests (faketime: a node whose clock is
 # off), and man-db/zsh for the packaging tests (man -l, groff, zsh -n).
 PACKAGES=("${LAUNCHER_PACKAGES[@]}" git
           clang clang-format clang-tidy libclang-rt-14-dev python3-venv python3-dev
           iproute2 iptables nftables procps psmisc netcat-openbsd
           openssh-server openssh-client slurm-wlm munge fortunes-min fortunes zlib1g-dev libisal-dev
-          elfutils gdb chromium etcd-server curl man-db zsh faketime)
+          elfutils gdb chromium etcd-server curl man-db zsh faketime openssl)
 ((LAUNCHER_ONLY)) && PACKAGES=("${LAUNCHER_PACKAGES[@]}")
 missing=()
 for p in "${PACKAGES[@]}"; do

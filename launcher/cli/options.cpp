@@ -203,14 +203,20 @@ void apply_slurm(ParseResult& result, const EnvLookup& env) {
                          std::to_string(o.nproc_per_node) + " worker(s) per node");
 }
 
-/// "h1:2379,h2,[::1]:2379" -> the etcd members; the port defaults to etcd's 2379.
-std::vector<Endpoint> parse_etcd_endpoints(const std::string& text) {
+/// "h1:2379,h2,[::1]:2379" -> the etcd members; the port defaults to etcd's 2379. `https`: whether they were
+/// written https:// (every one, or none).
+std::vector<Endpoint> parse_etcd_endpoints(const std::string& text, bool& https) {
   std::vector<Endpoint> endpoints;
+  int secure = 0;
+  int plain = 0;
   for (const auto& item : split(text, ',')) {
     std::string member = std::string(trim(item));
-    if (member.rfind("http://", 0) == 0) member = member.substr(7);  // etcdctl's spelling
-    if (member.rfind("https://", 0) == 0) {
-      throw UsageError("--rdzv-endpoint '" + member + "': TLS to etcd is not supported; use its http:// client URL");
+    if (member.rfind("http://", 0) == 0) {  // etcdctl's spelling
+      member = member.substr(7);
+      ++plain;
+    } else if (member.rfind("https://", 0) == 0) {
+      member = member.substr(8);
+      ++secure;
     }
     if (!member.empty() && member.back() == '/') member.pop_back();
     if (!member.empty()) endpoints.push_back(parse_endpoint(member, kDefaultEtcdPort));
@@ -219,6 +225,9 @@ std::vector<Endpoint> parse_etcd_endpoints(const std::string& text) {
     throw UsageError(
         "--rdzv-backend etcd-v3 needs --rdzv-endpoint with the etcd members, e.g. etcd0:2379,etcd1:2379,etcd2:2379");
   }
+  if (secure > 0 && plain > 0)
+    throw UsageError("--rdzv-endpoint '" + text + "': some members https://, some http://; write them all one way");
+  https = secure > 0;
   return endpoints;
 }
 
@@ -283,6 +292,12 @@ constexpr std::pair<const char*, double RdzvConf::*> kSecondsKeys[] = {
 };
 
 // Sets one --rdzv-conf key that does not take seconds; throws UsageError naming a bad value or key.
+/// `file` when it can be read, for --rdzv-conf `key`; a UsageError naming both when not.
+std::string readable_file(const std::string& key, const std::string& file) {
+  if (file.empty() || !std::ifstream(file)) throw UsageError("--rdzv-conf " + key + "=" + file + ": cannot read it");
+  return file;
+}
+
 void set_rdzv_conf_key(RdzvConf& conf, const std::string& key, const std::string& value) {
   if (key == "keep_alive_max_attempt") {
     const auto v = to_int(value);
@@ -310,6 +325,16 @@ void set_rdzv_conf_key(RdzvConf& conf, const std::string& key, const std::string
     std::getline(in, conf.etcd_password);
     while (!conf.etcd_password.empty() && (conf.etcd_password.back() == '\r' || conf.etcd_password.back() == '\n'))
       conf.etcd_password.pop_back();
+  } else if (key == "protocol") {
+    if (value != "http" && value != "https")
+      throw UsageError("--rdzv-conf protocol=" + value + ": expected http or https (etcd-v3's client URLs)");
+    conf.etcd_https = value == "https";
+  } else if (key == "ca_cert" || key == "cacert") {
+    conf.etcd_ca_file = readable_file(key, value);
+  } else if (key == "ssl_cert" || key == "cert") {
+    conf.etcd_cert_file = readable_file(key, value);
+  } else if (key == "ssl_cert_key" || key == "key") {
+    conf.etcd_key_file = readable_file(key, value);
   } else if (key == "local_addr") {
     if (value.empty()) throw UsageError("--rdzv-conf local_addr= is empty: give this node's address");
     conf.local_addr = value;
@@ -328,7 +353,7 @@ void set_rdzv_conf_key(RdzvConf& conf, const std::string& key, const std::string
         "--rdzv-conf: unknown key '" + key +
         "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, heartbeat_timeout, "
         "keep_alive_interval, keep_alive_max_attempt, is_host, http_port, token, local_addr, store_type, use_libuv, "
-        "username, password, password_file)");
+        "username, password, password_file, protocol, ca_cert, ssl_cert, ssl_cert_key)");
   }
 }
 
@@ -571,7 +596,7 @@ void LaunchCommandLine::add_job_options(LaunchOptions& o) {
       "k=v,... : join_timeout, last_call_timeout, close_timeout, read_timeout, keep_alive_interval, "
       "keep_alive_max_attempt, heartbeat_timeout, is_host, http_port (the hosted daemon's live page), token (the "
       "join token; prefer $MESHRUN_RDZV_TOKEN, which `ps` does not show); etcd-v3: username, password_file (or "
-      "password, or $MESHRUN_ETCD_PASSWORD)");
+      "password, or $MESHRUN_ETCD_PASSWORD); protocol=https, ca_cert, ssl_cert, ssl_cert_key (TLS)");
   app_.add_flag("--standalone", o.standalone, "Single node: in-process rendezvous on a free port, random run id");
   app_.add_option(both_spellings("--max-restarts"), o.max_restarts, "Worker-group restarts before failing")
       ->check(CLI::NonNegativeNumber)
@@ -782,18 +807,33 @@ RdzvBackend convert_backend(const std::string& backend, ParseResult& result) {
   throw UsageError("--rdzv-backend '" + backend + "': expected c10d, static or etcd-v3");
 }
 
+/// Whether etcd-v3 speaks TLS: https:// members or protocol=https, the two agreeing; TLS files only with TLS.
+void settle_etcd_tls(RdzvConf& conf, bool https_members) {
+  if (conf.etcd_https == false && https_members)
+    throw UsageError("--rdzv-conf protocol=http, but --rdzv-endpoint names https:// members: drop one of the two");
+  conf.etcd_https = conf.etcd_https.value_or(https_members);
+  const bool files = !conf.etcd_ca_file.empty() || !conf.etcd_cert_file.empty() || !conf.etcd_key_file.empty();
+  if (files && !*conf.etcd_https) {
+    throw UsageError(
+        "--rdzv-conf ca_cert=/ssl_cert=/ssl_cert_key= are for TLS, but the etcd members are plain http: add "
+        "protocol=https (or write the members https://host:2379)");
+  }
+}
+
 void convert_rendezvous(const RawFlags& raw, const EnvLookup& env, const HostInfo& host, ParseResult& result) {
   LaunchOptions& o = result.options;
   std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(raw.nnodes);
   o.nproc_per_node = resolve_nproc_per_node(o.nproc_spec, host);
   o.backend = convert_backend(raw.backend, result);
+  bool https_members = false;
   if (o.backend == RdzvBackend::kEtcd) {
-    o.etcd_endpoints = parse_etcd_endpoints(raw.endpoint);
+    o.etcd_endpoints = parse_etcd_endpoints(raw.endpoint, https_members);
   } else if (!raw.endpoint.empty()) {
     o.rdzv_endpoint = parse_endpoint(raw.endpoint, kDefaultRdzvPort);
   }
   o.run_id = raw.run_id;
   o.rdzv_conf = parse_rdzv_conf(raw.conf);
+  if (o.backend == RdzvBackend::kEtcd) settle_etcd_tls(o.rdzv_conf, https_members);
   if (o.local_addr.empty()) o.local_addr = o.rdzv_conf.local_addr;  // --local-addr wins, as in torchrun
   o.master_addr = strip_brackets(o.master_addr);                    // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);

@@ -46,6 +46,12 @@ struct RdzvConf {
   std::string local_addr;     // torchrun's local_addr: as --local-addr when that is not given
   std::string etcd_user;      // etcd-v3: etcd's user/password auth (username=); empty: none
   std::string etcd_password;  // password=, or password_file='s first line (never printed)
+  // etcd-v3 over TLS: protocol=https (or https:// members); ca_cert= (cacert=), ssl_cert= (cert=) and
+  // ssl_cert_key= (key=), PEM files, as torch's etcd backends spell them.
+  std::optional<bool> etcd_https;  // protocol=; unset: as the members are written
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
 };
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.

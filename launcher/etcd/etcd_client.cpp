@@ -1,10 +1,5 @@
 #include "launcher/etcd/etcd_client.hpp"
 
-#include <utility>  // before Asio: its awaitable.hpp uses std::exchange
-
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -15,11 +10,7 @@
 namespace meshrun::launcher::etcd {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 using json = nlohmann::json;
-using SteadyTime = std::chrono::steady_clock::time_point;
 
 /// etcd answered, but with a server-side failure a different member may not have (no leader, stopping).
 class MemberUnavailable : public NetworkError {
@@ -88,73 +79,6 @@ json compare_json(const Compare& c) {
   return body;
 }
 
-// One HTTP exchange on a connection of its own: resolving, connecting and sending are bounded by
-// `send_deadline`, reading the answer by `deadline`. `enough`, when set, is asked after each piece of a
-// streamed body whether to stop reading (a watch never ends by itself).
-class Exchange {
- public:
-  Exchange(const Endpoint& endpoint, SteadyTime send_deadline, SteadyTime deadline, std::string authorization = "")
-      : endpoint_(endpoint),
-        authorization_(std::move(authorization)),
-        deadline_(std::min(send_deadline, deadline)),
-        read_deadline_(deadline) {}
-
-  http::response<http::string_body> post(const std::string& path, const std::string& body,
-                                         const std::function<bool(const std::string&)>& enough) {
-    asio::ip::tcp::resolver resolver(io_);
-    asio::ip::tcp::resolver::results_type addresses;
-    run([&](auto done) {
-      resolver.async_resolve(endpoint_.host, std::to_string(endpoint_.port),
-                             [&, done](boost::system::error_code ec, auto results) {
-                               addresses = results;
-                               done(ec);
-                             });
-    });
-    run([&](auto done) { stream_.async_connect(addresses, [done](auto ec, const auto&) { done(ec); }); });
-    http::request<http::string_body> request{http::verb::post, path, 11};
-    request.set(http::field::host, endpoint_.to_string());
-    request.set(http::field::content_type, "application/json");
-    if (!authorization_.empty()) request.set(http::field::authorization, authorization_);
-    request.body() = body;
-    request.prepare_payload();
-    run([&](auto done) { http::async_write(stream_, request, [done](auto ec, size_t) { done(ec); }); });
-    deadline_ = read_deadline_;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    while (!parser.is_done()) {
-      const bool streaming = enough && parser.is_header_done() && parser.get().result() == http::status::ok;
-      if (streaming && enough(parser.get().body())) break;
-      run([&](auto done) { http::async_read_some(stream_, buffer_, parser, [done](auto ec, size_t) { done(ec); }); });
-    }
-    return parser.release();
-  }
-
- private:
-  // Starts one asynchronous step and runs the loop until it completes or the deadline passes.
-  template <typename Start>
-  void run(Start start) {
-    boost::system::error_code result = asio::error::would_block;
-    start([&result](boost::system::error_code ec) { result = ec; });
-    io_.restart();
-    io_.run_until(deadline_);
-    if (result == asio::error::would_block) {
-      stream_.socket().close();
-      io_.restart();
-      io_.run();
-      throw TimeoutError("no answer in time");
-    }
-    if (result) throw NetworkError(result.message());
-  }
-
-  Endpoint endpoint_;
-  std::string authorization_;
-  SteadyTime deadline_;  // of the step under way
-  SteadyTime read_deadline_;
-  asio::io_context io_;
-  beast::tcp_stream stream_{io_};
-  beast::flat_buffer buffer_;
-};
-
 std::string error_message(const std::string& body) {
   const json j = json::parse(body, nullptr, false);
   if (j.is_object()) {
@@ -167,16 +91,15 @@ std::string error_message(const std::string& body) {
 // A 5xx answer is the member's trouble (no leader, stopping): the next member may do; any other
 // refusal is etcd's answer to the request itself.
 // etcd says the auth token a call carried is no longer valid (expired, or a restarted member forgot it).
-bool token_rejected(const http::response<http::string_body>& response) {
-  return response.result_int() == 401 && response.body().find("invalid auth token") != std::string::npos;
+bool token_rejected(const GatewayReply& response) {
+  return response.status == 401 && response.body.find("invalid auth token") != std::string::npos;
 }
 
-void check_status(const http::response<http::string_body>& response, const Endpoint& endpoint,
-                  const std::string& path) {
-  const unsigned status = response.result_int();
-  if (status >= 500) throw MemberUnavailable("HTTP " + std::to_string(status) + ": " + error_message(response.body()));
+void check_status(const GatewayReply& response, const Endpoint& endpoint, const std::string& path) {
+  const unsigned status = response.status;
+  if (status >= 500) throw MemberUnavailable("HTTP " + std::to_string(status) + ": " + error_message(response.body));
   if (status != 200) {
-    throw RemoteError("etcd at " + endpoint.to_string() + " refused " + path + ": " + error_message(response.body()));
+    throw RemoteError("etcd at " + endpoint.to_string() + " refused " + path + ": " + error_message(response.body));
   }
 }
 
@@ -263,8 +186,12 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout, EtcdCredentials credentials)
-    : endpoints_(std::move(endpoints)), timeout_(timeout), credentials_(std::move(credentials)) {
+EtcdClient::EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout, EtcdCredentials credentials,
+                       const EtcdTls& tls)
+    : endpoints_(std::move(endpoints)),
+      timeout_(timeout),
+      credentials_(std::move(credentials)),
+      tls_(make_gateway_tls(tls)) {
   if (endpoints_.empty()) throw UsageError("the etcd backend needs --rdzv-endpoint host:port[,host:port...]");
 }
 
@@ -281,14 +208,14 @@ std::string EtcdClient::post(const std::string& path, const std::string& body) {
     const Endpoint& endpoint = endpoints_[index];
     try {
       const auto deadline = std::chrono::steady_clock::now() + timeout_;
-      auto response = Exchange(endpoint, deadline, deadline, authorization(endpoint)).post(path, body, nullptr);
+      auto response = post_to_gateway(call(endpoint, deadline, deadline), path, body, nullptr);
       if (token_rejected(response)) {
         auth_token_.clear();  // once: a fresh token, the same member
-        response = Exchange(endpoint, deadline, deadline, authorization(endpoint)).post(path, body, nullptr);
+        response = post_to_gateway(call(endpoint, deadline, deadline), path, body, nullptr);
       }
       check_status(response, endpoint, path);
       current_ = index;
-      return response.body();
+      return std::move(response.body);
     } catch (const RemoteError&) {
       throw;
     } catch (const Error& e) {
@@ -298,18 +225,23 @@ std::string EtcdClient::post(const std::string& path, const std::string& body) {
   throw NetworkError("no etcd endpoint answered (" + failures + ")");
 }
 
+GatewayCall EtcdClient::call(const Endpoint& endpoint, GatewayDeadline send_deadline, GatewayDeadline deadline) {
+  return GatewayCall{endpoint, tls_.get(), send_deadline, deadline, authorization(endpoint)};
+}
+
 std::string EtcdClient::authorization(const Endpoint& endpoint) {
   if (credentials_.user.empty() || !auth_token_.empty()) return auth_token_;
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   const std::string body = json{{"name", credentials_.user}, {"password", credentials_.password}}.dump();
-  const auto response = Exchange(endpoint, deadline, deadline).post("/v3/auth/authenticate", body, nullptr);
-  if (response.result_int() >= 500) throw MemberUnavailable("HTTP " + std::to_string(response.result_int()));
-  if (response.result_int() != 200) {
+  const auto response = post_to_gateway(GatewayCall{endpoint, tls_.get(), deadline, deadline, ""},
+                                        "/v3/auth/authenticate", body, nullptr);
+  if (response.status >= 500) throw MemberUnavailable("HTTP " + std::to_string(response.status));
+  if (response.status != 200) {
     throw RemoteError("etcd at " + endpoint.to_string() + " refused user '" + credentials_.user +
-                      "': " + error_message(response.body()) +
+                      "': " + error_message(response.body) +
                       " (check --rdzv-conf username= and password_file=, and that etcd's auth is on for that user)");
   }
-  const json reply = json::parse(response.body(), nullptr, false);
+  const json reply = json::parse(response.body, nullptr, false);
   if (!reply.is_object() || !reply.contains("token") || !reply["token"].is_string())
     throw ProtocolError("etcd at " + endpoint.to_string() + " authenticated '" + credentials_.user +
                         "' without a token");
@@ -383,12 +315,12 @@ std::vector<WatchEvent> EtcdClient::watch(const std::string& key, const std::str
     std::optional<std::vector<WatchEvent>> events;
     size_t consumed = 0;
     try {
-      Exchange exchange(endpoints_[index], std::chrono::steady_clock::now() + timeout_, deadline,
-                        authorization(endpoints_[index]));
-      const auto response = exchange.post("/v3/watch", body, [&](const std::string& so_far) {
-        events = events_in(so_far, consumed);
-        return events.has_value();
-      });
+      const auto response =
+          post_to_gateway(call(endpoints_[index], std::chrono::steady_clock::now() + timeout_, deadline), "/v3/watch",
+                          body, [&](const std::string& so_far) {
+                            events = events_in(so_far, consumed);
+                            return events.has_value();
+                          });
       check_status(response, endpoints_[index], "/v3/watch");
       current_ = index;
       return events.value_or(std::vector<WatchEvent>{});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
+#include "launcher/etcd/gateway_exchange.hpp"
 
 namespace meshrun::launcher::etcd {
 
@@ -86,11 +87,14 @@ struct EtcdCredentials {
 
 class EtcdClient {
  public:
-  /// `endpoints`: the cluster's client URLs as host:port (http). `timeout` bounds each call. With a user, the
+  /// `endpoints`: the cluster's client URLs as host:port. `timeout` bounds each call. With a user, the
   /// client authenticates (/v3/auth/authenticate) before its first call, and again when a member says its token
   /// is no longer valid (they expire, and a restarted member forgets them); the token travels in the
   /// Authorization header.
-  EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout, EtcdCredentials credentials = {});
+  /// With `tls` enabled, every call is HTTPS (gateway_exchange.hpp); a CA or client certificate it cannot use is
+  /// a UsageError here.
+  EtcdClient(std::vector<Endpoint> endpoints, std::chrono::milliseconds timeout, EtcdCredentials credentials = {},
+             const EtcdTls& tls = {});
 
   RangeResult range(const std::string& key, const std::string& range_end = "", bool count_only = false);
   /// Returns the store's revision after the put.
@@ -121,12 +125,15 @@ class EtcdClient {
   std::string post(const std::string& path, const std::string& body);
   /// The Authorization header for calls to `endpoint` ("" without a user); authenticates when it has no token.
   std::string authorization(const Endpoint& endpoint);
+  /// One call to `endpoint`, over TLS when the client has it, with the Authorization header.
+  GatewayCall call(const Endpoint& endpoint, GatewayDeadline send_deadline, GatewayDeadline deadline);
 
   std::vector<Endpoint> endpoints_;
   std::chrono::milliseconds timeout_;
   EtcdCredentials credentials_;
-  std::string auth_token_;  // etcd's, from the last authentication
-  size_t current_ = 0;      // the endpoint that answered last
+  std::shared_ptr<GatewayTls> tls_;  // null: plain HTTP
+  std::string auth_token_;           // etcd's, from the last authentication
+  size_t current_ = 0;               // the endpoint that answered last
 };
 
 }  // namespace meshrun::launcher::etcd

@@ -184,6 +184,44 @@ TEST_CASE("etcd client and agents with user/password auth: the right user passes
   CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
 }
 
+TEST_CASE("etcd client and agents over TLS: the members' CA and a client certificate pass, another CA is named",
+          "[etcd][tls]") {
+  TempDir dir;
+  const auto certs = meshrun::testing::EtcdCerts::make(dir.path());
+  EtcdServer server(certs);
+  EtcdClient good({server.endpoint()}, 2000ms, {}, certs.client_tls());
+  good.put("/meshrun/tls", "v");
+  CHECK(good.range("/meshrun/tls").kvs.at(0).value == "v");
+  // A member whose certificate another CA signed is not trusted: the handshake fails, naming the key to check.
+  EtcdClient wrong_ca({server.endpoint()}, 2000ms, {}, {true, certs.other_ca, certs.client_crt, certs.client_key});
+  CHECK_THROWS_WITH(wrong_ca.range("/meshrun/tls"),
+                    Catch::Contains("TLS handshake failed") && Catch::Contains("ca_cert="));
+  CHECK_THROWS(EtcdClient({server.endpoint()}, 2000ms, {}, {true, certs.ca, "", ""}).range("/meshrun/tls"));
+  CHECK_THROWS(client_for(server).range("/meshrun/tls"));  // plain HTTP to a TLS-only member
+  CHECK_THROWS_WITH(EtcdClient({server.endpoint()}, 2000ms, {}, {true, certs.ca, certs.client_key, certs.client_key}),
+                    Catch::Contains("ssl_cert=") && Catch::Contains("cannot use it as PEM"));
+
+  // Two agents meet through it (a TLS-only member: plain HTTP fails, above), with torch's spellings of the keys.
+  const std::string marker = unique_marker();
+  const std::string conf =
+      "ca_cert=" + certs.ca + ",ssl_cert=" + certs.client_crt + ",ssl_cert_key=" + certs.client_key;
+  const auto agent = [&](const std::string& name) {
+    auto argv = etcd_agent(server, "tlsjob", "2", {"--rdzv-conf", conf}, {"--no-python", "true"});
+    for (auto& arg : argv) {
+      if (arg == server.endpoint().to_string()) arg = "https://" + arg;
+    }
+    return std::make_unique<Process>(argv, std::vector<std::string>{marker}, dir.path() + "/" + name);
+  };
+  auto a = agent("a.out");
+  auto b = agent("b.out");
+  const int code_a = a->wait(120s);
+  const int code_b = b->wait(120s);
+  INFO(a->output() << "\n---\n" << b->output());
+  CHECK(code_a == 0);
+  CHECK(code_b == 0);
+  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+}
+
 TEST_CASE("meshrun over etcd: two agents meet without a meshrun daemon and run a PyTorch Gloo all_reduce",
           "[etcd][pytorch]") {
   EtcdServer server;

@@ -221,9 +221,24 @@ TEST_CASE(
   CHECK_THAT(legacy.warnings[0], Catch::Contains("using etcd-v3"));
   CHECK_THROWS_WITH(parse_launch_options({"--rdzv-backend", "etcd", "t.py"}, no_env, {}),
                     Catch::Contains("needs --rdzv-endpoint with the etcd members"));
-  CHECK_THROWS_WITH(
-      parse_launch_options({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://e1:2379", "t.py"}, no_env, {}),
-      Catch::Contains("TLS"));
+  CHECK_FALSE(parsed.options.rdzv_conf.etcd_https.value_or(true));
+  // TLS: https:// members, or protocol=https; its files only with TLS, and readable.
+  const auto etcd = [&](const std::string& endpoints, const std::string& conf) {
+    std::vector<std::string> args{"--rdzv-backend", "etcd", "--rdzv-endpoint", endpoints};
+    if (!conf.empty()) args.insert(args.end(), {"--rdzv-conf", conf});
+    args.emplace_back("t.py");
+    return parse_launch_options(args, no_env, {}).options;
+  };
+  const auto secure = etcd("https://e1:2379,https://e2", "");
+  CHECK(secure.rdzv_conf.etcd_https == true);
+  CHECK(secure.etcd_endpoints[1].to_string() == "e2:2379");
+  CHECK(etcd("e1:2379", "protocol=https,cacert=/dev/null").rdzv_conf.etcd_https == true);
+  CHECK(etcd("e1:2379", "protocol=https,cacert=/dev/null").rdzv_conf.etcd_ca_file == "/dev/null");
+  CHECK_THROWS_WITH(etcd("https://e1,http://e2", ""), Catch::Contains("write them all one way"));
+  CHECK_THROWS_WITH(etcd("https://e1", "protocol=http"), Catch::Contains("drop one of the two"));
+  CHECK_THROWS_WITH(etcd("e1", "ca_cert=/dev/null"), Catch::Contains("add protocol=https"));
+  CHECK_THROWS_WITH(etcd("e1", "protocol=tls"), Catch::Contains("expected http or https"));
+  CHECK_THROWS_WITH(etcd("https://e1", "ssl_cert=/nonexistent/client.crt"), Catch::Contains("cannot read it"));
 }
 
 TEST_CASE("etcd live survivors: a survivor whose last-round key is gone is not waited for", "[etcd]") {

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -31,21 +33,62 @@ inline uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+/// Certificates for a TLS member (PEM files): made by tests/launcher/torchrun/etcd_server.py's make_certs with
+/// openssl: a CA, a server certificate for 127.0.0.1, a client certificate of the CA, and an unrelated CA.
+struct EtcdCerts {
+  std::string ca, server_crt, server_key, client_crt, client_key, other_ca;
+
+  /// Makes them in `directory`.
+  static EtcdCerts make(const std::string& directory) {
+    const std::string helpers = std::filesystem::path(__FILE__).parent_path().parent_path() / "launcher" / "torchrun";
+    Process maker(
+        {"python3", "-c",
+         "import sys; sys.path.insert(0, sys.argv[1]); import etcd_server; etcd_server.make_certs(sys.argv[2])",
+         helpers, directory},
+        {}, directory + "/make_certs.log");
+    if (maker.wait(std::chrono::seconds(60)) != 0)
+      throw std::runtime_error("cannot make test certificates (openssl): " + read_file(directory + "/make_certs.log"));
+    const auto at = [&](const char* name) { return directory + "/" + name; };
+    return {at("ca.crt"), at("server.crt"), at("server.key"), at("client.crt"), at("client.key"), at("other-ca.crt")};
+  }
+  /// What a client of the member shows: the CA and the client certificate.
+  launcher::etcd::EtcdTls client_tls() const { return {true, ca, client_crt, client_key}; }
+};
+
 class EtcdServer {
  public:
-  EtcdServer() : client_port_(free_port()), peer_port_(free_port()) {
+  /// With `certs`, the member serves TLS only and wants a client certificate of the CA (--client-cert-auth).
+  explicit EtcdServer(std::optional<EtcdCerts> certs = std::nullopt)
+      : client_port_(free_port()), peer_port_(free_port()), certs_(std::move(certs)) {
     if (::access("/usr/bin/etcd", X_OK) != 0) {
       throw std::runtime_error("/usr/bin/etcd is missing: install etcd-server (scripts/setup.sh does)");
     }
-    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+    const std::string client = std::string(certs_ ? "https" : "http") + "://127.0.0.1:" + std::to_string(client_port_);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-    process_ = std::make_unique<Process>(
-        std::vector<std::string>{"/usr/bin/etcd", "--name", "t", "--data-dir", dir_.path() + "/data",
-                                 "--listen-client-urls", client, "--advertise-client-urls", client,
-                                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster",
-                                 "t=" + peer, "--initial-cluster-state", "new"},
-        std::vector<std::string>{}, dir_.path() + "/etcd.log");
-    launcher::etcd::EtcdClient probe({endpoint()}, std::chrono::milliseconds(500));
+    std::vector<std::string> argv{"/usr/bin/etcd",
+                                  "--name",
+                                  "t",
+                                  "--data-dir",
+                                  dir_.path() + "/data",
+                                  "--listen-client-urls",
+                                  client,
+                                  "--advertise-client-urls",
+                                  client,
+                                  "--listen-peer-urls",
+                                  peer,
+                                  "--initial-advertise-peer-urls",
+                                  peer,
+                                  "--initial-cluster",
+                                  "t=" + peer,
+                                  "--initial-cluster-state",
+                                  "new"};
+    if (certs_) {
+      argv.insert(argv.end(), {"--cert-file", certs_->server_crt, "--key-file", certs_->server_key, "--trusted-ca-file",
+                               certs_->ca, "--client-cert-auth"});
+    }
+    process_ = std::make_unique<Process>(argv, std::vector<std::string>{}, dir_.path() + "/etcd.log");
+    launcher::etcd::EtcdClient probe({endpoint()}, std::chrono::milliseconds(500), {},
+                                     certs_ ? certs_->client_tls() : launcher::etcd::EtcdTls{});
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     for (;;) {
       try {
@@ -74,6 +117,7 @@ class EtcdServer {
   TempDir dir_;
   uint16_t client_port_;
   uint16_t peer_port_;
+  std::optional<EtcdCerts> certs_;
   std::unique_ptr<Process> process_;
 };
 
