@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/say.hpp"
 #include "common/scope_exit.hpp"
 #include "common/signal_set.hpp"
 #include "launcher/activity/activity_rule.hpp"
@@ -20,6 +21,7 @@
 #include "launcher/hang/hang_exchange.hpp"
 #include "launcher/hang/hang_inquiry.hpp"
 #include "launcher/hang/python_hook.hpp"
+#include "launcher/memory/buddy_ring.hpp"
 #include "launcher/memory/memory_keeper.hpp"
 #include "launcher/net/route_interface.hpp"
 #include "launcher/progress/attempt_clock.hpp"
@@ -40,8 +42,6 @@ using namespace std::chrono_literals;
 using Ms = std::chrono::milliseconds;
 
 Ms to_ms(double seconds) { return std::chrono::duration_cast<Ms>(std::chrono::duration<double>(seconds)); }
-
-void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
 
 // Hangs are judged this often: fine enough next to budgets of seconds, cheap next to beats that may
 // arrive a thousand times a second.
@@ -199,30 +199,10 @@ int Agent::run() {
   }
 }
 
-namespace {
-
-// The ranks of the node `node` backs in the copies' ring (the one before it): from the round's node list, or,
-// in a round too large to list them, from the equal share every node runs.
-std::pair<int, int> backed_ranks(const proto::Assignment& a) {
-  const int nodes = std::max(1, a.group_world_size);
-  const int backed = (a.group_rank + nodes - 1) % nodes;
-  if (static_cast<int>(a.nodes.size()) == nodes) {
-    int first = 0;
-    for (const auto& n : a.nodes) {
-      if (n.group_rank == backed) return {first, n.local_world_size};
-      if (n.group_rank >= 0 && n.group_rank < backed) first += n.local_world_size;
-    }
-  }
-  const int each = a.world_size / nodes;
-  return {backed * each, each};
-}
-
-}  // namespace
-
 MemoryAttempt Agent::memory_attempt(const proto::Assignment& assignment) const {
   const bool single = assignment.group_world_size == 1;
   const auto net = workers_interface(assignment.master_addr, options_.local_addr, single);
-  const auto [backed_first, backed_count] = backed_ranks(assignment);
+  const BackedRanks backed = backed_ranks(assignment);
   // Without an interface other nodes can reach, the agents are on one host (loopback tests).
   return MemoryAttempt{
       .store = Endpoint{strip_brackets(assignment.master_addr), static_cast<uint16_t>(assignment.master_port)},
@@ -233,8 +213,8 @@ MemoryAttempt Agent::memory_attempt(const proto::Assignment& assignment) const {
       .steps_done = assignment.steps_done,
       .addr = net ? net->address : "127.0.0.1",
       .secret = assignment.run_secret,
-      .backed_first = backed_first,
-      .backed_count = backed_count};
+      .backed_first = backed.first,
+      .backed_count = backed.count};
 }
 
 void Agent::make_log_root(const std::string& run_id) {

@@ -16,6 +16,7 @@
 #include "common/base64.hpp"
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/say.hpp"
 #include "common/signal_set.hpp"
 #include "launcher/cli/env_file.hpp"
 #include "launcher/net/host_identity.hpp"
@@ -48,8 +49,6 @@ constexpr const char* kRemoteWrapper =
     "( while read -r _ <&3; do :; done; kill -TERM $c 2>/dev/null; i=0; "
     "while [ $i -lt $g ] && kill -0 $c 2>/dev/null; do sleep 1; i=$((i+1)); done; kill -KILL $c 2>/dev/null "
     ") </dev/null >/dev/null 2>&1 & w=$!; exec 3<&-; wait $c; r=$?; kill $w 2>/dev/null; exit $r";
-
-void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
 
 struct Pipe {
   UniqueFd read;

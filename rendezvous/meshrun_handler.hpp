@@ -9,16 +9,16 @@
 
 namespace meshrun::rendezvous {
 
-class Session;
+class StoreConnection;
 
 class MeshrunHandler {
  public:
   virtual ~MeshrunHandler() = default;
-  /// The reply to `request`, or nullopt when it comes later through session->finish_await() (an await).
-  virtual std::optional<nlohmann::json> handle(const std::shared_ptr<Session>& session,
+  /// The reply to `request`, or nullopt when it comes later through connection->finish_await() (an await).
+  virtual std::optional<nlohmann::json> handle(const std::shared_ptr<StoreConnection>& connection,
                                                const nlohmann::json& request) = 0;
-  /// `session` closed (its client went away, or the daemon closed it).
-  virtual void on_session_closed(const Session& session) = 0;
+  /// `connection` closed (its client went away, or the daemon closed it).
+  virtual void on_connection_closed(const StoreConnection& connection) = 0;
 };
 
 }  // namespace meshrun::rendezvous

@@ -35,13 +35,13 @@ RendezvousService::RendezvousService(boost::asio::io_context& io, RunPorts& port
   schedule_tick();
 }
 
-std::optional<json> RendezvousService::handle(const std::shared_ptr<Session>& session, const json& request) {
+std::optional<json> RendezvousService::handle(const std::shared_ptr<StoreConnection>& connection, const json& request) {
   const std::string op = request.value("op", std::string());
   std::optional<json> reply;
   try {
-    reply = dispatch(op, session, request);
+    reply = dispatch(op, connection, request);
   } catch (const RemoteError& e) {
-    spdlog::warn("{} from {} refused: {}", op, session->peer(), e.what());
+    spdlog::warn("{} from {} refused: {}", op, connection->peer(), e.what());
     reply = json{{"error", e.what()}};
   } catch (const json::exception& e) {
     reply = json{{"error", "malformed '" + op + "' request: " + e.what()}};
@@ -50,17 +50,18 @@ std::optional<json> RendezvousService::handle(const std::shared_ptr<Session>& se
   return reply;
 }
 
-std::optional<json> RendezvousService::dispatch(const std::string& op, const std::shared_ptr<Session>& session,
+std::optional<json> RendezvousService::dispatch(const std::string& op,
+                                                const std::shared_ptr<StoreConnection>& connection,
                                                 const json& request) {
-  if (op == "hello") return hello(*session);
-  if (op == "challenge") return challenge(*session);
-  if (op == "auth") return authenticate(*session, request);
-  if (!join_token_.empty() && op != "status" && !session->join_auth().proven) {
+  if (op == "hello") return hello(*connection);
+  if (op == "challenge") return challenge(*connection);
+  if (op == "auth") return authenticate(*connection, request);
+  if (!join_token_.empty() && op != "status" && !connection->join_auth().proven) {
     throw RemoteError(std::string("this rendezvous requires a join token and the connection has not proven it: set ") +
                       proto::kTokenEnv + " to the job's token on that node");
   }
   if (op == "join") return join(request.get<proto::JoinRequest>());
-  if (op == "await") return await(session, request);
+  if (op == "await") return await(connection, request);
   if (op == "heartbeat") {
     auto progress = request.value("progress", std::vector<proto::RankProgress>{});
     if (progress.size() > kMaxProgressEntries) {
@@ -101,20 +102,20 @@ std::optional<json> RendezvousService::dispatch(const std::string& op, const std
   return json{{"error", "unknown meshrun op '" + op + "' (this daemon is meshrun " + std::string(kVersion) + ")"}};
 }
 
-json RendezvousService::hello(const Session& session) const {
+json RendezvousService::hello(const StoreConnection& connection) const {
   return proto::Hello{
-      .server = proto::kServerName, .version = kVersion, .unix_time_ms = unix_time_ms(), .peer = session.peer()};
+      .server = proto::kServerName, .version = kVersion, .unix_time_ms = unix_time_ms(), .peer = connection.peer()};
 }
 
-json RendezvousService::challenge(Session& session) const {
-  Session::JoinAuth& auth = session.join_auth();
+json RendezvousService::challenge(StoreConnection& connection) const {
+  StoreConnection::JoinAuth& auth = connection.join_auth();
   auth.nonce = proto::make_nonce();
   auth.proven = false;
   return json{{"nonce", auth.nonce}, {"required", !join_token_.empty()}};
 }
 
-json RendezvousService::authenticate(Session& session, const json& request) const {
-  Session::JoinAuth& auth = session.join_auth();
+json RendezvousService::authenticate(StoreConnection& connection, const json& request) const {
+  StoreConnection::JoinAuth& auth = connection.join_auth();
   const std::string nonce = std::exchange(auth.nonce, std::string());  // one proof per challenge
   if (join_token_.empty()) return json::object();
   if (nonce.empty()) throw RemoteError("auth without a challenge: ask for one first");
@@ -136,22 +137,22 @@ json RendezvousService::join(const proto::JoinRequest& request) {
   return json{{"node_id", node_id}, {"round", 0}};
 }
 
-std::optional<json> RendezvousService::await(const std::shared_ptr<Session>& session, const json& request) {
+std::optional<json> RendezvousService::await(const std::shared_ptr<StoreConnection>& connection, const json& request) {
   const auto run_id = request.at("run_id").get<std::string>();
   const auto node_id = request.at("node_id").get<std::string>();
   const double timeout_s = std::clamp(request.value("timeout_s", kDefaultAwaitSeconds), 0.0, kMaxAwaitSeconds);
-  agent_sessions_[session.get()] = {run_id, node_id};
-  if (membership_.settled(run_id, node_id) || timeout_s <= 0) return await_reply(*session, run_id, node_id);
+  agent_connections_[connection.get()] = {run_id, node_id};
+  if (membership_.settled(run_id, node_id) || timeout_s <= 0) return await_reply(*connection, run_id, node_id);
   membership_.set_awaiting(run_id, node_id, true);
-  awaits_.push_back({session, run_id, node_id, clock_.now() + from_seconds(timeout_s)});
+  awaits_.push_back({connection, run_id, node_id, clock_.now() + from_seconds(timeout_s)});
   return std::nullopt;
 }
 
-void RendezvousService::on_session_closed(const Session& session) {
-  const auto it = agent_sessions_.find(&session);
-  if (it == agent_sessions_.end()) return;
+void RendezvousService::on_connection_closed(const StoreConnection& connection) {
+  const auto it = agent_connections_.find(&connection);
+  if (it == agent_connections_.end()) return;
   const auto [run_id, node_id] = it->second;
-  agent_sessions_.erase(it);
+  agent_connections_.erase(it);
   membership_.connection_closed(run_id, node_id);
   check_awaits(false);
 }
@@ -181,12 +182,13 @@ proto::StatusReply RendezvousService::status_reply(const std::string& run_id) co
   return reply;
 }
 
-json RendezvousService::await_reply(const Session& session, const std::string& run_id, const std::string& node_id) {
+json RendezvousService::await_reply(const StoreConnection& connection, const std::string& run_id,
+                                    const std::string& node_id) {
   auto reply = membership_.poll(run_id, node_id);
   if (reply.status == proto::AwaitStatus::kAssigned) {
     reply.assignment.master_port = workers_store_port(run_id, reply.assignment.round);
     // The address this agent reached us at is one its workers can reach too.
-    if (reply.assignment.master_addr.empty()) reply.assignment.master_addr = session.local_addr();
+    if (reply.assignment.master_addr.empty()) reply.assignment.master_addr = connection.local_addr();
   }
   if (reply.status == proto::AwaitStatus::kFailed) spdlog::warn("run '{}': {}", run_id, reply.reason);
   return reply;
@@ -209,8 +211,8 @@ void RendezvousService::check_awaits(bool include_deadlines) {
   seen_version_ = membership_.version();
   const auto now = clock_.now();
   for (auto it = awaits_.begin(); it != awaits_.end();) {
-    auto session = it->session.lock();
-    if (!session || !session->awaiting()) {
+    auto connection = it->connection.lock();
+    if (!connection || !connection->awaiting()) {
       membership_.set_awaiting(it->run_id, it->node_id, false);
       it = awaits_.erase(it);
       continue;
@@ -218,9 +220,9 @@ void RendezvousService::check_awaits(bool include_deadlines) {
     const bool due = include_deadlines && now >= it->deadline;
     if ((changed && membership_.settled(it->run_id, it->node_id)) || due) {
       membership_.set_awaiting(it->run_id, it->node_id, false);
-      const json reply = await_reply(*session, it->run_id, it->node_id);
+      const json reply = await_reply(*connection, it->run_id, it->node_id);
       it = awaits_.erase(it);
-      session->finish_await(reply);
+      connection->finish_await(reply);
     } else {
       ++it;
     }

@@ -1,11 +1,12 @@
 // RendezvousService: the rendezvous side of the daemon. It answers MESHRUN requests (hello, join, await,
 // heartbeat, fail, leave, status) against Membership, parks awaits until their round settles or their
 // deadline passes, and ticks the membership deadlines. It sees the network only through RunPorts (each
-// run's store port, counts for status) and the Session of the request. Runs on the io thread.
+// run's store port, counts for status) and the StoreConnection of the request. Runs on the io thread.
 #pragma once
 
-#include "rendezvous/session.hpp"  // first Asio include (it orders <utility> before Asio)
+#include <utility>  // before Asio: its awaitable.hpp uses std::exchange
 
+#include <boost/asio.hpp>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -19,6 +20,7 @@
 #include "rendezvous/membership.hpp"
 #include "rendezvous/meshrun_handler.hpp"
 #include "rendezvous/run_ports.hpp"
+#include "rendezvous/store_connection.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -30,8 +32,9 @@ class RendezvousService final : public MeshrunHandler {
   RendezvousService(const RendezvousService&) = delete;
   RendezvousService& operator=(const RendezvousService&) = delete;
 
-  std::optional<nlohmann::json> handle(const std::shared_ptr<Session>& session, const nlohmann::json& request) override;
-  void on_session_closed(const Session& session) override;
+  std::optional<nlohmann::json> handle(const std::shared_ptr<StoreConnection>& connection,
+                                       const nlohmann::json& request) override;
+  void on_connection_closed(const StoreConnection& connection) override;
   /// Stops the tick (shutdown).
   void stop() { tick_timer_.cancel(); }
   /// Every run (or one), what the `status` op answers; the HTTP live view reads it too.
@@ -40,23 +43,24 @@ class RendezvousService final : public MeshrunHandler {
  private:
   /// A client blocked in an "await" until its round settles or its deadline passes.
   struct PendingAwait {
-    std::weak_ptr<Session> session;
+    std::weak_ptr<StoreConnection> connection;
     std::string run_id;
     std::string node_id;
     TimePoint deadline;
   };
 
-  std::optional<nlohmann::json> dispatch(const std::string& op, const std::shared_ptr<Session>& session,
+  std::optional<nlohmann::json> dispatch(const std::string& op, const std::shared_ptr<StoreConnection>& connection,
                                          const nlohmann::json& request);
-  nlohmann::json hello(const Session& session) const;
+  nlohmann::json hello(const StoreConnection& connection) const;
   /// The join token's challenge-response (proto/join_auth.hpp).
-  nlohmann::json challenge(Session& session) const;
-  nlohmann::json authenticate(Session& session, const nlohmann::json& request) const;
+  nlohmann::json challenge(StoreConnection& connection) const;
+  nlohmann::json authenticate(StoreConnection& connection, const nlohmann::json& request) const;
   nlohmann::json join(const proto::JoinRequest& request);
-  std::optional<nlohmann::json> await(const std::shared_ptr<Session>& session, const nlohmann::json& request);
+  std::optional<nlohmann::json> await(const std::shared_ptr<StoreConnection>& connection,
+                                      const nlohmann::json& request);
   nlohmann::json leave(const nlohmann::json& request);
   nlohmann::json status(const std::string& run_id) const;
-  nlohmann::json await_reply(const Session& session, const std::string& run_id, const std::string& node_id);
+  nlohmann::json await_reply(const StoreConnection& connection, const std::string& run_id, const std::string& node_id);
   void schedule_tick();
   /// Answers the parked awaits whose round settled (and, with `include_deadlines`, those past due).
   void check_awaits(bool include_deadlines);
@@ -72,7 +76,7 @@ class RendezvousService final : public MeshrunHandler {
   std::list<PendingAwait> awaits_;
   // The connection each agent awaits on (run, node id), held open while its agent lives: when it closes,
   // the agent is gone (killed, or its host), and a new round does not wait for it.
-  std::map<const Session*, std::pair<std::string, std::string>> agent_sessions_;
+  std::map<const StoreConnection*, std::pair<std::string, std::string>> agent_connections_;
   std::map<std::string, int64_t> store_rounds_;  // run -> the round its open workers' store serves
   uint64_t seen_version_ = 0;                    // membership version check_awaits() last looked at
   boost::asio::steady_timer tick_timer_;

@@ -1,330 +1,95 @@
 #include "rendezvous/session.hpp"
 
-#include <algorithm>
-
-#include <spdlog/spdlog.h>
-
 #include "common/endpoint.hpp"
-#include "proto/reply.hpp"
 #include "rendezvous/net/listen_socket.hpp"
 
 namespace meshrun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using proto::CheckResponse;
-using proto::QueryType;
-using proto::WaitResponse;
 
 namespace {
 
-bool all_present(const KvStore& store, const std::vector<std::string>& keys) {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return store.exists(k); });
-}
-
-// MULTI_GET: a missing key reads as "" (clients WAIT first).
-std::vector<std::string> values_of(const KvStore& store, const std::vector<std::string>& keys) {
-  std::vector<std::string> values;
-  values.reserve(keys.size());
-  for (const auto& k : keys) values.push_back(store.get(k).value_or(std::string()));
-  return values;
+ConnectionPeer peer_of(const tcp::socket& socket) {
+  ConnectionPeer peer;
+  boost::system::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  peer.address = ec ? "?" : address_text(remote.address());
+  peer.endpoint = ec ? "?" : Endpoint{peer.address, remote.port()}.to_string();  // [v6]:port
+  const auto local = socket.local_endpoint(ec);
+  peer.local_addr = ec ? "" : address_text(local.address());
+  return peer;
 }
 
 }  // namespace
 
-Session::Session(tcp::socket socket, SessionHost& host, std::shared_ptr<Listener> listener, bool allowed)
-    : socket_(std::move(socket)), host_(host), listener_(std::move(listener)), allowed_(allowed) {
+Session::Session(tcp::socket socket, ConnectionHost& host, const std::shared_ptr<Listener>& listener, bool allowed)
+    : socket_(std::move(socket)),
+      // The store lives as long as the listener it belongs to: the connection shares the listener's ownership.
+      connection_(std::make_shared<StoreConnection>(host, *this, std::shared_ptr<KvStore>(listener, &listener->store),
+                                                    peer_of(socket_), allowed)) {
   boost::system::error_code ec;
-  const auto remote = socket_.remote_endpoint(ec);
-  peer_address_ = ec ? "?" : address_text(remote.address());
-  peer_ = ec ? "?" : Endpoint{peer_address_, remote.port()}.to_string();  // [v6]:port
-  const auto local = socket_.local_endpoint(ec);
-  local_addr_ = ec ? "" : address_text(local.address());
   socket_.set_option(tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);  // replies are written directly when the socket takes them
 }
 
-/// Runs `fn`; an exception closes this session only.
-template <typename Fn>
-bool Session::guarded(Fn&& fn) {
-  try {
-    fn();
-    return !closed_;
-  } catch (const std::exception& e) {
-    close(std::string("request failed: ") + e.what());
-    return false;
-  }
-}
-
-void Session::close(const std::string& reason) {
-  if (closed_) return;
-  closed_ = true;
-  if (!reason.empty()) spdlog::warn("closing connection from {}: {}", peer_, reason);
-  if (blocked_ == Blocked::kWait) {
-    listener_->store.cancel_wait(wait_id_);
-    host_.forget_wait(wait_id_);
-  }
+void Session::hang_up(const std::string& last) {
+  if (hung_up_) return;
+  hung_up_ = true;
   boost::system::error_code ec;
-  if (!pending_.empty()) socket_.write_some(asio::buffer(pending_), ec);  // best effort: a last error reply
+  if (!last.empty()) socket_.write_some(asio::buffer(last), ec);
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
-  host_.on_closed(shared_from_this());
-}
-
-void Session::wake() {
-  if (closed_ || blocked_ != Blocked::kWait) return;
-  blocked_ = Blocked::kNone;
-  host_.forget_wait(wait_id_);
-  auto ready = std::move(on_ready_);
-  on_ready_ = nullptr;
-  guarded([&] { ready(); });
-  pump();
-}
-
-void Session::finish_await(const nlohmann::json& reply) {
-  if (closed_ || blocked_ != Blocked::kAwait) return;
-  blocked_ = Blocked::kNone;
-  send(proto::encode_string(reply.dump()));
-  pump();
 }
 
 void Session::do_read() {
-  if (reading_ || closed_ || backlogged()) return;  // backlogged: do_write resumes reading once drained
+  if (reading_ || hung_up_ || !connection_->wants_input()) return;  // backlogged: do_write resumes reading
   reading_ = true;
   auto self = shared_from_this();
   const auto buffer = large_ ? asio::buffer(large_.get(), kLargeRead) : asio::buffer(small_);
   socket_.async_read_some(buffer, [this, self](boost::system::error_code ec, size_t n) {
     reading_ = false;
-    if (closed_) return;
+    if (hung_up_) return;
     if (ec) {
-      close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read: " + ec.message());
+      connection_->close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read: " + ec.message());
       return;
     }
-    in_.append(large_ ? large_.get() : small_.data(), n);
+    connection_->receive(std::string_view(large_ ? large_.get() : small_.data(), n));
     if (!large_ && n == small_.size()) {
       large_.reset(new char[kLargeRead]);  // uninitialised on purpose: reads overwrite what they use
     } else if (large_ && n < small_.size()) {
       large_.reset();
     }
-    // A client may pipeline while blocked, but not without bound.
-    if (in_.size() > host_.limits().max_value_bytes + 2 * host_.limits().max_key_bytes + 4096) {
-      close("too many bytes buffered while a request is pending");
-      return;
-    }
-    pump();
-    if (!closed_) do_read();
+    do_read();
   });
 }
 
-void Session::pump() {
-  for (;;) {
-    const bool stopped_for_backlog = process();
-    flush();
-    // The socket took the whole backlog at once: nothing will call back, so go on with what is buffered.
-    if (!stopped_for_backlog || writing_ || closed_) return;
-  }
-}
-
-bool Session::process() {
-  // A client that sends requests but does not read the replies waits here (and do_read stops).
-  while (!closed_ && !in_.empty()) {
-    if (backlogged()) return true;
-    proto::Request request;
-    const auto result = proto::decode_request(in_, host_.limits(), request);
-    if (result.status == proto::DecodeStatus::kNeedMore) return false;
-    if (result.status == proto::DecodeStatus::kMalformed) {
-      close("malformed request: " + result.error);
-      return false;
-    }
-    if (blocked_ != Blocked::kNone) {
-      // Only CANCEL_WAIT may overtake a pending wait; everything else waits its turn.
-      if (blocked_ == Blocked::kWait && request.type == QueryType::kCancelWait) {
-        in_.erase(0, result.consumed);
-        listener_->store.cancel_wait(wait_id_);
-        host_.forget_wait(wait_id_);
-        on_ready_ = nullptr;
-        blocked_ = Blocked::kNone;
-        send(proto::encode_status(WaitResponse::kWaitCanceled));
-        continue;
-      }
-      return false;
-    }
-    in_.erase(0, result.consumed);
-    SPDLOG_TRACE("{} {}", peer_, proto::query_name(static_cast<uint8_t>(request.type)));
-    if (!guarded([&] { handle(request); })) return false;
-  }
-  return false;
-}
-
-// Peers outside --allow get a readable answer only if they speak meshrun; anything else is dropped.
-void Session::handle_rejected(const proto::Request& r) {
-  if (r.type == QueryType::kValidate) return;
-  if (r.type == QueryType::kPing) {  // answered, so a diagnosing client can tell "rejected" from "dead"
-    send(proto::encode_nonce(static_cast<uint32_t>(r.number)));
+void Session::deliver(std::string& replies) {
+  if (hung_up_) {
+    replies.clear();
     return;
   }
-  if (r.type == QueryType::kMeshrun) {
-    send(proto::encode_string(
-        nlohmann::json{{"error", "peer " + peer_ + " is not allowed to use this daemon (see its --allow rules)"}}
-            .dump()));
-  }
-  close("peer not allowed by --allow");
-}
-
-void Session::handle(const proto::Request& r) {
-  if (!allowed_) return handle_rejected(r);
-  switch (r.type) {
-    case QueryType::kValidate:
-      if (static_cast<uint32_t>(r.number) != proto::kValidationMagic)
-        close("bad validation magic: not a TCPStore client");
-      return;
-    case QueryType::kPing: send(proto::encode_nonce(static_cast<uint32_t>(r.number))); return;
-    case QueryType::kWait:
-      block_until(r.keys, [this] { send(proto::encode_status(WaitResponse::kStopWaiting)); });
-      return;
-    case QueryType::kCancelWait: send(proto::encode_status(WaitResponse::kWaitCanceled)); return;
-    case QueryType::kBarrier: return handle_barrier(r);
-    case QueryType::kMeshrun: return handle_meshrun(r);
-    case QueryType::kSet:
-    case QueryType::kCompareSet:
-    case QueryType::kGet:
-    case QueryType::kAdd:
-    case QueryType::kCheck:
-    case QueryType::kGetNumKeys:
-    case QueryType::kDeleteKey:
-    case QueryType::kAppend:
-    case QueryType::kMultiGet:
-    case QueryType::kMultiSet:
-    case QueryType::kQueuePush:
-    case QueryType::kQueuePop:
-    case QueryType::kQueueLen:
-    case QueryType::kListKeys: return handle_store(r);
-  }
-}
-
-// The queries that read or change the key-value store; writes wake the waits they satisfy.
-void Session::handle_store(const proto::Request& r) {
-  KvStore& store = listener_->store;
-  std::vector<WaitId> woken;
-  switch (r.type) {
-    case QueryType::kSet: woken = store.set(r.keys[0], r.values[0]); break;
-    case QueryType::kCompareSet:
-      send(proto::encode_string(store.compare_set(r.keys[0], r.values[0], r.values[1], woken)));
-      break;
-    // Clients WAIT before GET; a raw GET of a missing key gets "" (as PyTorch's libuv server does).
-    case QueryType::kGet: send(proto::encode_string(store.get(r.keys[0]).value_or(std::string()))); break;
-    case QueryType::kAdd: send(proto::encode_int64(store.add(r.keys[0], r.number, woken))); break;
-    case QueryType::kCheck:
-      send(proto::encode_status(all_present(store, r.keys) ? CheckResponse::kReady : CheckResponse::kNotReady));
-      break;
-    case QueryType::kGetNumKeys: send(proto::encode_int64(static_cast<int64_t>(store.size()))); break;
-    case QueryType::kDeleteKey: send(proto::encode_int64(store.erase(r.keys[0]) ? 1 : 0)); break;
-    case QueryType::kAppend:
-      // Each APPEND fits the message cap; their sum must too, or one key grows the daemon without bound.
-      if (store.value_size(r.keys[0]) + r.values[0].size() > host_.limits().max_value_bytes) {
-        close("APPEND would grow key '" + r.keys[0].substr(0, 64) + "' past " +
-              std::to_string(host_.limits().max_value_bytes) + " bytes (--max-message-bytes)");
-        return;
-      }
-      woken = store.append(r.keys[0], r.values[0]);
-      break;
-    case QueryType::kMultiGet: send(proto::encode_strings(values_of(store, r.keys))); break;
-    case QueryType::kMultiSet:
-      for (size_t i = 0; i < r.keys.size(); ++i) {
-        auto ids = store.set(r.keys[i], r.values[i]);
-        woken.insert(woken.end(), ids.begin(), ids.end());
-      }
-      break;
-    case QueryType::kQueuePush: woken = store.queue_push(r.keys[0], r.values[0]); break;
-    case QueryType::kQueuePop: {
-      const int64_t length_before = store.queue_len(r.keys[0]);
-      send(proto::encode_queue_pop(length_before, store.queue_pop(r.keys[0])));
-      break;
-    }
-    case QueryType::kQueueLen: send(proto::encode_int64(store.queue_len(r.keys[0]))); break;
-    case QueryType::kListKeys: send(proto::encode_string_list(store.keys())); break;
-    default: close("query " + std::to_string(static_cast<int>(r.type)) + " is not a store query"); return;
-  }
-  host_.wake(woken);
-}
-
-// BARRIER: the count lives in the key itself; the last arrival releases everyone parked on it.
-void Session::handle_barrier(const proto::Request& r) {
-  std::vector<WaitId> woken;
-  const WaitId id = host_.register_wait(shared_from_this(), 1);
-  if (id == kNoWait) {
-    close_over_wait_cap(1);
-    return;
-  }
-  if (listener_->store.barrier(r.keys[0], r.number, id, woken)) {
-    host_.forget_wait(id);
-    send(proto::encode_status(WaitResponse::kStopWaiting));
-  } else {
-    wait_id_ = id;
-    on_ready_ = [this] { send(proto::encode_status(WaitResponse::kStopWaiting)); };
-    blocked_ = Blocked::kWait;
-  }
-  host_.wake(woken);
-}
-
-void Session::handle_meshrun(const proto::Request& r) {
-  auto request = nlohmann::json::parse(r.values[0], nullptr, false);
-  if (request.is_discarded() || !request.is_object()) {
-    close("meshrun request is not a JSON object");
-    return;
-  }
-  auto reply = host_.handle_meshrun(shared_from_this(), request);
-  if (reply) {
-    send(proto::encode_string(reply->dump()));
-  } else {
-    blocked_ = Blocked::kAwait;
-  }
-}
-
-void Session::block_until(const std::vector<std::string>& keys, std::function<void()> on_ready) {
-  const WaitId id = host_.register_wait(shared_from_this(), keys.size());
-  if (id == kNoWait) {
-    close_over_wait_cap(keys.size());
-    return;
-  }
-  if (listener_->store.add_wait(id, keys)) {
-    host_.forget_wait(id);
-    on_ready();
-    return;
-  }
-  wait_id_ = id;
-  on_ready_ = std::move(on_ready);
-  blocked_ = Blocked::kWait;
-}
-
-void Session::close_over_wait_cap(size_t keys) {
-  close("a wait on " + std::to_string(keys) + " key(s) would take " + peer_address_ + " past " +
-        std::to_string(host_.limits().max_waited_keys_per_peer) +
-        " keys waited on at once, over all its connections (a daemon limit)");
-}
-
-void Session::flush() {
-  if (closed_ || pending_.empty()) return;
   if (writing_) {
-    out_bytes_ += pending_.size();
-    out_.push_back(std::move(pending_));
-    pending_.clear();
+    out_bytes_ += replies.size();
+    out_.push_back(std::move(replies));
+    replies.clear();
     return;
   }
   // Fast path: one non-blocking write, no completion handler; the rest (if any) goes async.
   boost::system::error_code ec;
-  const size_t n = socket_.write_some(asio::buffer(pending_), ec);
+  const size_t n = socket_.write_some(asio::buffer(replies), ec);
   if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-    close("write: " + ec.message());
+    replies.clear();
+    connection_->close("write: " + ec.message());
     return;
   }
-  if (n == pending_.size()) {
-    pending_.clear();
+  if (n == replies.size()) {
+    replies.clear();
     return;
   }
-  out_.push_back(pending_.substr(n));
+  out_.push_back(replies.substr(n));
   out_bytes_ += out_.back().size();
-  pending_.clear();
+  replies.clear();
   do_write();
 }
 
@@ -332,9 +97,9 @@ void Session::do_write() {
   writing_ = true;
   auto self = shared_from_this();
   asio::async_write(socket_, asio::buffer(out_.front()), [this, self](boost::system::error_code ec, size_t) {
-    if (closed_) return;
+    if (hung_up_) return;
     if (ec) {
-      close("write: " + ec.message());
+      connection_->close("write: " + ec.message());
       return;
     }
     out_bytes_ -= out_.front().size();
@@ -344,8 +109,8 @@ void Session::do_write() {
     } else {
       do_write();
     }
-    if (!backlogged()) {  // requests held back for a backlog the client has now drained
-      pump();
+    if (connection_->wants_input()) {  // requests held back for a backlog the client has now drained
+      connection_->resume();
       do_read();  // no-op while a read is in flight
     }
   });

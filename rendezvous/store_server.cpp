@@ -28,8 +28,8 @@ void StoreServer::close() {
   boost::system::error_code ec;
   main_->acceptor.close(ec);
   for (auto& [id, listener] : run_listeners_) listener->acceptor.close(ec);
-  auto sessions = sessions_;  // closing a session erases it from sessions_
-  for (const auto& s : sessions) s->close("");
+  auto sessions = sessions_;  // closing a connection erases it from sessions_
+  for (const auto& [connection, session] : sessions) session->connection()->close("");
 }
 
 void StoreServer::bind(Listener& listener, const std::string& host, uint16_t port) {
@@ -85,7 +85,7 @@ void StoreServer::admit(const std::shared_ptr<Listener>& listener, tcp::socket s
   ++load.connections;
   const bool ok = !peer_ec && allowed(allow_, address);
   auto session = std::make_shared<Session>(std::move(socket), *this, listener, ok);
-  sessions_.insert(session);
+  sessions_.emplace(session->connection().get(), session);
   session->start();
 }
 
@@ -110,13 +110,13 @@ void StoreServer::accept_after_error(const std::shared_ptr<Listener>& listener, 
   });
 }
 
-WaitId StoreServer::register_wait(const std::shared_ptr<Session>& session, size_t keys) {
-  PeerLoad& load = load_[session->peer_address()];
+WaitId StoreServer::register_wait(const std::shared_ptr<StoreConnection>& connection, size_t keys) {
+  PeerLoad& load = load_[connection->peer_address()];
   const size_t cap = options_.limits.max_waited_keys_per_peer;
   if (cap != 0 && (keys > cap || load.waited_keys > cap - keys)) return kNoWait;
   load.waited_keys += keys;
   const WaitId id = next_wait_id_++;
-  waits_[id] = ParkedWait{session, session->peer_address(), keys};
+  waits_[id] = ParkedWait{connection, connection->peer_address(), keys};
   return id;
 }
 
@@ -138,26 +138,26 @@ void StoreServer::wake(const std::vector<WaitId>& ids) {
   for (WaitId id : ids) {
     auto it = waits_.find(id);
     if (it == waits_.end()) continue;
-    auto session = it->second.session.lock();
+    auto connection = it->second.connection.lock();
     release_wait(it->second);
     waits_.erase(it);
-    if (session) session->wake();
+    if (connection) connection->wake();
   }
 }
 
-std::optional<nlohmann::json> StoreServer::handle_meshrun(const std::shared_ptr<Session>& session,
+std::optional<nlohmann::json> StoreServer::handle_meshrun(const std::shared_ptr<StoreConnection>& connection,
                                                           const nlohmann::json& request) {
-  return meshrun_->handle(session, request);
+  return meshrun_->handle(connection, request);
 }
 
-void StoreServer::on_closed(const std::shared_ptr<Session>& session) {
-  sessions_.erase(session);
-  if (const auto it = load_.find(session->peer_address()); it != load_.end()) {
+void StoreServer::on_closed(const std::shared_ptr<StoreConnection>& connection) {
+  sessions_.erase(connection.get());
+  if (const auto it = load_.find(connection->peer_address()); it != load_.end()) {
     it->second.connections -= std::min<size_t>(it->second.connections, 1);
     it->second.refusing = false;
     if (it->second.connections == 0 && it->second.waited_keys == 0) load_.erase(it);
   }
-  if (meshrun_ != nullptr) meshrun_->on_session_closed(*session);
+  if (meshrun_ != nullptr) meshrun_->on_connection_closed(*connection);
 }
 
 uint16_t StoreServer::open_run_port(const std::string& run_id) {

@@ -1,6 +1,7 @@
 // StoreServer: the daemon's network layer. It listens on the main port and on one private port per run,
-// accepts connections (applying --allow), owns the sessions and the registry of parked waits, and hands
-// MESHRUN requests to a MeshrunHandler (the rendezvous service), which reaches back only through RunPorts.
+// accepts connections (applying --allow and the per-address caps), owns them (each a StoreConnection carried
+// by an Asio Session) and the registry of parked waits, and hands MESHRUN requests to a MeshrunHandler (the
+// rendezvous service), which reaches back only through RunPorts.
 // Everything here runs on the io thread, so it needs no locks.
 #pragma once
 
@@ -21,7 +22,7 @@
 
 namespace meshrun::rendezvous {
 
-class StoreServer final : public SessionHost, public RunPorts {
+class StoreServer final : public ConnectionHost, public RunPorts {
  public:
   /// Binds the main port at once, so port() is valid and a bind error throws here.
   StoreServer(boost::asio::io_context& io, const ServerOptions& options);
@@ -34,13 +35,13 @@ class StoreServer final : public SessionHost, public RunPorts {
   void close();
   uint16_t port() const { return port_; }
 
-  // --- SessionHost: called by sessions ---
+  // --- ConnectionHost: called by the connections ---
   void wake(const std::vector<WaitId>& ids) override;
-  WaitId register_wait(const std::shared_ptr<Session>& session, size_t keys) override;
+  WaitId register_wait(const std::shared_ptr<StoreConnection>& connection, size_t keys) override;
   void forget_wait(WaitId id) override;
-  std::optional<nlohmann::json> handle_meshrun(const std::shared_ptr<Session>& session,
+  std::optional<nlohmann::json> handle_meshrun(const std::shared_ptr<StoreConnection>& connection,
                                                const nlohmann::json& request) override;
-  void on_closed(const std::shared_ptr<Session>& session) override;
+  void on_closed(const std::shared_ptr<StoreConnection>& connection) override;
   const proto::Limits& limits() const override { return options_.limits; }
 
   // --- RunPorts: called by the rendezvous service ---
@@ -52,7 +53,7 @@ class StoreServer final : public SessionHost, public RunPorts {
 
  private:
   struct ParkedWait {
-    std::weak_ptr<Session> session;
+    std::weak_ptr<StoreConnection> connection;
     std::string peer_address;
     size_t keys = 0;
   };
@@ -70,7 +71,7 @@ class StoreServer final : public SessionHost, public RunPorts {
   /// The next accept after `ec` failed: at once, or after a pause when the process is out of descriptors (an
   /// accept retried at once would fail again, in a loop).
   void accept_after_error(const std::shared_ptr<Listener>& listener, const boost::system::error_code& ec);
-  /// A parked wait is over (woken, cancelled, or its session gone): its keys no longer count for its address.
+  /// A parked wait is over (woken, cancelled, or its connection gone): its keys no longer count for its address.
   void release_wait(const ParkedWait& wait);
 
   boost::asio::io_context& io_;
@@ -79,7 +80,8 @@ class StoreServer final : public SessionHost, public RunPorts {
   MeshrunHandler* meshrun_ = nullptr;  // set by start()
   std::shared_ptr<Listener> main_;
   std::map<std::string, std::shared_ptr<Listener>> run_listeners_;
-  std::set<std::shared_ptr<Session>> sessions_;
+  // The transports of the open connections, by their connection (whose on_closed removes it).
+  std::unordered_map<const StoreConnection*, std::shared_ptr<Session>> sessions_;
   std::unordered_map<WaitId, ParkedWait> waits_;  // parked WAITs and BARRIERs, by id
   std::unordered_map<std::string, PeerLoad> load_;
   bool out_of_descriptors_ = false;  // said once until an accept succeeds again

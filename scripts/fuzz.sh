@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the fuzzers with clang (build-fuzz/, fuzz/CMakeLists.txt names them) and runs each for a bounded time:
-# the daemon's request decoder for SECONDS, the copy port's request, the hook's messages and the progress beats
-# for half that each.
+# half of SECONDS each (the daemon's request decoder, its store protocol with no socket, the copy port's request,
+# the hook's messages and the progress beats).
 #   scripts/fuzz.sh [SECONDS]     (default 30)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,7 +12,7 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 SECONDS_TO_RUN="${1:-30}"
 DIR="$ROOT/build-fuzz"
-TARGETS=(request_decoder_fuzzer copy_port_request_fuzzer hook_message_fuzzer beat_fuzzer)
+TARGETS=(request_decoder_fuzzer store_connection_fuzzer copy_port_request_fuzzer hook_message_fuzzer beat_fuzzer)
 CC=clang CXX=clang++ cmake -S "$ROOT" -B "$DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHRUN_FUZZ=ON \
   -DMESHRUN_BUILD_TRAINER=OFF -DMESHRUN_BUILD_TESTS=OFF >/dev/null
 cmake --build "$DIR" --target "${TARGETS[@]}" >/dev/null
@@ -25,6 +25,8 @@ seed() {  # seed TARGET NAME BYTES (printf format)
 seed request_decoder_fuzzer validate '\x00\xce\xf7\x85\x3c'
 seed request_decoder_fuzzer set '\x01\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v'
 seed request_decoder_fuzzer wait '\x06\x01\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0/k'
+# store_connection_fuzzer: a piece of 19 bytes to connection 0 (a WAIT on /k), 20 to connection 1 (SET /k v).
+seed store_connection_fuzzer wait_set '\x13\x06\x01\0\0\0\0\0\0\0\x02\0\0\0\0\0\0\0/k\x94\x01\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v'
 seed copy_port_request_fuzzer fetch '\x3e\0\0\0{"op":"fetch","run":"r","rank":0,"step":5,"client_nonce":"0a"}'
 seed copy_port_request_fuzzer push '\x2d\0\0\0{"op":"push","run":"r","rank":1,"bytes":8192}'
 seed copy_port_request_fuzzer hello '{"op":"hello","rank":1,"world_size":2,"slot_bytes":16384,"digest":7}'
@@ -37,8 +39,7 @@ seed hook_message_fuzzer dump_threads '{"fr":"off","pid":7,"threads":[{"tid":7,"
 seed beat_fuzzer beat 'step=12 loss=2.5 tokens_per_s=1200 compute_s=0.04'
 seed beat_fuzzer phase 'step=12 phase=checkpoint'
 for target in "${TARGETS[@]}"; do
-  seconds=$SECONDS_TO_RUN
-  [ "$target" = request_decoder_fuzzer ] || seconds=$(((SECONDS_TO_RUN + 1) / 2))
+  seconds=$(((SECONDS_TO_RUN + 1) / 2))
   echo "== $target, $seconds s"
   "$DIR/bin/$target" -max_total_time="$seconds" -max_len=4096 -print_final_stats=1 "$DIR/corpus/$target" 2>&1 |
     tail -n 12

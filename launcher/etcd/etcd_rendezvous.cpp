@@ -10,6 +10,7 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
+#include "common/say.hpp"
 #include "common/signal_set.hpp"
 #include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
@@ -70,8 +71,6 @@ std::string describe_waiting(const RunRecord& run, const std::vector<proto::Node
                 have.empty() ? "none yet" : have.c_str(), waited_s, timeout_s);
   return line;
 }
-
-void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
 
 }  // namespace
 

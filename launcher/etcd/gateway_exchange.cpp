@@ -120,9 +120,7 @@ class Exchange {
     if (!is_ip_literal(endpoint.host)) SSL_set_tlsext_host_name(secure_->native_handle(), endpoint.host.c_str());
     secure_->set_verify_callback(asio::ssl::host_name_verification(endpoint.host));
     try {
-      run([&](auto done) {
-        secure_->async_handshake(asio::ssl::stream_base::client, [done](auto ec) { done(ec); });
-      });
+      run([&](auto done) { secure_->async_handshake(asio::ssl::stream_base::client, [done](auto ec) { done(ec); }); });
     } catch (const NetworkError& e) {
       throw NetworkError(std::string("TLS handshake failed: ") + e.what() +
                          " (check --rdzv-conf ca_cert= names the CA that signed the members' certificates, and "

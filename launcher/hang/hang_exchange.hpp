@@ -19,7 +19,7 @@
 
 #include "common/endpoint.hpp"
 #include "proto/hang_request.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store_board.hpp"
 
 namespace meshrun::launcher {
 
@@ -47,17 +47,14 @@ class HangExchange {
   std::map<int, nlohmann::json> gather(const std::string& kind, Clock::time_point deadline);
 
  private:
-  proto::StoreClient& client();
   std::string key(const std::string& part) const;
 
-  Endpoint store_;
+  proto::StoreBoard board_;
   int64_t round_;
   int inquiry_ = 0;
   int node_;
   int nodes_;
-  std::optional<proto::StoreClient> client_;
   Clock::time_point next_poll_{};
-  bool warned_ = false;
 };
 
 }  // namespace meshrun::launcher

@@ -2,11 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <thread>
-
-#include "common/error.hpp"
 #include "common/sha256.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store_board.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -17,10 +14,8 @@ std::string key(const MemoryAttempt& attempt, int node) {
   return "meshrun/memory/" + std::to_string(attempt.round) + "/node/" + std::to_string(node);
 }
 
-proto::StoreClient connect(const MemoryAttempt& attempt) {
-  return proto::StoreClient::connect(attempt.store, proto::ConnectOptions{.connect_timeout = std::chrono::seconds(10),
-                                                                          .op_timeout = std::chrono::seconds(10)});
-}
+// Connecting and each operation: a store host in trouble costs seconds, not a hang.
+constexpr std::chrono::seconds kStoreTimeout{10};
 
 std::string inventory_mac(const std::string& text, const std::string& store_key, const std::string& key) {
   return to_hex(hmac_sha256(key, "meshrun-inventory|" + store_key + "|" + text));
@@ -29,27 +24,20 @@ std::string inventory_mac(const std::string& text, const std::string& store_key,
 // Reads the nodes in `wanted` that are there, until all are or `wait` has passed.
 std::map<int, Inventory> read_nodes(const MemoryAttempt& attempt, const std::vector<int>& wanted,
                                     const std::string& secret, std::chrono::milliseconds wait) {
+  std::vector<std::string> keys;
+  for (const int node : wanted) keys.push_back(key(attempt, node));
+  proto::StoreBoard board(attempt.store, kStoreTimeout);
   std::map<int, Inventory> found;
-  const auto deadline = Clock::now() + wait;
-  try {
-    proto::StoreClient client = connect(attempt);
-    for (;;) {
-      for (const int node : wanted) {
-        if (found.count(node) > 0 || !client.check({key(attempt, node)})) continue;
-        const auto verified = verified_inventory(client.get(key(attempt, node)), key(attempt, node), secret);
-        if (!verified || verified->node != node) {
-          spdlog::warn("memory: node {}'s inventory is malformed or not signed with the run's secret: ignored", node);
-        }
-        found[node] = verified && verified->node == node ? *verified : Inventory{};
-      }
-      if (found.size() == wanted.size() || Clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (const auto& [index, value] :
+       board.gather(keys, Clock::now() + wait, std::chrono::milliseconds(50), "the nodes' memory inventories")) {
+    const int node = wanted[index];
+    const auto verified = verified_inventory(value, keys[index], secret);
+    if (!verified || verified->node != node) {
+      spdlog::warn("memory: node {}'s inventory is malformed or not signed with the run's secret: ignored", node);
+      continue;
     }
-  } catch (const Error& e) {
-    spdlog::warn("memory: cannot read the inventories from the workers' store {}: {}", attempt.store.to_string(),
-                 e.what());
+    found[node] = *verified;
   }
-  std::erase_if(found, [](const auto& entry) { return entry.second.node < 0; });
   return found;
 }
 
@@ -77,7 +65,8 @@ std::optional<Inventory> verified_inventory(const std::string& value, const std:
 }
 
 void publish_inventory(const MemoryAttempt& attempt, const Inventory& inventory, const std::string& secret) {
-  connect(attempt).set(key(attempt, attempt.node), signed_inventory(inventory, key(attempt, attempt.node), secret));
+  proto::StoreBoard(attempt.store, kStoreTimeout)
+      .post(key(attempt, attempt.node), signed_inventory(inventory, key(attempt, attempt.node), secret));
 }
 
 std::map<int, Inventory> gather_inventories(const MemoryAttempt& attempt, const std::string& secret,

@@ -12,10 +12,10 @@
 #include <functional>
 
 #include "common/error.hpp"
+#include "launcher/memory/buddy_ring.hpp"
+#include "launcher/memory/copy_transfer.hpp"
 #include "launcher/memory/handover_server.hpp"
 #include "launcher/memory/inventory_exchange.hpp"
-#include "launcher/memory/peer_auth.hpp"
-#include "launcher/memory/peer_link.hpp"
 #include "launcher/memory/peer_server.hpp"
 #include "launcher/memory/replicator.hpp"
 
@@ -31,26 +31,6 @@ constexpr int kSlotsPerRank = 2;
 constexpr std::chrono::seconds kInventoryWait{10};
 
 UniqueFd dup_fd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
-
-/// Asks `from` for the copy `request` names and receives it into the descriptor `into(bytes, why)` gives for
-/// the size the peer announces (or sets `why`: not taken). "" once received, else why not.
-std::string receive_fetched(const CopySource& from, const std::string& key, const CopyPortRequest& request,
-                            const std::function<int(uint64_t bytes, std::string& why)>& into) {
-  try {
-    const PeerConnection peer = open_peer_request(from.addr, from.port, key, request);
-    const auto reply = receive_frame(peer.get()).get<CopyPortReply>();
-    if (reply.kind != CopyPortReply::Kind::kOk)
-      return "node " + std::to_string(from.node) + " says: " + proto::describe(reply);
-    std::string why;
-    const int fd = into(reply.bytes, why);
-    if (!why.empty()) return why;
-    Poly1305 mac(peer.data_key);
-    receive_copy(peer.get(), fd, reply.bytes, mac);
-    return "";
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
 
 /// A fetched copy checked whole (header and every chunk) and for being the one asked for (`world_size` -1: any
 /// world). "" or why not.
@@ -415,7 +395,7 @@ std::optional<MemoryKeeper::HeldCopy> MemoryKeeper::find_copy_locked(int rank, i
 std::string MemoryKeeper::fetch_other(int rank, int64_t step, int world_size, const CopySource& from,
                                       std::vector<int>& fds) {
   std::unique_ptr<MemfdSlot> into;
-  std::string why = receive_fetched(
+  std::string why = fetch_copy(
       from, copy_key(), CopyPortRequest::fetch(run_id_, rank, step, world_size), [&](uint64_t bytes, std::string& no) {
         if (bytes < proto::kHeaderBytes) {
           no = "node " + std::to_string(from.node) + " says: a copy of " + std::to_string(bytes) + " bytes";
@@ -452,8 +432,8 @@ std::string MemoryKeeper::fetch(int rank, int64_t step, const CopySource& from) 
     into = dup_fd(it->second->slots[static_cast<size_t>(slot)]->fd());
     slot_bytes = it->second->slot_bytes;
   }
-  std::string why = receive_fetched(
-      from, copy_key(), CopyPortRequest::fetch(run_id_, rank, step), [&](uint64_t bytes, std::string& no) {
+  std::string why =
+      fetch_copy(from, copy_key(), CopyPortRequest::fetch(run_id_, rank, step), [&](uint64_t bytes, std::string& no) {
         if (bytes != slot_bytes) {
           no = "node " + std::to_string(from.node) + "'s copy has " + std::to_string(bytes) +
                " bytes, this rank's slots " + std::to_string(slot_bytes);
@@ -481,27 +461,7 @@ void MemoryKeeper::disconnected(int rank, uint64_t connection) {
     shelf_.on_disconnect(rank);
 }
 
-void MemoryKeeper::receive_push(const CopyPortRequest& request, const Poly1305Key& data_key, int socket) {
-  PushTarget target = place_push(request, socket);
-  if (target.answer) {
-    send_frame(socket, *target.answer);
-    return;
-  }
-  std::string why;
-  try {
-    send_frame(socket, CopyPortReply::go());
-    Poly1305 mac(data_key);
-    receive_copy(socket, target.into.get(), request.bytes, mac);
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  why = settle_push(request, target.slot, std::move(why));
-  try {
-    send_frame(socket, why.empty() ? CopyPortReply::ok() : CopyPortReply::failed(why));
-  } catch (const std::exception&) {}
-}
-
-MemoryKeeper::PushTarget MemoryKeeper::place_push(const CopyPortRequest& request, int socket) {
+MemoryKeeper::PushTarget MemoryKeeper::place_push(const CopyPortRequest& request, const std::string& peer) {
   const int rank = request.rank;
   const uint64_t bytes = request.bytes;
   if (rank < 0 || request.step < 0 || bytes < proto::kHeaderBytes)
@@ -509,8 +469,7 @@ MemoryKeeper::PushTarget MemoryKeeper::place_push(const CopyPortRequest& request
   std::lock_guard lock(mutex_);
   if (const std::string why = push_refusal_locked(rank, bytes, request.digest, std::max(request.world_size, 0));
       !why.empty()) {
-    spdlog::warn("memory: refused a push of rank {}'s copy of step {} from {}: {}", rank, request.step,
-                 peer_address(socket), why);
+    spdlog::warn("memory: refused a push of rank {}'s copy of step {} from {}: {}", rank, request.step, peer, why);
     return PushTarget::answered(CopyPortReply::refused());
   }
   if (const std::string why = replica_slots_locked(rank, bytes); !why.empty())
@@ -556,38 +515,23 @@ std::string MemoryKeeper::settle_push(const CopyPortRequest& request, int slot, 
   return why;
 }
 
-void MemoryKeeper::serve_fetch(const CopyPortRequest& request, const Poly1305Key& data_key, int socket) {
-  const int rank = request.rank;
-  const int64_t step = request.step;
-  UniqueFd from;
-  uint64_t bytes = 0;
-  bool pinned = false;
-  {
-    std::lock_guard lock(mutex_);
-    if (const auto held = find_copy_locked(rank, step, request.world_size)) {
-      from = dup_fd(held->memfd->fd());
-      pinned = held->home == CopyHome::kOwn;                              // its slot is not lent out while it is sent
-      bytes = pinned ? own_.at(rank)->slot_bytes : held->memfd->bytes();  // own: the copy's size, as its hello said
-      if (pinned) shelf_.pin(rank, step);
-    }
-  }
-  try {
-    if (!from.valid()) {
-      send_frame(socket, CopyPortReply::failed("no copy of step " + std::to_string(step) + " of rank " +
-                                               std::to_string(rank) + " here"));
-    } else {
-      send_frame(socket, CopyPortReply::ok(bytes));
-      Poly1305 mac(data_key);
-      send_copy(socket, from.get(), bytes, mac);
-      send_copy_tag(socket, mac);
-    }
-  } catch (const std::exception& e) {
-    spdlog::warn("memory: sending rank {}'s copy of step {} failed: {}", rank, step, e.what());
-  }
-  if (pinned) {
-    std::lock_guard lock(mutex_);
-    shelf_.unpin(rank, step);
-  }
+std::optional<MemoryKeeper::LentCopy> MemoryKeeper::lend_for_fetch(const CopyPortRequest& request) {
+  std::lock_guard lock(mutex_);
+  const auto held = find_copy_locked(request.rank, request.step, request.world_size);
+  if (!held) return std::nullopt;
+  LentCopy lent;
+  lent.fd = dup_fd(held->memfd->fd());
+  lent.pinned = held->home == CopyHome::kOwn;  // its slot is not lent out while it is sent
+  // Own: the copy's size, as its hello said; other copies: their slot's.
+  lent.bytes = lent.pinned ? own_.at(request.rank)->slot_bytes : held->memfd->bytes();
+  if (lent.pinned) shelf_.pin(request.rank, request.step);
+  return lent;
+}
+
+void MemoryKeeper::fetch_served(const CopyPortRequest& request, const LentCopy& lent) {
+  if (!lent.pinned) return;
+  std::lock_guard lock(mutex_);
+  shelf_.unpin(request.rank, request.step);
 }
 
 std::optional<OutgoingCopy> MemoryKeeper::take_for_push(int rank, int64_t step) {
@@ -615,7 +559,7 @@ std::optional<CopySource> MemoryKeeper::buddy() {
     if (buddy_ || !attempt_ || attempt_->nodes <= 1) return buddy_;
     attempt = attempt_;
   }
-  const int node = (attempt->node + 1) % attempt->nodes;
+  const int node = buddy_of(attempt->node, attempt->nodes);
   const auto inventory = read_inventory(*attempt, node, copy_key(), kInventoryWait);
   if (!inventory || inventory->port <= 0) return std::nullopt;  // its copy port is not open yet: asked again
   std::lock_guard lock(mutex_);

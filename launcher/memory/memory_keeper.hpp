@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
-#include "common/poly1305.hpp"
 #include "launcher/memory/copy_shelf.hpp"
 #include "launcher/memory/memfd_slot.hpp"
 #include "launcher/memory/memory_budget.hpp"
@@ -104,9 +103,34 @@ class MemoryKeeper {
   [[nodiscard]] proto::HandoverReply open(int rank, int64_t step, int copy_rank, int world_size, std::vector<int>& fds);
   void disconnected(int rank, uint64_t connection);
 
-  // Other agents' requests (PeerServer's thread): each reads and answers on `socket`.
-  void receive_push(const proto::CopyPortRequest& request, const Poly1305Key& data_key, int socket);
-  void serve_fetch(const proto::CopyPortRequest& request, const Poly1305Key& data_key, int socket);
+  // Other agents' requests (PeerServer's threads move the bytes, copy_transfer.hpp; the keeper decides).
+  /// Where a push goes: an answer to send at once (refused, have, busy, failed), or the replica slot to
+  /// receive it into (its descriptor, a duplicate).
+  struct PushTarget {
+    std::optional<proto::CopyPortReply> answer;
+    UniqueFd into;
+    int slot = -1;
+
+    static PushTarget answered(proto::CopyPortReply reply) {
+      PushTarget target;
+      target.answer = std::move(reply);
+      return target;
+    }
+  };
+  /// `peer`: who pushes, for the log.
+  [[nodiscard]] PushTarget place_push(const proto::CopyPortRequest& request, const std::string& peer);
+  /// The push received into `slot` (`why`: the transfer failed) checked and recorded, or the slot given back:
+  /// "" or why not.
+  [[nodiscard]] std::string settle_push(const proto::CopyPortRequest& request, int slot, std::string why);
+  /// The copy a fetch asks for (a duplicate of its descriptor and its bytes); an own slot stays pinned (not lent
+  /// to its worker) until fetch_served. nullopt: no such copy here.
+  struct LentCopy {
+    UniqueFd fd;
+    uint64_t bytes = 0;
+    bool pinned = false;
+  };
+  [[nodiscard]] std::optional<LentCopy> lend_for_fetch(const proto::CopyPortRequest& request);
+  void fetch_served(const proto::CopyPortRequest& request, const LentCopy& lent);
 
   // The replicator's side.
   /// The committed copy of `step` of `rank`, pinned until pushed() (nullopt: it was overwritten).
@@ -161,25 +185,8 @@ class MemoryKeeper {
   /// larger than this node's own copies. "" or why not (logged here, never told to the pusher).
   [[nodiscard]] std::string push_refusal_locked(int rank, uint64_t bytes, uint64_t digest, int world_size) const;
   void set_pushed_locked(int rank, int64_t step);
-  /// Where a push goes: an answer to send at once (refused, have, busy, failed), or the replica slot to
-  /// receive it into (its descriptor, a duplicate).
-  struct PushTarget {
-    std::optional<proto::CopyPortReply> answer;
-    UniqueFd into;
-    int slot = -1;
-
-    static PushTarget answered(proto::CopyPortReply reply) {
-      PushTarget target;
-      target.answer = std::move(reply);
-      return target;
-    }
-  };
-  [[nodiscard]] PushTarget place_push(const proto::CopyPortRequest& request, int socket);
   /// Two replica slots of `bytes` for `rank` (new ones when the size changed): "" or why not.
   [[nodiscard]] std::string replica_slots_locked(int rank, uint64_t bytes);
-  /// The push received into `slot` (`why`: the transfer failed) checked and recorded, or the slot given back:
-  /// "" or why not.
-  [[nodiscard]] std::string settle_push(const proto::CopyPortRequest& request, int slot, std::string why);
   /// Fetches `rank`'s copy of `step` from `from` into a slot of this node; "" or why not.
   [[nodiscard]] std::string fetch(int rank, int64_t step, const CopySource& from);
 

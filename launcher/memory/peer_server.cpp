@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "launcher/memory/copy_transfer.hpp"
 #include "launcher/memory/memory_keeper.hpp"
 #include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
@@ -121,10 +122,36 @@ void PeerServer::handle(int socket) {
     return;
   }
   if (request.kind == proto::CopyPortRequest::Kind::kPush) {
-    keeper_.receive_push(request, proven->data_key, socket);
+    serve_push(request, proven->data_key, socket);
   } else {
-    keeper_.serve_fetch(request, proven->data_key, socket);
+    serve_fetch(request, proven->data_key, socket);
   }
+}
+
+void PeerServer::serve_push(const proto::CopyPortRequest& request, const Poly1305Key& key, int socket) {
+  MemoryKeeper::PushTarget target = keeper_.place_push(request, peer_address(socket));
+  if (target.answer) {
+    send_frame(socket, *target.answer);
+    return;
+  }
+  std::string why = receive_pushed_copy(socket, key, target.into.get(), request.bytes);
+  why = keeper_.settle_push(request, target.slot, std::move(why));
+  answer_push(socket, why);
+}
+
+void PeerServer::serve_fetch(const proto::CopyPortRequest& request, const Poly1305Key& key, int socket) {
+  const auto lent = keeper_.lend_for_fetch(request);
+  if (!lent) {
+    send_frame(socket, proto::CopyPortReply::failed("no copy of step " + std::to_string(request.step) + " of rank " +
+                                                    std::to_string(request.rank) + " here"));
+    return;
+  }
+  try {
+    send_fetched_copy(socket, key, lent->fd.get(), lent->bytes);
+  } catch (const std::exception& e) {
+    spdlog::warn("memory: sending rank {}'s copy of step {} failed: {}", request.rank, request.step, e.what());
+  }
+  keeper_.fetch_served(request, *lent);
 }
 
 }  // namespace meshrun::launcher

@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/poly1305.hpp"
 #include "common/unique_fd.hpp"
+#include "proto/copy_port_messages.hpp"
 
 namespace meshrun::launcher {
 
@@ -37,6 +39,9 @@ class PeerServer {
  private:
   void serve();
   void handle(int socket);
+  /// The push's bytes into the replica slot the keeper gives, then its verdict; the fetch's copy out.
+  void serve_push(const proto::CopyPortRequest& request, const Poly1305Key& key, int socket);
+  void serve_fetch(const proto::CopyPortRequest& request, const Poly1305Key& key, int socket);
   /// Records a connection being served; false when the server is stopping (the connection is dropped).
   bool track(int socket);
   void untrack(int socket);

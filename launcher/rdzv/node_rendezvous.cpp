@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/say.hpp"
 #include "common/signal_set.hpp"
 #include "common/strings.hpp"
 #include "launcher/net/host_identity.hpp"
@@ -200,7 +201,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
     if (reply.spare && !told_spare) became_spare();
     told_spare = reply.spare;
     if (note) {
-      std::fprintf(stderr, "meshrun: %s\n", describe_waiting(reply).c_str());
+      say(describe_waiting(reply));
       next_note = std::chrono::steady_clock::now() + kProgressEvery;
     }
   }
@@ -288,7 +289,7 @@ void NodeRendezvous::wait_for_other_nodes() {
     }
     if (!running) return;
     if (std::chrono::steady_clock::now() >= next_note) {
-      std::fprintf(stderr, "meshrun: this node is done; still serving the rendezvous until the other nodes finish\n");
+      say("this node is done; still serving the rendezvous until the other nodes finish");
       next_note = std::chrono::steady_clock::now() + 10 * kProgressEvery;
     }
     std::this_thread::sleep_for(100ms);

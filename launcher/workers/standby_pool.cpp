@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "common/say.hpp"
 #include "launcher/memory/memory_budget.hpp"
 #include "launcher/workers/standby_bootstrap.hpp"
 
@@ -33,8 +34,6 @@ constexpr size_t kMaxReadyMessage = 4096;
 constexpr size_t kStderrTail = 400;
 // A standby's imports keep one core busy for a few seconds: started beside a job only when one sat idle.
 constexpr double kIdleCoresNeeded = 0.9;
-
-void say(const std::string& text) { std::fprintf(stderr, "meshrun: %s\n", text.c_str()); }
 
 UniqueFd warm_up_file(const char* name) {
   UniqueFd fd(::memfd_create(name, MFD_CLOEXEC));

@@ -94,11 +94,13 @@ case $SCENARIO in
       mc_link_up 0
     fi
     echo "survivors finished $(mc_elapsed "$t0") s after node rank 0 died"
-    # A survivor is node rank 0 of the new round (survivors keep their node ranks where they can: node2's
-    # rank 2 is out of range in a world of 2, so it takes rank 0) and served a fresh store; the job resumed
-    # with a world of 2.
-    grep -q "round [1-9]: serving the workers' store" "$W/node1.log" "$W/node2.log" ||
-      mc_fail "rank0: no survivor served the new round's store"
+    # node2 is node rank 0 of the new round (survivors keep their node ranks where they can: node1 keeps 1,
+    # node2's rank 2 is out of range in a world of 2, so it takes the free rank 0) and served a fresh store;
+    # node1 served none; the job resumed with a world of 2.
+    grep -q "round [1-9]: serving the workers' store" "$W/node2.log" ||
+      mc_fail "rank0: node2 (node rank 2, the free rank 0 of a world of 2) did not serve the new round's store"
+    ! grep -q "serving the workers' store" "$W/node1.log" ||
+      mc_fail "rank0: node1 served a store, but it keeps node rank 1"
     for r in 0 1; do
       read -r world restarts first < "$D/done.$r" || { mc_fail "rank0: rank $r did not finish"; continue; }
       [ "$world" = 2 ] || mc_fail "rank0: rank $r finished in a world of $world, expected 2"
