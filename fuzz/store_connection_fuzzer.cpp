@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto store = std::make_shared<meshrun::rendezvous::KvStore>();
   meshrun::testing::RecordingTransport transports[2];
   const std::shared_ptr<meshrun::rendezvous::StoreConnection> connections[2] = {host.connect(transports[0], store),
-                                                                                  host.connect(transports[1], store)};
+                                                                                host.connect(transports[1], store)};
   std::string_view input(reinterpret_cast<const char*>(data), size);
   // Each piece: a header byte (low 7 bits: its length; high bit: which connection), then that many bytes.
   while (!input.empty()) {

@@ -46,15 +46,6 @@ Ms to_ms(double seconds) { return std::chrono::duration_cast<Ms>(std::chrono::du
 // Hangs are judged this often: fine enough next to budgets of seconds, cheap next to beats that may
 // arrive a thousand times a second.
 constexpr Ms kHangCheckEvery{250};
-// How long after its own worker failed an agent waits for other nodes' reports before it names the
-// job's first failure: they report within a monitor interval of their worker's exit.
-constexpr Ms kRootCauseSettle{500};
-// How long it waits for the report of the culprit a hang verdict named (its agent sends it right after the
-// verdict, before reading stacks).
-constexpr Ms kExpectedReportWait{10000};
-// While the next attempt runs, the pending root cause is asked for this often, not on every wake-up of the
-// supervise loop (which wakes for each hook report and heartbeat).
-constexpr Ms kRootCauseQueryEvery{200};
 // A late rank (busy, or waiting outside the job, while the others wait for it) is judged again after as long as
 // the first judgment took (the wait so far), between one activity window and kLateRecheck: one whose wait becomes
 // proof of a hang is then named hung within that of it, before a short collective timeout of the script's own
@@ -117,7 +108,8 @@ Agent::Agent(const LaunchOptions& options, WorkerCommand command, SignalSet& sig
       command_(std::move(command)),
       signals_(signals),
       grace_(to_ms(options.shutdown_timeout_s)),
-      fault_grace_(to_ms(std::min(options.fault_stop_timeout_s, options.shutdown_timeout_s))) {}
+      fault_grace_(to_ms(std::min(options.fault_stop_timeout_s, options.shutdown_timeout_s))),
+      root_cause_(to_ms(options.rdzv_conf.keep_alive_interval_s)) {}
 
 Agent::~Agent() {
   std::error_code ec;
@@ -159,11 +151,11 @@ int Agent::run() {
       assignment = rdzv.join();
     } catch (const RunFinished& e) {
       say(std::string(e.what()) + " while this node waited as a hot spare: it was not needed");
-      flush_root_cause(rdzv);
+      root_cause_.flush(rdzv);
       return 0;
     }
     if (!assignment) {
-      flush_root_cause(rdzv);
+      root_cause_.flush(rdzv);
       return 128 + rdzv.interrupted_by();
     }
     spdlog::info("round {}: node {} of {}, ranks {}..{} of {}", assignment->round, assignment->group_rank,
@@ -190,11 +182,10 @@ int Agent::run() {
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
     }
-    // The job's first failure across nodes, named after a settle time for late reports. A restart does not
-    // wait for it: the next attempt prints it once due (poll_root_cause); a run's end prints it first.
-    flush_root_cause(rdzv);
-    if (assignment->group_world_size > 1) pending_root_cause_ = root_cause_of(assignment->round, result);
-    if (!will_restart(result)) flush_root_cause(rdzv);
+    // The job's first failure across nodes, named after a settle time for late reports (failure/).
+    root_cause_.flush(rdzv);
+    if (assignment->group_world_size > 1) root_cause_.expect(ending_of(assignment->round, result));
+    if (!will_restart(result)) root_cause_.flush(rdzv);
     if (const auto exit_code = conclude(result, rdzv)) return *exit_code;
   }
 }
@@ -343,7 +334,7 @@ Agent::AttemptResult Agent::supervise(Attempt& attempt) {
     attempt.progress.drain(Clock::now());
     if (!attempt.clock.settled()) attempt.clock.observe(attempt.progress.summaries(Clock::now()), Clock::now());
     keep_standbys(attempt);
-    poll_root_cause(attempt.rdzv);
+    root_cause_.poll(attempt.rdzv);
     if (auto r = on_signals(attempt, signals)) return *r;
     if (auto r = on_worker_exits(attempt)) return *r;
     if (Clock::now() >= next_hang_check) {
@@ -673,44 +664,14 @@ void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
   }
 }
 
-Agent::PendingRootCause Agent::root_cause_of(int64_t round, const AttemptResult& result) const {
+RootCauseReporter::Ending Agent::ending_of(int64_t round, const AttemptResult& result) {
   using Kind = AttemptResult::Kind;
-  PendingRootCause p;
-  p.round = round;
-  p.wanted = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung ||
-             result.kind == Kind::kRemoteRestart || result.kind == Kind::kRunFailed;
-  const bool local = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung;
-  // Another node's report of an earlier failure may still be on its way: give it kRootCauseSettle after
-  // ours. A restart asked for by another node follows that node's report, so it is there at once.
-  p.settled_at = (local ? result.failed_at : std::chrono::steady_clock::now()) + kRootCauseSettle;
-  // A hang verdict names the culprit on every node; its node's report is known to be coming: wait for it.
-  p.expected_rank = result.kind == Kind::kWorkerHung ? result.expected_report_rank : -1;
-  p.expected_by = std::chrono::steady_clock::now() + kExpectedReportWait;
-  return p;
-}
-
-bool Agent::try_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause) {
-  if (!cause.wanted) return true;
-  const auto now = std::chrono::steady_clock::now();
-  if (now < cause.settled_at) return false;
-  std::vector<proto::FailureReport> failures;
-  for (const auto& f : rdzv.failures()) {
-    if (f.round == cause.round) failures.push_back(f);
-  }
-  const bool has_expected =
-      cause.expected_rank < 0 ||
-      std::any_of(failures.begin(), failures.end(), [&cause](const auto& f) { return f.rank == cause.expected_rank; });
-  if (!has_expected && now < cause.expected_by) return false;
-  std::fputs(format_root_cause(failures).c_str(), stderr);
-  return true;
-}
-
-void Agent::print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause) {
-  // Still beating while it waits: a node silent for its keep-alive after a restart is taken for dead.
-  HeartbeatKeeper keeper(rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), {});
-  while (!keeper.with_rendezvous([&](RendezvousBackend& r) { return try_root_cause(r, cause); })) {
-    std::this_thread::sleep_for(Ms(50));
-  }
+  return {.round = round,
+          .failed = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung ||
+                    result.kind == Kind::kRemoteRestart || result.kind == Kind::kRunFailed,
+          .local = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung,
+          .failed_at = result.failed_at,
+          .expected_rank = result.kind == Kind::kWorkerHung ? result.expected_report_rank : -1};
 }
 
 bool Agent::restarts_left() const { return restarts_used_ < options_.max_restarts; }
@@ -722,30 +683,6 @@ bool Agent::will_restart(const AttemptResult& result) const {
   const bool failed =
       result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung || result.kind == Kind::kRemoteRestart;
   return failed && restarts_left();
-}
-
-void Agent::poll_root_cause(RendezvousBackend& rdzv) {
-  if (!pending_root_cause_) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (now < pending_root_cause_->next_query) return;
-  pending_root_cause_->next_query = now + kRootCauseQueryEvery;
-  try {
-    if (try_root_cause(rdzv, *pending_root_cause_)) pending_root_cause_.reset();
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot name the last failure's root cause: {}", e.what());
-    pending_root_cause_.reset();
-  }
-}
-
-void Agent::flush_root_cause(RendezvousBackend& rdzv) {
-  if (!pending_root_cause_) return;
-  const PendingRootCause cause = *pending_root_cause_;
-  pending_root_cause_.reset();
-  try {
-    print_root_cause(rdzv, cause);
-  } catch (const std::exception& e) {
-    spdlog::warn("cannot name the last failure's root cause: {}", e.what());
-  }
 }
 
 std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBackend& rdzv) {

@@ -29,6 +29,7 @@
 
 #include "common/signal_set.hpp"
 #include "launcher/cli/options.hpp"
+#include "launcher/failure/root_cause_reporter.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "proto/hang_request.hpp"
@@ -121,21 +122,8 @@ class Agent {
   void report_recovery(const proto::HeartbeatReply& beat);
   /// Prints the daemon's stragglers when the set changed since the last heartbeat.
   void report_stragglers(const std::vector<proto::Straggler>& stragglers);
-  // The job's first failure across nodes, to be named once late reports had their settle time.
-  struct PendingRootCause {
-    int64_t round = 0;
-    bool wanted = false;  // the attempt ended in a failure (here, elsewhere, or the run's)
-    std::chrono::steady_clock::time_point settled_at{};
-    int expected_rank = -1;  // a hang's culprit, whose report is waited for until expected_by
-    std::chrono::steady_clock::time_point expected_by{};
-    std::chrono::steady_clock::time_point next_query{};  // poll_root_cause asks the rendezvous no sooner
-  };
-  PendingRootCause root_cause_of(int64_t round, const AttemptResult& result) const;
-  /// Prints it once it is due (true), or nothing yet (false); one query of the rendezvous when due.
-  bool try_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
-  /// On a run of several nodes, prints the job's first failure (from the daemon) after an attempt failed, waiting
-  /// (beating) until it is due.
-  void print_root_cause(RendezvousBackend& rdzv, const PendingRootCause& cause);
+  /// How `result` ended round `round`, for naming its root cause.
+  static RootCauseReporter::Ending ending_of(int64_t round, const AttemptResult& result);
   /// Whether --max-restarts allows another restart of a failure.
   bool restarts_left() const;
   /// Whether `conclude` will restart after `result` (a failure with --max-restarts left).
@@ -143,10 +131,6 @@ class Agent {
   /// Whether this attempt's workers may skip Python's teardown when they fail: a failure would be restarted,
   /// and the hook that does it is installed (docs/multi-node.md#quick-exit).
   bool quick_exit() const;
-  /// The root cause a restart left to name while the next attempt runs: printed once due (non-blocking).
-  void poll_root_cause(RendezvousBackend& rdzv);
-  /// Prints the root cause still pending, waiting until it is due; never throws (the run may be over).
-  void flush_root_cause(RendezvousBackend& rdzv);
   /// The exit code when the attempt ends the run; nullopt when the agent goes to the next round.
   std::optional<int> conclude(const AttemptResult& result, RendezvousBackend& rdzv);
 
@@ -178,7 +162,7 @@ class Agent {
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,
   // as in torchrun.
   int restarts_used_ = 0;
-  std::optional<PendingRootCause> pending_root_cause_;  // a restart's, named during the next attempt
+  RootCauseReporter root_cause_;  // the job's first failure across nodes, named once due
 };
 
 }  // namespace meshrun::launcher

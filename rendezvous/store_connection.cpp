@@ -135,9 +135,9 @@ void StoreConnection::handle_rejected(const proto::Request& r) {
     return;
   }
   if (r.type == QueryType::kMeshrun) {
-    send(proto::encode_string(
-        nlohmann::json{{"error", "peer " + peer_.endpoint + " is not allowed to use this daemon (see its --allow rules)"}}
-            .dump()));
+    send(proto::encode_string(nlohmann::json{
+        {"error", "peer " + peer_.endpoint + " is not allowed to use this daemon (see its --allow rules)"}}
+                                  .dump()));
   }
   close("peer not allowed by --allow");
 }
