@@ -4,27 +4,19 @@
 
 #include <spdlog/spdlog.h>
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <thread>
 
 #include "common/error.hpp"
 #include "common/say.hpp"
 #include "common/scope_exit.hpp"
 #include "common/signal_set.hpp"
-#include "launcher/activity/activity_rule.hpp"
 #include "launcher/attempt.hpp"
-#include "launcher/failure/root_cause.hpp"
-#include "launcher/hang/hang_exchange.hpp"
-#include "launcher/hang/hang_inquiry.hpp"
 #include "launcher/hang/python_hook.hpp"
 #include "launcher/memory/buddy_ring.hpp"
 #include "launcher/memory/memory_keeper.hpp"
 #include "launcher/net/route_interface.hpp"
-#include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/rdzv/heartbeat_keeper.hpp"
 #include "launcher/rendezvous_factory.hpp"
@@ -43,17 +35,6 @@ using Ms = std::chrono::milliseconds;
 
 Ms to_ms(double seconds) { return std::chrono::duration_cast<Ms>(std::chrono::duration<double>(seconds)); }
 
-// Hangs are judged this often: fine enough next to budgets of seconds, cheap next to beats that may
-// arrive a thousand times a second.
-constexpr Ms kHangCheckEvery{250};
-// A late rank (busy, or waiting outside the job, while the others wait for it) is judged again after as long as
-// the first judgment took (the wait so far), between one activity window and kLateRecheck: one whose wait becomes
-// proof of a hang is then named hung within that of it, before a short collective timeout of the script's own
-// ends the job. The late line itself is repeated far less often.
-constexpr Ms kLateRecheck{30000};
-// After an inquiry found the suspected wait over, the hook's next report (every 0.1 s) has caught up by then.
-constexpr Ms kResolvedQuiet{2000};
-constexpr Ms kLateRepeat{300000};
 // Standbys start at an attempt's first step, or this long after its workers started when it has none yet: until
 // then the workers' own start-up (their imports) has the cores.
 constexpr Ms kStandbyDelay{10000};
@@ -64,32 +45,6 @@ std::string temp_folder(const std::string& prefix) {
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) throw Error("cannot create a temporary folder " + templ + " (set TMPDIR)");
   return templ;
-}
-
-// "round 1: local ranks 0-1 started from standby workers": the restarts that skipped a fresh interpreter.
-void say_standby_starts(const WorkerGroup& group) {
-  std::vector<int> ranks;
-  for (const auto& w : group.workers()) {
-    if (w.from_standby) ranks.push_back(w.local_rank);
-  }
-  if (ranks.empty()) return;
-  std::string text = "round " + std::to_string(group.attempt()) + ": local rank";
-  text += ranks.size() > 1 ? "s " : " ";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) text += ',';
-    text += std::to_string(ranks[i]);
-  }
-  text += " started from standby workers (their interpreter and imports were ready)";
-  say(text);
-}
-
-// Every mark this node's attempt reached, its step account included, as ages at `now`.
-proto::AttemptMilestones milestones_at(const AttemptClock& attempt, const ProgressMonitor& progress,
-                                       const MemoryKeeper& memory, std::chrono::steady_clock::time_point now) {
-  proto::AttemptMilestones m = attempt.milestones(now);
-  m.steps = progress.step_account(now);
-  m.load_source = memory.load_source();
-  return m;
 }
 
 // The same marks `seconds` later: ages grow, marks not reached stay -1.
@@ -145,6 +100,14 @@ int Agent::run() {
   if (standbys_ != nullptr) {
     rdzv.on_spare([this] { standbys_->fill([this](int lr) { return standby_env(lr); }, StandbyPool::Pace::kAllNow); });
   }
+  const AttemptServices services{.signals = signals_,
+                                 .settings = supervision_settings(),
+                                 .memory = *memory_,
+                                 .reports = reports_,
+                                 .chores = [this](const Attempt& attempt) {
+                                   keep_standbys(attempt);
+                                   root_cause_.poll(attempt.rdzv);
+                                 }};
   for (;;) {
     std::optional<proto::Assignment> assignment;
     try {
@@ -173,11 +136,10 @@ int Agent::run() {
             return spec;
           },
           standbys_ != nullptr ? to_ms(options_.rdzv_conf.keep_alive_interval_s) : Ms(0));
-      say_standby_starts(attempt.group);
-      result = supervise(attempt);
+      result = attempt.run(services);
       last_attempt_at_ = std::chrono::steady_clock::now();
       attempt.progress.close_accounts(last_attempt_at_);
-      last_attempt_ = milestones_at(attempt.clock, attempt.progress, *memory_, last_attempt_at_);
+      last_attempt_ = attempt.milestones(last_attempt_at_, *memory_);
     } catch (const SpawnError& e) {
       rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
       throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
@@ -322,304 +284,6 @@ GroupSpec Agent::group_spec(const proto::Assignment& assignment, const Rendezvou
   return spec;
 }
 
-Agent::AttemptResult Agent::supervise(Attempt& attempt) {
-  using Clock = std::chrono::steady_clock;
-  const Ms monitor = to_ms(options_.monitor_interval_s);
-  const Ms keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s);
-  HeartbeatSchedule heartbeats{Clock::now() + keep_alive, 0};
-  auto next_hang_check = Clock::now() + kHangCheckEvery;
-  for (;;) {
-    const Ms until_beat = std::max(Ms(0), std::chrono::duration_cast<Ms>(heartbeats.next - Clock::now()));
-    const auto signals = attempt.group.wait(signals_, std::min(monitor, until_beat), attempt.progress.fds());
-    attempt.progress.drain(Clock::now());
-    if (!attempt.clock.settled()) attempt.clock.observe(attempt.progress.summaries(Clock::now()), Clock::now());
-    keep_standbys(attempt);
-    root_cause_.poll(attempt.rdzv);
-    if (auto r = on_signals(attempt, signals)) return *r;
-    if (auto r = on_worker_exits(attempt)) return *r;
-    if (Clock::now() >= next_hang_check) {
-      next_hang_check = Clock::now() + kHangCheckEvery;
-      if (auto r = on_hang(attempt)) return *r;
-    }
-    // Arrival answers go out as soon as they are all in, beside the schedule (an early heartbeat moves nothing).
-    const auto pids = attempt.group.running_pids();
-    attempt.progress.ask_arrivals_again(pids, Clock::now());
-    const bool answers_in = attempt.progress.take_arrival_answers(pids);
-    const bool due = Clock::now() >= heartbeats.next;
-    if (!due && !answers_in) continue;
-    if (due) heartbeats.next = Clock::now() + keep_alive;
-    if (auto r = on_heartbeat(attempt, heartbeats, !due)) return *r;
-  }
-}
-
-// SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the attempt; SIGUSR1/SIGUSR2 are forwarded and the workers decide
-// (checkpoint, then exit or go on).
-std::optional<Agent::AttemptResult> Agent::on_signals(Attempt& attempt, const std::vector<int>& signals) {
-  WorkerGroup& group = attempt.group;
-  for (int sig : signals) {
-    if (!is_terminating_signal(sig)) {
-      group.signal_all(sig);
-      continue;
-    }
-    say("got " + signal_name(sig) + ": forwarding it to the workers and stopping them");
-    stop_workers(attempt, grace_, sig);
-    AttemptResult result{AttemptResult::Kind::kSignaled, 128 + sig, "launcher got " + signal_name(sig)};
-    for (const auto& w : group.workers()) {
-      if (w.process && w.process->status() && checkpointed_on_signal(*w.process->status())) {
-        say("checkpointed on signal: the workers wrote a checkpoint before stopping (exit " +
-            std::to_string(kCheckpointedOnSignalExit) + ")");
-        result.exit_code = kCheckpointedOnSignalExit;
-        break;
-      }
-    }
-    return result;
-  }
-  return std::nullopt;
-}
-
-std::optional<Agent::AttemptResult> Agent::on_worker_exits(Attempt& attempt) {
-  WorkerGroup& group = attempt.group;
-  if (const auto failed = group.first_failure()) {
-    const auto found = std::chrono::steady_clock::now();
-    group.drain_output(*failed);  // its last words (the traceback) before the report
-    const FailureInfo first = group.failure_info(*failed);
-    if (checkpointed_on_signal(first.status)) {
-      stop_workers(attempt, grace_);
-      // A forwarded USR1 (or a scheduler's signal): a deliberate stop after a checkpoint, not a failure.
-      say("checkpointed on signal: rank " + std::to_string(first.rank) + " wrote a checkpoint and stopped (exit " +
-          std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
-      return AttemptResult{AttemptResult::Kind::kSignaled, kCheckpointedOnSignalExit, "checkpointed on signal"};
-    }
-    // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
-    attempt.rdzv.record_failure(failure_report(first, group.attempt()), attempt.account_now());
-    stop_workers(attempt, fault_grace_);
-    const FailureInfo info = group.failure_info(*failed);  // with all the output, now that the group stopped
-    std::fputs(format_failure_summary(info).c_str(), stderr);
-    return AttemptResult{
-        AttemptResult::Kind::kWorkerFailed, info.status.exit_code(),
-        "rank " + std::to_string(info.rank) + " on " + info.host + " failed with " + info.status.describe(), found};
-  }
-  if (group.all_exited()) {
-    stop_workers(attempt, grace_);  // reaps, kills leftovers of the workers' groups, drains output
-    return AttemptResult{AttemptResult::Kind::kSucceeded, 0, "all workers exited 0"};
-  }
-  return std::nullopt;
-}
-
-// A hang suspected here (beats, a stopped worker, a collective waited on past its budget) or by another
-// node (its request in the workers' store): every node judges every rank's record the same way.
-std::optional<Agent::AttemptResult> Agent::on_hang(Attempt& attempt) {
-  ProgressMonitor& progress = attempt.progress;
-  const auto now = std::chrono::steady_clock::now();
-  const auto pids = attempt.group.running_pids();
-  progress.watch_activity(pids, now);
-  auto hang = progress.find_hang(pids, now);
-  if (!hang) hang = progress.find_collective_wait(pids, now);
-  // The suspicion is said only when the verdict is a hang: a late rank (busy) gets its own line instead.
-  if (hang) {
-    progress.mark_hung(hang->local_rank);
-    spdlog::info("suspected hang: rank {}: {}; gathering every rank's collective record", hang->rank, hang->reason);
-    return conclude_hang(
-        attempt,
-        proto::HangRequest{attempt.assignment.group_rank, hang->rank, hang->reason, hang->waited_s, hang->route}, true);
-  }
-  if (const auto request = attempt.exchange.poll(now)) {
-    spdlog::info("another node suspects a hang (rank {}: {}); gathering this node's collective records", request->rank,
-                 request->reason);
-    return conclude_hang(attempt, *request, false);
-  }
-  return std::nullopt;
-}
-
-namespace {
-
-std::string without_prefix(const std::string& line) { return line.starts_with("hang: ") ? line.substr(6) : line; }
-
-// What a late line is about, without its figures: who is late, where, and what each does (busy, or what it waits on).
-std::string late_subject(const HangVerdict& v) { return format_ranks(v.culprits) + " " + v.late_subject; }
-
-}  // namespace
-
-std::optional<Agent::AttemptResult> Agent::conclude_hang(Attempt& attempt, const proto::HangRequest& suspicion,
-                                                         bool requested_here) {
-  WorkerGroup& group = attempt.group;
-  ProgressMonitor& progress = attempt.progress;
-  HangExchange& exchange = attempt.exchange;
-  const int node = attempt.assignment.group_rank;
-  const int nodes = attempt.assignment.group_world_size;
-  const auto found = std::chrono::steady_clock::now();
-  HeartbeatKeeper keeper(attempt.rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s), progress.summaries(found));
-  proto::HangRequest standing = suspicion;
-  if (requested_here && nodes > 1) {
-    try {
-      standing = exchange.request(suspicion);  // the first request wins on every node
-    } catch (const std::exception& e) {
-      spdlog::warn("cannot tell the other nodes about the hang through the workers' store: {}", e.what());
-    }
-  }
-  HangInquiry inquiry(progress, group, exchange,
-                      HangInquirySite{node, nodes, attempt.rdzv.hostname(), group.attempt_dir(), command_.executable,
-                                      attempt.assignment.master_addr, attempt.assignment.master_port});
-  const FallbackSuspect suspect{standing.rank, standing.reason,
-                                standing.route == proto::SuspicionRoute::kCollectiveWait};
-  const HangVerdict verdict = inquiry.judge(
-      suspect.rank >= 0 ? std::optional(suspect) : std::nullopt,
-      LatenessRule{standing.waited_s, options_.progress.busy_timeout_s, options_.progress.outside_timeout_s});
-  if (verdict.outcome == HangOutcome::kLate) {
-    on_late(attempt, verdict);
-    return std::nullopt;
-  }
-  if (verdict.outcome == HangOutcome::kResolved) {  // the hook's next report shows it; until then, no new suspicion
-    spdlog::info("hang inquiry: {}", verdict.line);
-    progress.clear_suspicion();
-    progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
-    exchange.next_inquiry();
-    return std::nullopt;
-  }
-  const int named = !verdict.culprits.empty() ? verdict.culprits.front() : suspect.rank;
-  const auto& workers = group.workers();
-  const auto local = std::find_if(workers.begin(), workers.end(), [named](const Worker& w) { return w.rank == named; });
-  const bool reporter = local != workers.end();
-  // A rank of this node that ended by itself while it was judged (a zombie until the loop reaps it) was finishing,
-  // not hung (a job's teardown after its last step, slow on a loaded machine): its exit decides, as for any worker.
-  if (reporter && local->process && process_state(local->process->pid()) == 'Z') {
-    spdlog::info("hang inquiry: rank {} ended while it was judged; its exit decides", named);
-    progress.clear_suspicion();
-    progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
-    exchange.next_inquiry();
-    return std::nullopt;
-  }
-  say(requested_here
-          ? "suspected hang: rank " + std::to_string(suspicion.rank) + ": " + suspicion.reason
-          : "another node suspected a hang (rank " + std::to_string(standing.rank) + ": " + standing.reason + ")");
-  say(verdict.line);
-  for (const auto& note : verdict.notes) say("  " + note);
-  // The report first (the root cause on every node waits for it), the stacks after.
-  // A verdict from beats or silence alone names the rank the suspicion named, for the suspicion's reason.
-  const std::string reason = verdict.kind == HangKind::kNoCollective && named == suspect.rank && !suspect.reason.empty()
-                                 ? suspect.reason
-                                 : without_prefix(verdict.line);
-  const auto with_hang = [&](FailureInfo info) {
-    info.hang_reason = reason;
-    info.time = std::chrono::system_clock::now();
-    return info;
-  };
-  if (reporter) {
-    const auto lr = static_cast<size_t>(local - workers.begin());
-    proto::FailureReport report = failure_report(with_hang(group.failure_info(lr)), group.attempt());
-    report.hang_kind = std::string(to_string(verdict.kind));
-    const proto::AttemptMilestones account = attempt.account_now();
-    keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(report, account); });
-  }
-  const auto stacks = inquiry.stacks();
-  if (!stacks.empty()) {
-    std::fprintf(stderr,
-                 "meshrun: every rank's stack, identical ones once (each also in <log dir>/<run "
-                 "id>/attempt_%d/<rank>/stack.txt):\n%s",
-                 group.attempt(), format_stack_groups(stacks).c_str());
-  }
-  say("hang verdict written to " + inquiry.verdict_file());
-  group.stop(signals_, fault_grace_);
-  if (reporter) {
-    FailureInfo info = with_hang(group.failure_info(static_cast<size_t>(local - workers.begin())));
-    for (const auto& s : stacks) {
-      if (s.rank != named) continue;
-      info.stack_tool = s.tool;
-      info.stack = s.text;
-      info.stack_file = local->dir + "/stack.txt";
-    }
-    std::fputs(format_failure_summary(info).c_str(), stderr);
-  }
-  AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, reason, found};
-  result.expected_report_rank = named;
-  return result;
-}
-
-// Every rank the others wait for is busy, or waits on the world outside the job: a late rank, not a hang. Every
-// node says so (once, again when what the rank does changes, then every kLateRepeat while it lasts), marks its own
-// late ranks for status, and looks again after kLateRecheck (or when --hang-busy-timeout or --hang-outside-timeout
-// runs out), in a new inquiry: a late rank whose wait has become proof of a hang is then named hung.
-void Agent::on_late(Attempt& attempt, const HangVerdict& verdict) {
-  const auto now = std::chrono::steady_clock::now();
-  const std::string subject = late_subject(verdict);
-  if (subject != late_said_.subject || now - late_said_.at >= kLateRepeat) {
-    say(verdict.line);
-    late_said_ = LateSaid{subject, now};
-  }
-  const Ms window{static_cast<int64_t>(kActivityWindowS * 1000)};
-  auto recheck = now + std::clamp(to_ms(verdict.waited_s), window, kLateRecheck);
-  for (const auto& timeout : {options_.progress.busy_timeout_s, options_.progress.outside_timeout_s}) {
-    if (timeout) recheck = std::min(recheck, now + std::max(Ms(1000), to_ms(*timeout - verdict.waited_s)));
-  }
-  const auto& workers = attempt.group.workers();
-  for (size_t lr = 0; lr < workers.size(); ++lr) {
-    if (std::find(verdict.culprits.begin(), verdict.culprits.end(), workers[lr].rank) == verdict.culprits.end())
-      continue;
-    attempt.progress.mark_late(lr, LateMark{verdict.line, verdict.group, verdict.seq, now, recheck + kLateRecheck});
-  }
-  attempt.progress.clear_suspicion();
-  attempt.progress.defer_suspicions(recheck);
-  attempt.exchange.next_inquiry();
-}
-
-void Agent::stop_workers(Attempt& attempt, Ms grace, int first_signal) {
-  if (attempt.group.all_exited()) {
-    attempt.group.stop(signals_, grace, first_signal);  // reaps and sweeps at once: nothing to wait for
-    return;
-  }
-  const HeartbeatKeeper keeper(attempt.rdzv, to_ms(options_.rdzv_conf.keep_alive_interval_s),
-                               attempt.progress.summaries(std::chrono::steady_clock::now()));
-  attempt.group.stop(signals_, grace, first_signal);
-}
-
-std::optional<Agent::AttemptResult> Agent::on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule, bool early) {
-  RendezvousBackend& rdzv = attempt.rdzv;
-  ProgressMonitor& progress = attempt.progress;
-  try {
-    const auto now = std::chrono::steady_clock::now();
-    const auto beat = rdzv.heartbeat(progress.summaries(now, rdzv.clock_offset()),
-                                     milestones_at(attempt.clock, progress, *memory_, now));
-    schedule.failures = 0;
-    report_stragglers(beat.stragglers);
-    report_recovery(beat);
-    progress.ask_clocks();  // the answers come before the next heartbeat, which carries what they allow
-    progress.ask_arrivals(beat.arrival_probe, now);
-    if (beat.action == proto::HeartbeatAction::kRestart) {
-      say("the rendezvous asks for a restart: " + beat.reason);
-      stop_workers(attempt, beat.cause == proto::RestartCause::kScaleUp ? grace_ : fault_grace_);
-      const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
-                                                                    : AttemptResult::Kind::kRemoteRestart;
-      return AttemptResult{kind, 1, beat.reason};
-    }
-    if (beat.action == proto::HeartbeatAction::kFail) {
-      say("the run failed: " + beat.reason + "; stopping the workers");
-      stop_workers(attempt, fault_grace_);
-      return AttemptResult{AttemptResult::Kind::kRunFailed, 1, beat.reason};
-    }
-    return std::nullopt;
-  } catch (const Error& e) {
-    if (early) {  // only the answers' head start is lost: the scheduled heartbeat counts the failures
-      spdlog::debug("an early heartbeat with arrival answers failed: {}", e.what());
-      return std::nullopt;
-    }
-    // A dead or unreachable rendezvous host must not leave this node running (or hanging) forever:
-    // after keep_alive_max_attempt silent beats, stop like the daemon would for a dead node.
-    ++schedule.failures;
-    spdlog::warn("heartbeat {} of {} to the rendezvous failed: {}", schedule.failures,
-                 options_.rdzv_conf.keep_alive_max_attempt, e.what());
-    if (schedule.failures < options_.rdzv_conf.keep_alive_max_attempt) return std::nullopt;
-    const std::string endpoint = (options_.backend == RdzvBackend::kEtcd ? "etcd " : "") + rdzv.endpoint_text();
-    const std::string reason = "lost the rendezvous at " + endpoint + ": " + std::to_string(schedule.failures) +
-                               " heartbeats in a row failed (last: " + e.what() + ")";
-    const std::string hint = options_.backend == RdzvBackend::kEtcd
-                                 ? "are the etcd members up and reachable from this node?"
-                                 : "is the rendezvous host up? see `meshrun ping " + endpoint + "`";
-    say(reason + "; stopping the workers (" + hint + ")");
-    attempt.group.stop(signals_, fault_grace_);
-    return AttemptResult{AttemptResult::Kind::kRendezvousLost, 1, reason};
-  }
-}
-
 void Agent::leave(RendezvousBackend& rdzv, const std::string& reason, bool ok) {
   const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_attempt_at_).count();
   const auto goodput = rdzv.leave(reason, ok, aged(last_attempt_, since));
@@ -633,37 +297,6 @@ void Agent::leave(RendezvousBackend& rdzv, const std::string& reason, bool ok) {
   if (!out) spdlog::warn("could not write {}", path);
 }
 
-void Agent::report_recovery(const proto::HeartbeatReply& beat) {
-  if (beat.recovered_round <= recovery_printed_) return;
-  recovery_printed_ = beat.recovered_round;
-  say("recovery of round " + std::to_string(beat.recovered_round) + ": " + proto::describe(beat.recovery));
-}
-
-void Agent::report_stragglers(const std::vector<proto::Straggler>& stragglers) {
-  std::vector<int> ranks;
-  for (const auto& s : stragglers) ranks.push_back(s.rank);
-  if (ranks == straggler_ranks_) return;
-  straggler_ranks_ = ranks;
-  if (stragglers.empty()) {
-    say("no stragglers any more");
-    return;
-  }
-  for (const auto& s : stragglers) {
-    char line[320];
-    if (s.measure == proto::StragglerMeasure::kArrivals) {
-      std::snprintf(line, sizeof line,
-                    "straggler: rank %d on %s computes %.1f ms between collectives, %.2fx the run's median "
-                    "(%.1f ms; the others wait for it: from when each rank entered its collectives)",
-                    s.rank, s.host.c_str(), s.seconds * 1e3, s.seconds / s.median_seconds, s.median_seconds * 1e3);
-    } else {  // compute_s from its beats, or its step time
-      std::snprintf(line, sizeof line, "straggler: rank %d on %s %s %.3f s per step, %.2fx the run's median (%.3f s)",
-                    s.rank, s.host.c_str(), s.measure == proto::StragglerMeasure::kCompute ? "computes" : "takes",
-                    s.seconds, s.seconds / s.median_seconds, s.median_seconds);
-    }
-    say(line);
-  }
-}
-
 RootCauseReporter::Ending Agent::ending_of(int64_t round, const AttemptResult& result) {
   using Kind = AttemptResult::Kind;
   return {.round = round,
@@ -672,6 +305,18 @@ RootCauseReporter::Ending Agent::ending_of(int64_t round, const AttemptResult& r
           .local = result.kind == Kind::kWorkerFailed || result.kind == Kind::kWorkerHung,
           .failed_at = result.failed_at,
           .expected_rank = result.kind == Kind::kWorkerHung ? result.expected_report_rank : -1};
+}
+
+SupervisionSettings Agent::supervision_settings() const {
+  return SupervisionSettings{.monitor = to_ms(options_.monitor_interval_s),
+                             .keep_alive = to_ms(options_.rdzv_conf.keep_alive_interval_s),
+                             .keep_alive_max_attempt = options_.rdzv_conf.keep_alive_max_attempt,
+                             .grace = grace_,
+                             .fault_grace = fault_grace_,
+                             .busy_timeout_s = options_.progress.busy_timeout_s,
+                             .outside_timeout_s = options_.progress.outside_timeout_s,
+                             .etcd = options_.backend == RdzvBackend::kEtcd,
+                             .executable = command_.executable};
 }
 
 bool Agent::restarts_left() const { return restarts_used_ < options_.max_restarts; }

@@ -28,8 +28,10 @@
 #include <vector>
 
 #include "common/signal_set.hpp"
+#include "launcher/attempt.hpp"
 #include "launcher/cli/options.hpp"
 #include "launcher/failure/root_cause_reporter.hpp"
+#include "launcher/run_reports.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "proto/hang_request.hpp"
@@ -42,7 +44,6 @@ struct Straggler;
 
 namespace meshrun::launcher {
 
-struct Attempt;
 class RendezvousBackend;
 struct HangVerdict;
 class ProgressMonitor;
@@ -62,30 +63,6 @@ class Agent {
   int run();
 
  private:
-  // How one attempt ended.
-  struct AttemptResult {
-    enum class Kind {
-      kSucceeded,
-      kWorkerFailed,
-      kWorkerHung,      // a worker stopped making progress (or was stopped): handled as a failure
-      kRemoteRestart,   // another node failed or left: the daemon opened a new round
-      kScaleUp,         // a waiting node is admitted (free: not counted against --max-restarts)
-      kRunFailed,       // the daemon declared the whole run failed
-      kRendezvousLost,  // the daemon stopped answering
-      kSignaled,
-    };
-    Kind kind = Kind::kSucceeded;
-    int exit_code = 0;                                  // kWorkerFailed: the worker's code; kSignaled: 128+signal
-    std::string reason;                                 // for the daemon and the user
-    std::chrono::steady_clock::time_point failed_at{};  // kWorkerFailed/kWorkerHung: when it was found
-    int expected_report_rank = -1;  // kWorkerHung: the culprit whose report the root cause waits for
-  };
-  // When the next heartbeat is due, and how many in a row failed.
-  struct HeartbeatSchedule {
-    std::chrono::steady_clock::time_point next;
-    int failures = 0;
-  };
-
   void make_log_root(const std::string& run_id);
   void make_progress_root();
   /// The standby workers, unless --no-standby or the workers are not Python (said once where restarts may come).
@@ -99,29 +76,10 @@ class Agent {
                        const ProgressMonitor& progress) const;
   /// What the memory keeper needs of a round: its store, this node's place and address.
   MemoryAttempt memory_attempt(const proto::Assignment& assignment) const;
-  /// Supervises one attempt's workers until it ends.
-  AttemptResult supervise(Attempt& attempt);
-  std::optional<AttemptResult> on_signals(Attempt& attempt, const std::vector<int>& signals);
-  std::optional<AttemptResult> on_worker_exits(Attempt& attempt);
-  std::optional<AttemptResult> on_hang(Attempt& attempt);
-  /// Every node's records judged together (hang/hang_inquiry.hpp), the verdict printed and reported, the
-  /// workers stopped; nothing when the verdict is "late" (the ranks waited for are busy: the job goes on).
-  /// `suspicion` is the first request (this node's or another's).
-  std::optional<AttemptResult> conclude_hang(Attempt& attempt, const proto::HangRequest& suspicion,
-                                             bool requested_here);
-  /// A late verdict: said, marked on this node's late ranks, judged again later.
-  void on_late(Attempt& attempt, const HangVerdict& verdict);
-  /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
-  void stop_workers(Attempt& attempt, std::chrono::milliseconds grace, int first_signal = 15);
-  /// One heartbeat: its reply's restart, failure, stragglers and arrival probe. `early`: sent beside the
-  /// schedule with the ranks' arrival answers; its failure does not count towards losing the rendezvous.
-  std::optional<AttemptResult> on_heartbeat(Attempt& attempt, HeartbeatSchedule& schedule, bool early = false);
   /// Leaves the run with the last attempt's step account; prints the run's goodput line the daemon answers with.
   void leave(RendezvousBackend& rdzv, const std::string& reason, bool ok);
-  /// Prints a restart's recovery ledger once the daemon has it complete (once per restart).
-  void report_recovery(const proto::HeartbeatReply& beat);
-  /// Prints the daemon's stragglers when the set changed since the last heartbeat.
-  void report_stragglers(const std::vector<proto::Straggler>& stragglers);
+  /// How each attempt is supervised, from the options.
+  SupervisionSettings supervision_settings() const;
   /// How `result` ended round `round`, for naming its root cause.
   static RootCauseReporter::Ending ending_of(int64_t round, const AttemptResult& result);
   /// Whether --max-restarts allows another restart of a failure.
@@ -150,13 +108,7 @@ class Agent {
   std::unique_ptr<StandbyPool> standbys_;    // nullptr when off
   std::optional<AttemptSettings> settings_;  // the current attempt's (standby_env)
   std::chrono::steady_clock::time_point next_standby_check_{};
-  std::vector<int> straggler_ranks_;  // as last reported by the daemon
-  struct LateSaid {
-    std::string subject;  // the late ranks and the collective (a new subject is said at once)
-    std::chrono::steady_clock::time_point at{};
-  };
-  LateSaid late_said_;                     // the last late line printed
-  int64_t recovery_printed_ = 0;           // the last round whose recovery ledger was printed
+  RunReports reports_;                     // stragglers, recoveries and late ranks, said once across attempts
   proto::AttemptMilestones last_attempt_;  // how far the last attempt got, its step account closed (for leave)
   std::chrono::steady_clock::time_point last_attempt_at_{};  // ... as ages at this moment
   // Restarts charged to --max-restarts (failures, lost nodes); admitting a late node (scale-up) is free,

@@ -1,9 +1,13 @@
-// Attempt: one round's workers and what watches them, from their spawn to the attempt's end. Agent::run()
-// builds one per round; supervise() and its handlers work on it. It owns, in the order they start:
+// Attempt: one round's workers and what watches them, from their spawn to the attempt's end. Agent::run() builds
+// one per round and calls run(), which supervises the workers until the attempt ends and says how (AttemptResult):
+// they all exited 0, one failed, a hang was judged, the rendezvous asked for a restart or declared the run failed,
+// the rendezvous was lost, a signal came. It owns, in the order they start:
 //   progress   the workers' beats and collective reports, hang suspicion (progress/)
 //   group      the workers themselves (workers/), spawned from the spec the agent gives for `progress`
 //   exchange   the hang inquiries with the other nodes through the workers' store (hang/)
 //   clock      the attempt's milestones: spawned, initialized, loaded, first step (progress/)
+// What outlives an attempt (the signals, the copies in memory, the run's reports, the standbys and a pending root
+// cause) the agent lends it in AttemptServices.
 #pragma once
 
 #include <chrono>
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/signal_set.hpp"
 #include "launcher/hang/hang_exchange.hpp"
 #include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
@@ -22,8 +27,55 @@
 namespace meshrun::launcher {
 
 class RendezvousBackend;
+class MemoryKeeper;
+class RunReports;
+class Attempt;
+struct HangVerdict;
 
-struct Attempt {
+/// How one attempt ended.
+struct AttemptResult {
+  enum class Kind {
+    kSucceeded,
+    kWorkerFailed,
+    kWorkerHung,      // a worker stopped making progress (or was stopped): handled as a failure
+    kRemoteRestart,   // another node failed or left: the daemon opened a new round
+    kScaleUp,         // a waiting node is admitted (free: not counted against --max-restarts)
+    kRunFailed,       // the daemon declared the whole run failed
+    kRendezvousLost,  // the daemon stopped answering
+    kSignaled,
+  };
+  Kind kind = Kind::kSucceeded;
+  int exit_code = 0;                                  // kWorkerFailed: the worker's code; kSignaled: 128+signal
+  std::string reason;                                 // for the daemon and the user
+  std::chrono::steady_clock::time_point failed_at{};  // kWorkerFailed/kWorkerHung: when it was found
+  int expected_report_rank = -1;                      // kWorkerHung: the culprit whose report the root cause waits for
+};
+
+/// How an attempt is supervised (the agent reads them off its options).
+struct SupervisionSettings {
+  std::chrono::milliseconds monitor{};      // --monitor-interval: the longest wait between looks
+  std::chrono::milliseconds keep_alive{};   // between heartbeats
+  int keep_alive_max_attempt = 3;           // heartbeats failed in a row before the rendezvous is lost
+  std::chrono::milliseconds grace{};        // --shutdown-timeout: TERM to KILL when stopping workers
+  std::chrono::milliseconds fault_grace{};  // --fault-stop-timeout: the same when a fault ends the attempt
+  std::optional<double> busy_timeout_s;     // --hang-busy-timeout: a busy late rank is hung past it
+  std::optional<double> outside_timeout_s;  // --hang-outside-timeout: one that waits outside the job, likewise
+  bool etcd = false;                        // the rendezvous is etcd (the words of a lost rendezvous)
+  std::string executable;                   // the entrypoint, for the hang verdict's file
+};
+
+/// What the agent lends each attempt: it outlives them.
+struct AttemptServices {
+  SignalSet& signals;
+  SupervisionSettings settings;
+  const MemoryKeeper& memory;  // where the workers restored from, for the milestones
+  RunReports& reports;         // stragglers, recovery, late ranks: said once across attempts
+  /// The agent's own chores at each wake-up of the attempt's loop (its standbys, a pending root cause).
+  std::function<void(const Attempt&)> chores;
+};
+
+class Attempt {
+ public:
   /// What the workers of an attempt are, given its progress monitor (their progress sockets).
   using SpecFor = std::function<GroupSpec(const ProgressMonitor&)>;
 
@@ -35,19 +87,45 @@ struct Attempt {
   Attempt(const Attempt&) = delete;
   Attempt& operator=(const Attempt&) = delete;
 
+  /// Supervises the workers until the attempt ends; `services` must outlive the call.
+  AttemptResult run(const AttemptServices& services);
+
   int64_t round() const { return assignment.round; }
   /// This node's step account now, as milestones of this attempt (sent with a failure report).
   proto::AttemptMilestones account_now() const;
+  /// Every mark this attempt reached, its step account included, as ages at `now`.
+  proto::AttemptMilestones milestones(std::chrono::steady_clock::time_point now, const MemoryKeeper& memory) const;
 
   const proto::Assignment assignment;
   RendezvousBackend& rdzv;
   ProgressMonitor progress;
 
  private:
+  // When the next heartbeat is due, and how many in a row failed.
+  struct HeartbeatSchedule {
+    std::chrono::steady_clock::time_point next;
+    int failures = 0;
+  };
+
   /// Starts the heartbeats that go on while the group spawns (every > 0); returns `spec`.
   GroupSpec beating_while_spawning(GroupSpec spec, std::chrono::milliseconds every);
+  std::optional<AttemptResult> on_signals(const std::vector<int>& signals);
+  std::optional<AttemptResult> on_worker_exits();
+  std::optional<AttemptResult> on_hang();
+  /// Every node's records judged together (hang/hang_inquiry.hpp), the verdict printed and reported, the
+  /// workers stopped; nothing when the verdict is "late" (the ranks waited for are busy: the job goes on).
+  /// `suspicion` is the first request (this node's or another's).
+  std::optional<AttemptResult> conclude_hang(const proto::HangRequest& suspicion, bool requested_here);
+  /// A late verdict: said, marked on this node's late ranks, judged again later.
+  void on_late(const HangVerdict& verdict);
+  /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
+  void stop_workers(std::chrono::milliseconds grace, int first_signal = 15);
+  /// One heartbeat: its reply's restart, failure, stragglers and arrival probe. `early`: sent beside the
+  /// schedule with the ranks' arrival answers; its failure does not count towards losing the rendezvous.
+  std::optional<AttemptResult> on_heartbeat(HeartbeatSchedule& schedule, bool early = false);
 
-  std::optional<HeartbeatKeeper> spawning_;  // beats while the group spawns; gone once it has
+  std::optional<HeartbeatKeeper> spawning_;    // beats while the group spawns; gone once it has
+  const AttemptServices* services_ = nullptr;  // while run() runs
 
  public:
   WorkerGroup group;
