@@ -40,6 +40,19 @@ std::vector<std::string> etcd_agent(const EtcdServer& server, const std::string&
   return argv;
 }
 
+// Two agents started with `argv` meet and both exit 0, leaving no process behind (their outputs in `dir`).
+void two_agents_meet(const std::vector<std::string>& argv, const std::string& dir) {
+  const std::string marker = unique_marker();
+  Process a(argv, {marker}, dir + "/a.out");
+  Process b(argv, {marker}, dir + "/b.out");
+  const int code_a = a.wait(120s);
+  const int code_b = b.wait(120s);
+  INFO(a.output() << "\n---\n" << b.output());
+  CHECK(code_a == 0);
+  CHECK(code_b == 0);
+  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+}
+
 std::string venv_path() {
   const char* path = std::getenv("PATH");
   return std::string("PATH=") + VENV_BIN + ":" + (path ? path : "/usr/bin:/bin");
@@ -167,21 +180,9 @@ TEST_CASE("etcd client and agents with user/password auth: the right user passes
   // Two agents meet through the auth-enabled etcd, the password in a file (not on the command line).
   const std::string password_file = dir.path() + "/etcd-password";
   std::ofstream(password_file) << "rdzv-pw\n";
-  const std::string marker = unique_marker();
-  const auto agent = [&](const std::string& name) {
-    return std::make_unique<Process>(
-        etcd_agent(server, "authjob", "2", {"--rdzv-conf", "username=rdzv,password_file=" + password_file},
-                   {"--no-python", "true"}),
-        std::vector<std::string>{marker}, dir.path() + "/" + name);
-  };
-  auto a = agent("a.out");
-  auto b = agent("b.out");
-  const int code_a = a->wait(120s);
-  const int code_b = b->wait(120s);
-  INFO(a->output() << "\n---\n" << b->output());
-  CHECK(code_a == 0);
-  CHECK(code_b == 0);
-  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+  two_agents_meet(etcd_agent(server, "authjob", "2", {"--rdzv-conf", "username=rdzv,password_file=" + password_file},
+                             {"--no-python", "true"}),
+                  dir.path());
 }
 
 TEST_CASE("etcd client and agents over TLS: the members' CA and a client certificate pass, another CA is named",
@@ -202,24 +203,13 @@ TEST_CASE("etcd client and agents over TLS: the members' CA and a client certifi
                     Catch::Contains("ssl_cert=") && Catch::Contains("cannot use it as PEM"));
 
   // Two agents meet through it (a TLS-only member: plain HTTP fails, above), with torch's spellings of the keys.
-  const std::string marker = unique_marker();
   const std::string conf =
       "ca_cert=" + certs.ca + ",ssl_cert=" + certs.client_crt + ",ssl_cert_key=" + certs.client_key;
-  const auto agent = [&](const std::string& name) {
-    auto argv = etcd_agent(server, "tlsjob", "2", {"--rdzv-conf", conf}, {"--no-python", "true"});
-    for (auto& arg : argv) {
-      if (arg == server.endpoint().to_string()) arg = "https://" + arg;
-    }
-    return std::make_unique<Process>(argv, std::vector<std::string>{marker}, dir.path() + "/" + name);
-  };
-  auto a = agent("a.out");
-  auto b = agent("b.out");
-  const int code_a = a->wait(120s);
-  const int code_b = b->wait(120s);
-  INFO(a->output() << "\n---\n" << b->output());
-  CHECK(code_a == 0);
-  CHECK(code_b == 0);
-  CHECK(meshrun::testing::wait_no_processes_with_env(marker).empty());
+  auto argv = etcd_agent(server, "tlsjob", "2", {"--rdzv-conf", conf}, {"--no-python", "true"});
+  for (auto& arg : argv) {
+    if (arg == server.endpoint().to_string()) arg = "https://" + arg;
+  }
+  two_agents_meet(argv, dir.path());
 }
 
 TEST_CASE("meshrun over etcd: two agents meet without a meshrun daemon and run a PyTorch Gloo all_reduce",
