@@ -121,34 +121,39 @@ int Agent::run() {
       root_cause_.flush(rdzv);
       return 128 + rdzv.interrupted_by();
     }
-    spdlog::info("round {}: node {} of {}, ranks {}..{} of {}", assignment->round, assignment->group_rank,
-                 assignment->group_world_size, assignment->rank_offset,
-                 assignment->rank_offset + options_.nproc_per_node - 1, assignment->world_size);
-    AttemptResult result;
-    try {
-      memory_->begin_attempt(memory_attempt(*assignment));
-      // A standby still importing is waited for (never longer than a fresh worker's start): beat meanwhile.
-      Attempt attempt(
-          *assignment, rdzv, progress_root_, options_.nproc_per_node, options_.progress,
-          [&](const ProgressMonitor& progress) {
-            GroupSpec spec = group_spec(*assignment, rdzv, progress);
-            settings_ = spec.settings;
-            return spec;
-          },
-          standbys_ != nullptr ? to_ms(options_.rdzv_conf.keep_alive_interval_s) : Ms(0));
-      result = attempt.run(services);
-      last_attempt_at_ = std::chrono::steady_clock::now();
-      attempt.progress.close_accounts(last_attempt_at_);
-      last_attempt_ = attempt.milestones(last_attempt_at_, *memory_);
-    } catch (const SpawnError& e) {
-      rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
-      throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
-    }
+    const AttemptResult result = run_attempt(*assignment, rdzv, services);
     // The job's first failure across nodes, named after a settle time for late reports (failure/).
     root_cause_.flush(rdzv);
     if (assignment->group_world_size > 1) root_cause_.expect(ending_of(assignment->round, result));
     if (!will_restart(result)) root_cause_.flush(rdzv);
     if (const auto exit_code = conclude(result, rdzv)) return *exit_code;
+  }
+}
+
+AttemptResult Agent::run_attempt(const proto::Assignment& assignment, RendezvousBackend& rdzv,
+                                 const AttemptServices& services) {
+  spdlog::info("round {}: node {} of {}, ranks {}..{} of {}", assignment.round, assignment.group_rank,
+               assignment.group_world_size, assignment.rank_offset,
+               assignment.rank_offset + options_.nproc_per_node - 1, assignment.world_size);
+  try {
+    memory_->begin_attempt(memory_attempt(assignment));
+    // A standby still importing is waited for (never longer than a fresh worker's start): beat meanwhile.
+    Attempt attempt(
+        assignment, rdzv, progress_root_, options_.nproc_per_node, options_.progress,
+        [&](const ProgressMonitor& progress) {
+          GroupSpec spec = group_spec(assignment, rdzv, progress);
+          settings_ = spec.settings;
+          return spec;
+        },
+        standbys_ != nullptr ? to_ms(options_.rdzv_conf.keep_alive_interval_s) : Ms(0));
+    const AttemptResult result = attempt.run(services);
+    last_attempt_at_ = std::chrono::steady_clock::now();
+    attempt.progress.close_accounts(last_attempt_at_);
+    last_attempt_ = attempt.milestones(last_attempt_at_, *memory_);
+    return result;
+  } catch (const SpawnError& e) {
+    rdzv.leave(std::string("cannot start workers: ") + e.what(), false, {});
+    throw EntrypointError("cannot start '" + command_.executable + "': " + e.what());
   }
 }
 

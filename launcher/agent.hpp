@@ -78,6 +78,10 @@ class Agent {
   MemoryAttempt memory_attempt(const proto::Assignment& assignment) const;
   /// Leaves the run with the last attempt's step account; prints the run's goodput line the daemon answers with.
   void leave(RendezvousBackend& rdzv, const std::string& reason, bool ok);
+  /// Starts round `assignment`'s workers and runs the attempt to its end; throws EntrypointError (having left
+  /// the run) when they cannot start.
+  AttemptResult run_attempt(const proto::Assignment& assignment, RendezvousBackend& rdzv,
+                            const AttemptServices& services);
   /// How each attempt is supervised, from the options.
   SupervisionSettings supervision_settings() const;
   /// How `result` ended round `round`, for naming its root cause.

@@ -206,21 +206,20 @@ std::optional<AttemptResult> Attempt::on_hang() {
 }
 
 std::optional<AttemptResult> Attempt::conclude_hang(const proto::HangRequest& suspicion, bool requested_here) {
-  const int node = assignment.group_rank;
-  const int nodes = assignment.group_world_size;
   const auto found = std::chrono::steady_clock::now();
   HeartbeatKeeper keeper(rdzv, services_->settings.keep_alive, progress.summaries(found));
   proto::HangRequest standing = suspicion;
-  if (requested_here && nodes > 1) {
+  if (requested_here && assignment.group_world_size > 1) {
     try {
       standing = exchange.request(suspicion);  // the first request wins on every node
     } catch (const std::exception& e) {
       spdlog::warn("cannot tell the other nodes about the hang through the workers' store: {}", e.what());
     }
   }
-  HangInquiry inquiry(progress, group, exchange,
-                      HangInquirySite{node, nodes, rdzv.hostname(), group.attempt_dir(), services_->settings.executable,
-                                      assignment.master_addr, assignment.master_port});
+  HangInquiry inquiry(
+      progress, group, exchange,
+      HangInquirySite{assignment.group_rank, assignment.group_world_size, rdzv.hostname(), group.attempt_dir(),
+                      services_->settings.executable, assignment.master_addr, assignment.master_port});
   const FallbackSuspect suspect{standing.rank, standing.reason,
                                 standing.route == proto::SuspicionRoute::kCollectiveWait};
   const HangVerdict verdict = inquiry.judge(
@@ -232,22 +231,16 @@ std::optional<AttemptResult> Attempt::conclude_hang(const proto::HangRequest& su
   }
   if (verdict.outcome == HangOutcome::kResolved) {  // the hook's next report shows it; until then, no new suspicion
     spdlog::info("hang inquiry: {}", verdict.line);
-    progress.clear_suspicion();
-    progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
-    exchange.next_inquiry();
+    quiet_after_inquiry();
     return std::nullopt;
   }
   const int named = !verdict.culprits.empty() ? verdict.culprits.front() : suspect.rank;
-  const auto& workers = group.workers();
-  const auto local = std::find_if(workers.begin(), workers.end(), [named](const Worker& w) { return w.rank == named; });
-  const bool reporter = local != workers.end();
   // A rank of this node that ended by itself while it was judged (a zombie until the loop reaps it) was finishing,
   // not hung (a job's teardown after its last step, slow on a loaded machine): its exit decides, as for any worker.
-  if (reporter && local->process && process_state(local->process->pid()) == 'Z') {
+  if (const Worker* local = local_worker(named);
+      local && local->process && process_state(local->process->pid()) == 'Z') {
     spdlog::info("hang inquiry: rank {} ended while it was judged; its exit decides", named);
-    progress.clear_suspicion();
-    progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
-    exchange.next_inquiry();
+    quiet_after_inquiry();
     return std::nullopt;
   }
   say(requested_here
@@ -255,19 +248,41 @@ std::optional<AttemptResult> Attempt::conclude_hang(const proto::HangRequest& su
           : "another node suspected a hang (rank " + std::to_string(standing.rank) + ": " + standing.reason + ")");
   say(verdict.line);
   for (const auto& note : verdict.notes) say("  " + note);
-  // The report first (the root cause on every node waits for it), the stacks after.
   // A verdict from beats or silence alone names the rank the suspicion named, for the suspicion's reason.
   const std::string reason = verdict.kind == HangKind::kNoCollective && named == suspect.rank && !suspect.reason.empty()
                                  ? suspect.reason
                                  : without_prefix(verdict.line);
+  AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, reason, found};
+  result.expected_report_rank = named;
+  stop_for_hang(inquiry, keeper, verdict, named, reason);
+  return result;
+}
+
+const Worker* Attempt::local_worker(int rank) const {
+  for (const auto& w : group.workers()) {
+    if (w.rank == rank) return &w;
+  }
+  return nullptr;
+}
+
+void Attempt::quiet_after_inquiry() {
+  progress.clear_suspicion();
+  progress.defer_suspicions(std::chrono::steady_clock::now() + kResolvedQuiet);
+  exchange.next_inquiry();
+}
+
+void Attempt::stop_for_hang(HangInquiry& inquiry, HeartbeatKeeper& keeper, const HangVerdict& verdict, int named,
+                            const std::string& reason) {
+  const Worker* local = local_worker(named);
+  const auto local_rank = static_cast<size_t>(local != nullptr ? local - group.workers().data() : 0);
   const auto with_hang = [&](FailureInfo info) {
     info.hang_reason = reason;
     info.time = std::chrono::system_clock::now();
     return info;
   };
-  if (reporter) {
-    const auto lr = static_cast<size_t>(local - workers.begin());
-    proto::FailureReport report = failure_report(with_hang(group.failure_info(lr)), group.attempt());
+  // The report first (the root cause on every node waits for it), the stacks after.
+  if (local != nullptr) {
+    proto::FailureReport report = failure_report(with_hang(group.failure_info(local_rank)), group.attempt());
     report.hang_kind = std::string(to_string(verdict.kind));
     const proto::AttemptMilestones account = account_now();
     keeper.with_rendezvous([&](RendezvousBackend& r) { r.record_failure(report, account); });
@@ -281,19 +296,15 @@ std::optional<AttemptResult> Attempt::conclude_hang(const proto::HangRequest& su
   }
   say("hang verdict written to " + inquiry.verdict_file());
   group.stop(services_->signals, services_->settings.fault_grace);
-  if (reporter) {
-    FailureInfo info = with_hang(group.failure_info(static_cast<size_t>(local - workers.begin())));
-    for (const auto& s : stacks) {
-      if (s.rank != named) continue;
-      info.stack_tool = s.tool;
-      info.stack = s.text;
-      info.stack_file = local->dir + "/stack.txt";
-    }
-    std::fputs(format_failure_summary(info).c_str(), stderr);
+  if (local == nullptr) return;
+  FailureInfo info = with_hang(group.failure_info(local_rank));
+  for (const auto& s : stacks) {
+    if (s.rank != named) continue;
+    info.stack_tool = s.tool;
+    info.stack = s.text;
+    info.stack_file = local->dir + "/stack.txt";
   }
-  AttemptResult result{AttemptResult::Kind::kWorkerHung, 1, reason, found};
-  result.expected_report_rank = named;
-  return result;
+  std::fputs(format_failure_summary(info).c_str(), stderr);
 }
 
 // Every rank the others wait for is busy, or waits on the world outside the job: a late rank, not a hang. Every

@@ -31,6 +31,7 @@ class MemoryKeeper;
 class RunReports;
 class Attempt;
 struct HangVerdict;
+class HangInquiry;
 
 /// How one attempt ended.
 struct AttemptResult {
@@ -116,6 +117,15 @@ class Attempt {
   /// workers stopped; nothing when the verdict is "late" (the ranks waited for are busy: the job goes on).
   /// `suspicion` is the first request (this node's or another's).
   std::optional<AttemptResult> conclude_hang(const proto::HangRequest& suspicion, bool requested_here);
+  /// This node's worker of global rank `rank`, or nullptr.
+  const Worker* local_worker(int rank) const;
+  /// The inquiry found nothing to stop (its wait over, or the rank ended meanwhile): no new suspicion until the
+  /// hook's next report has caught up, and the next one is a new inquiry.
+  void quiet_after_inquiry();
+  /// A hang: this node's culprit reported (through `keeper`, beating meanwhile), every rank's stacks printed, the
+  /// workers stopped, the culprit's failure summary printed.
+  void stop_for_hang(HangInquiry& inquiry, HeartbeatKeeper& keeper, const HangVerdict& verdict, int named,
+                     const std::string& reason);
   /// A late verdict: said, marked on this node's late ranks, judged again later.
   void on_late(const HangVerdict& verdict);
   /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.

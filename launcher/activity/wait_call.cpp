@@ -137,9 +137,11 @@ bool parse_hex(std::string_view text, uint64_t& out) {
   return std::from_chars(text.data(), text.data() + text.size(), out, 16).ec == std::errc{};
 }
 
-void describe(DecodedCall& d, Sys sys) {
+int32_t as_int(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+
+// A call that moves bytes or waits on descriptors: what it waits on, and whether with a timeout. False: not one.
+bool describe_io(DecodedCall& d, Sys sys) {
   const auto& a = d.args;
-  const auto as_int = [](uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); };
   switch (sys) {
     case Sys::kRead:
     case Sys::kReadv:
@@ -153,7 +155,7 @@ void describe(DecodedCall& d, Sys sys) {
     case Sys::kConnect:
       d.call = WaitCall::kDescriptors;
       d.fds = FdSource::kFirstArgument;
-      return;
+      return true;
     case Sys::kWrite:
     case Sys::kWritev:
     case Sys::kSendto:
@@ -161,34 +163,43 @@ void describe(DecodedCall& d, Sys sys) {
       d.call = WaitCall::kDescriptors;
       d.fds = FdSource::kFirstArgument;
       d.writing = true;
-      return;
+      return true;
     case Sys::kPoll:
       d.timed = as_int(a[2]) >= 0;
       d.call = a[1] == 0 ? WaitCall::kSleep : WaitCall::kDescriptors;
       d.fds = FdSource::kPollArray;
-      return;
+      return true;
     case Sys::kPpoll:
       d.timed = a[2] != 0;
       d.call = a[1] == 0 ? WaitCall::kSleep : WaitCall::kDescriptors;
       d.fds = FdSource::kPollArray;
-      return;
+      return true;
     case Sys::kSelect:
     case Sys::kPselect6:
       d.timed = a[4] != 0;
       d.call = a[0] == 0 || (a[1] == 0 && a[2] == 0) ? WaitCall::kSleep : WaitCall::kDescriptors;
       d.fds = FdSource::kSelectSets;
-      return;
+      return true;
     case Sys::kEpollWait:
     case Sys::kEpollPwait:
       d.timed = as_int(a[3]) >= 0;
       d.call = WaitCall::kDescriptors;
       d.fds = FdSource::kEpoll;
-      return;
+      return true;
     case Sys::kEpollPwait2:
       d.timed = a[3] != 0;
       d.call = WaitCall::kDescriptors;
       d.fds = FdSource::kEpoll;
-      return;
+      return true;
+    default: return false;
+  }
+}
+
+// Every other call a thread may sleep in: sleeps, locks, children, signals, file locks, devices.
+void describe(DecodedCall& d, Sys sys) {
+  if (describe_io(d, sys)) return;
+  const auto& a = d.args;
+  switch (sys) {
     case Sys::kNanosleep:
     case Sys::kClockNanosleep:
       d.timed = true;
@@ -225,6 +236,7 @@ void describe(DecodedCall& d, Sys sys) {
       d.call = WaitCall::kDevice;
       d.fds = FdSource::kFirstArgument;
       return;
+    default: return;  // the calls describe_io took
   }
 }
 
