@@ -188,7 +188,7 @@ TEST_CASE("etcd client and agents with user/password auth: the right user passes
 TEST_CASE("etcd client and agents over TLS: the members' CA and a client certificate pass, another CA is named",
           "[etcd][tls]") {
   TempDir dir;
-  const auto certs = meshrun::testing::EtcdCerts::make(dir.path());
+  const auto certs = meshrun::testing::EtcdCerts::make(dir.path(), ETCD_TEST_HELPERS);
   EtcdServer server(certs);
   EtcdClient good({server.endpoint()}, 2000ms, {}, certs.client_tls());
   good.put("/meshrun/tls", "v");

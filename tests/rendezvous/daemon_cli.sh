@@ -11,7 +11,7 @@ trap 'kill $pid 2>/dev/null || true; rm -f "$out" "$err"' EXIT
 
 "$DAEMON" --host 127.0.0.1 --port 0 >"$out" 2>"$err" &
 pid=$!
-for _ in $(seq 50); do [ -s "$out" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$out" ] && break; sleep 0.1; done  # 30 s: an ASan build under load starts slowly
 line=$(head -1 "$out")
 [[ "$line" =~ ^listening\ on\ 127\.0\.0\.1:([0-9]+)$ ]] || fail "first stdout line was '$line'"
 port="${BASH_REMATCH[1]}"
@@ -65,7 +65,7 @@ passed=2
 if ip -6 addr show dev lo 2>/dev/null | grep -q "::1/128"; then
   "$DAEMON" --host '[::1]' --port 0 >"$out" 2>"$err" &
   pid=$!
-  for _ in $(seq 50); do [ -s "$out" ] && break; sleep 0.1; done
+  for _ in $(seq 300); do [ -s "$out" ] && break; sleep 0.1; done  # 30 s: an ASan build under load starts slowly
   line=$(head -1 "$out")
   [[ "$line" =~ ^listening\ on\ \[::1\]:([0-9]+)$ ]] || fail "IPv6: first stdout line was '$line' ($(cat "$err"))"
   port="${BASH_REMATCH[1]}"

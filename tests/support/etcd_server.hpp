@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -38,9 +37,9 @@ inline uint16_t free_port() {
 struct EtcdCerts {
   std::string ca, server_crt, server_key, client_crt, client_key, other_ca;
 
-  /// Makes them in `directory`.
-  static EtcdCerts make(const std::string& directory) {
-    const std::string helpers = std::filesystem::path(__FILE__).parent_path().parent_path() / "launcher" / "torchrun";
+  /// Makes them in `directory` with etcd_server.py from `helpers` (its folder: an absolute path, which __FILE__ is
+  /// not under ccache's CCACHE_BASEDIR).
+  static EtcdCerts make(const std::string& directory, const std::string& helpers) {
     Process maker(
         {"python3", "-c",
          "import sys; sys.path.insert(0, sys.argv[1]); import etcd_server; etcd_server.make_certs(sys.argv[2])",
