@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -166,7 +167,7 @@ bool opened_for_writing(const std::string& fdinfo) {
   return (flags & O_ACCMODE) != O_RDONLY;
 }
 
-ThreadWait read_thread(const std::string& proc_root, pid_t pid, pid_t tid, double uptime, DecodedCall& decoded) {
+ThreadWait read_thread_once(const std::string& proc_root, pid_t pid, pid_t tid, double uptime, DecodedCall& decoded) {
   const std::string task = dir_of(proc_root, pid) + "/task/" + std::to_string(tid);
   ThreadWait t;
   t.tid = tid;
@@ -183,6 +184,22 @@ ThreadWait read_thread(const std::string& proc_root, pid_t pid, pid_t tid, doubl
   t.writing = d->writing;
   if (t.state == 'R') t.call = WaitCall::kRunning;
   t.child = static_cast<pid_t>(d->child);
+  return t;
+}
+
+// A thread caught runnable may only be on its way back into its wait (a network thread handling its peers' bytes
+// sits in the run queue a while on a loaded machine): live, it is looked at again a few times, and it runs only
+// when it stays runnable. Without this, one unlucky look turns a deadlock's proof into "unknown".
+constexpr int kRunnableLooks = 5;
+constexpr std::chrono::milliseconds kRunnableLookEvery{2};
+
+ThreadWait read_thread(const std::string& proc_root, bool live, pid_t pid, pid_t tid, double uptime,
+                       DecodedCall& decoded) {
+  ThreadWait t = read_thread_once(proc_root, pid, tid, uptime, decoded);
+  for (int look = 1; live && t.call == WaitCall::kRunning && look < kRunnableLooks; ++look) {
+    std::this_thread::sleep_for(kRunnableLookEvery);
+    t = read_thread_once(proc_root, pid, tid, uptime, decoded);
+  }
   return t;
 }
 
@@ -227,7 +244,7 @@ class Reader {
     std::stable_partition(tids.begin(), tids.end(), [pid](int tid) { return tid == pid; });
     for (int tid : tids) {
       DecodedCall d;
-      ThreadWait t = read_thread(root_, pid, tid, uptime, d);
+      ThreadWait t = read_thread(root_, live_, pid, tid, uptime, d);
       if (t.call == WaitCall::kDescriptors || t.call == WaitCall::kFileLock || t.call == WaitCall::kDevice) {
         t.fds = waited_fds(live_, pid, d);
         for (int fd : t.fds) add_fd(p, fd);
