@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -1,7 +1,7 @@
 // libFuzzer target: arbitrary bytes as what a peer sends the agents' copy port (launcher/memory/): the agent's
 // side reads them as a request frame (uint32 length, then JSON) and checks its proof of the run's secret. A
 // stranger's bytes must never crash the agent, make it read past a frame's limit, or pass the proof. The same
-// bytes are also read as a memory handover packet both ways (proto/memory_handover.hpp): a typed message or a
+// bytes are also read as a memory handover packet both ways (proto/worker/memory_handover.hpp): a typed message or a
 // ProtocolError, nothing else.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "common/unique_fd.hpp"
 #include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
-#include "proto/memory_handover.hpp"
+#include "proto/worker/memory_handover.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view packet(reinterpret_cast<const char*>(data), size);

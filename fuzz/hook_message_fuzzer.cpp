@@ -9,7 +9,7 @@
 #include "common/error.hpp"
 #include "launcher/hang/collective_record.hpp"
 #include "launcher/progress/collective_watch.hpp"
-#include "proto/hook_messages.hpp"
+#include "proto/worker/hook_messages.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "proto/request.hpp"
+#include "proto/store/request.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   meshrun::proto::Limits limits;

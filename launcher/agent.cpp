@@ -25,7 +25,7 @@
 #include "launcher/workers/standby_pool.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_group.hpp"
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -318,8 +318,6 @@ SupervisionSettings Agent::supervision_settings() const {
                              .keep_alive_max_attempt = options_.rdzv_conf.keep_alive_max_attempt,
                              .grace = grace_,
                              .fault_grace = fault_grace_,
-                             .busy_timeout_s = options_.progress.busy_timeout_s,
-                             .outside_timeout_s = options_.progress.outside_timeout_s,
                              .etcd = options_.backend == RdzvBackend::kEtcd,
                              .executable = command_.executable};
 }

@@ -34,8 +34,8 @@
 #include "launcher/run_reports.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
-#include "proto/hang_request.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/agents/hang_request.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::proto {
 struct Assignment;

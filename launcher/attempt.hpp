@@ -2,9 +2,10 @@
 // one per round and calls run(), which supervises the workers until the attempt ends and says how (AttemptResult):
 // they all exited 0, one failed, a hang was judged, the rendezvous asked for a restart or declared the run failed,
 // the rendezvous was lost, a signal came. It owns, in the order they start:
-//   progress   the workers' beats and collective reports, hang suspicion (progress/)
+//   progress   the workers' beats and collective reports (progress/)
 //   group      the workers themselves (workers/), spawned from the spec the agent gives for `progress`
-//   exchange   the hang inquiries with the other nodes through the workers' store (hang/)
+//   hangs      the hang watch: suspicion, the inquiry with the other nodes, late or hung (hang/)
+//   arrivals   the daemon's arrival probes relayed to the workers' hooks (progress/)
 //   clock      the attempt's milestones: spawned, initialized, loaded, first step (progress/)
 // What outlives an attempt (the signals, the copies in memory, the run's reports, the standbys and a pending root
 // cause) the agent lends it in AttemptServices.
@@ -17,12 +18,13 @@
 #include <vector>
 
 #include "common/signal_set.hpp"
-#include "launcher/hang/hang_exchange.hpp"
+#include "launcher/hang/hang_watch.hpp"
+#include "launcher/progress/arrival_relay.hpp"
 #include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/rdzv/heartbeat_keeper.hpp"
 #include "launcher/workers/worker_group.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 
@@ -30,8 +32,6 @@ class RendezvousBackend;
 class MemoryKeeper;
 class RunReports;
 class Attempt;
-struct HangVerdict;
-class HangInquiry;
 
 /// How one attempt ended.
 struct AttemptResult {
@@ -59,8 +59,6 @@ struct SupervisionSettings {
   int keep_alive_max_attempt = 3;           // heartbeats failed in a row before the rendezvous is lost
   std::chrono::milliseconds grace{};        // --shutdown-timeout: TERM to KILL when stopping workers
   std::chrono::milliseconds fault_grace{};  // --fault-stop-timeout: the same when a fault ends the attempt
-  std::optional<double> busy_timeout_s;     // --hang-busy-timeout: a busy late rank is hung past it
-  std::optional<double> outside_timeout_s;  // --hang-outside-timeout: one that waits outside the job, likewise
   bool etcd = false;                        // the rendezvous is etcd (the words of a lost rendezvous)
   std::string executable;                   // the entrypoint, for the hang verdict's file
 };
@@ -112,22 +110,17 @@ class Attempt {
   GroupSpec beating_while_spawning(GroupSpec spec, std::chrono::milliseconds every);
   std::optional<AttemptResult> on_signals(const std::vector<int>& signals);
   std::optional<AttemptResult> on_worker_exits();
+  /// The hang watch's look; a suspicion judged with heartbeats going on. Late: said once across attempts (the
+  /// run's reports); hung: the attempt ends.
   std::optional<AttemptResult> on_hang();
-  /// Every node's records judged together (hang/hang_inquiry.hpp), the verdict printed and reported, the
-  /// workers stopped; nothing when the verdict is "late" (the ranks waited for are busy: the job goes on).
-  /// `suspicion` is the first request (this node's or another's).
-  std::optional<AttemptResult> conclude_hang(const proto::HangRequest& suspicion, bool requested_here);
-  /// This node's worker of global rank `rank`, or nullptr.
-  const Worker* local_worker(int rank) const;
-  /// The inquiry found nothing to stop (its wait over, or the rank ended meanwhile): no new suspicion until the
-  /// hook's next report has caught up, and the next one is a new inquiry.
-  void quiet_after_inquiry();
+  /// Where this node stands in a hang inquiry.
+  HangInquirySite inquiry_site() const;
   /// A hang: this node's culprit reported (through `keeper`, beating meanwhile), every rank's stacks printed, the
   /// workers stopped, the culprit's failure summary printed.
-  void stop_for_hang(HangInquiry& inquiry, HeartbeatKeeper& keeper, const HangVerdict& verdict, int named,
-                     const std::string& reason);
-  /// A late verdict: said, marked on this node's late ranks, judged again later.
-  void on_late(const HangVerdict& verdict);
+  void stop_for_hang(HeartbeatKeeper& keeper, HangJudgment& hung);
+  /// The ranks' summaries for the daemon, with what the hang watch says of them.
+  std::vector<proto::RankProgress> summaries(std::chrono::steady_clock::time_point now,
+                                             std::optional<OffsetEstimate> node_clock = std::nullopt) const;
   /// Stops the workers (TERM, `grace`, KILL) with heartbeats going on meanwhile.
   void stop_workers(std::chrono::milliseconds grace, int first_signal = 15);
   /// One heartbeat: its reply's restart, failure, stragglers and arrival probe. `early`: sent beside the
@@ -139,7 +132,8 @@ class Attempt {
 
  public:
   WorkerGroup group;
-  HangExchange exchange;
+  HangWatch hangs;
+  ArrivalRelay arrivals;
   AttemptClock clock;
 };
 

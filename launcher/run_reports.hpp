@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 

@@ -24,7 +24,7 @@
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_process.hpp"
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 
 namespace meshrun::launcher {
 namespace {

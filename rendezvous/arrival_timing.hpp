@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {

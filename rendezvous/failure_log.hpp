@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::rendezvous {
 

@@ -15,8 +15,8 @@
 #include "common/run_main.hpp"
 #include "common/strings.hpp"
 #include "common/version.hpp"
-#include "proto/join_auth.hpp"
-#include "proto/rendezvous_client.hpp"
+#include "proto/rendezvous/join_auth.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
 #include "rendezvous/server.hpp"
 #include "rendezvous/status_command.hpp"
 

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
-#include "proto/group_ranks.hpp"
-#include "proto/join_auth.hpp"
-#include "proto/round_policy.hpp"
+#include "proto/rendezvous/join_auth.hpp"
+#include "proto/rules/group_ranks.hpp"
+#include "proto/rules/round_policy.hpp"
 #include "rendezvous/straggler.hpp"
 
 namespace meshrun::rendezvous {
@@ -182,7 +182,7 @@ std::string Membership::join(const proto::JoinRequest& request) {
   return id;
 }
 
-// The round policy is shared with the etcd backend (proto/round_policy.hpp); this feeds it the daemon's view.
+// The round policy is shared with the etcd backend (proto/rules/round_policy.hpp); this feeds it the daemon's view.
 void Membership::maybe_close(Run& run) {
   if (run.closed) return;
   proto::OpenRound round;

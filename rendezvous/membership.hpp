@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 #include "rendezvous/failure_log.hpp"
 #include "rendezvous/run_telemetry.hpp"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::rendezvous {
 

@@ -8,7 +8,7 @@
 #include "common/error.hpp"
 #include "common/sha256.hpp"
 #include "common/version.hpp"
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 
 namespace meshrun::rendezvous {
 

@@ -52,7 +52,7 @@ class RendezvousService final : public MeshrunHandler {
   std::optional<nlohmann::json> dispatch(const std::string& op, const std::shared_ptr<StoreConnection>& connection,
                                          const nlohmann::json& request);
   nlohmann::json hello(const StoreConnection& connection) const;
-  /// The join token's challenge-response (proto/join_auth.hpp).
+  /// The join token's challenge-response (proto/rendezvous/join_auth.hpp).
   nlohmann::json challenge(StoreConnection& connection) const;
   nlohmann::json authenticate(StoreConnection& connection, const nlohmann::json& request) const;
   nlohmann::json join(const proto::JoinRequest& request);

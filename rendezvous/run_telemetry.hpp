@@ -3,7 +3,7 @@
 // its figures into status, heartbeat replies and leave replies; none of it decides who is in a round.
 //   restarts   the latest kMaxRestartRecords with their causes, counts by cause and hangs by verdict kind
 //   recovery   the latest restart timed phase by phase (recovery_timeline.hpp), from its fault on
-//   goodput    the run's wall time split (proto/goodput_ledger.hpp) and the steps beaten so far
+//   goodput    the run's wall time split (proto/rules/goodput_ledger.hpp) and the steps beaten so far
 //   stragglers the slow ranks, from beats and collective arrival times (straggler.hpp, arrival_timing.hpp)
 // Pure: times come in as arguments, on the daemon's Clock.
 #pragma once
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "proto/goodput_ledger.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
+#include "proto/rules/goodput_ledger.hpp"
 #include "rendezvous/arrival_timing.hpp"
 #include "rendezvous/recovery_timeline.hpp"
 #include "rendezvous/straggler.hpp"

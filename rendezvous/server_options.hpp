@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "proto/tcpstore_protocol.hpp"
+#include "proto/store/tcpstore_protocol.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -17,7 +17,7 @@ struct ServerOptions {
   uint16_t port = 29400;              // 0 picks a free port
   std::vector<std::string> allow;     // CIDRs allowed to connect; empty = everyone
   proto::Limits limits;               // per-message caps
-  std::string join_token;             // non-empty: rendezvous ops need its proof (proto/join_auth.hpp)
+  std::string join_token;             // non-empty: rendezvous ops need its proof (proto/rendezvous/join_auth.hpp)
   std::optional<uint16_t> http_port;  // the HTTP live view (rendezvous/http/): off when unset, 0 picks a free port
   std::chrono::seconds http_idle_timeout{30};  // an HTTP keep-alive connection silent this long is closed
 };

@@ -3,7 +3,7 @@
 
 #include <ostream>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::rendezvous {
 

@@ -4,7 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "proto/reply.hpp"
+#include "proto/store/reply.hpp"
 
 namespace meshrun::rendezvous {
 

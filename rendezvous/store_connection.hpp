@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proto/request.hpp"
-#include "proto/tcpstore_protocol.hpp"
+#include "proto/store/request.hpp"
+#include "proto/store/tcpstore_protocol.hpp"
 #include "rendezvous/kv_store.hpp"
 
 namespace meshrun::rendezvous {
@@ -86,7 +86,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   const std::string& peer() const { return peer_.endpoint; }
   const std::string& peer_address() const { return peer_.address; }
   const std::string& local_addr() const { return peer_.local_addr; }
-  /// The join token's challenge on this connection (proto/join_auth.hpp): the nonce handed out, and
+  /// The join token's challenge on this connection (proto/rendezvous/join_auth.hpp): the nonce handed out, and
   /// whether the connection proved it knows the token. Touched by the rendezvous service only.
   struct JoinAuth {
     std::string nonce;

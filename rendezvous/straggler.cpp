@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "proto/progress_beat.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 namespace meshrun::rendezvous {
 namespace {

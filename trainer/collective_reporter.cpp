@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
-#include "proto/hook_messages.hpp"
+#include "proto/worker/hook_messages.hpp"
 
 namespace meshrun::trainer {
 namespace {

@@ -1,7 +1,7 @@
 // CollectiveReporter: hands meshrun-trainer's CollectiveLedger to its agent the way meshrun's Python hook
 // does for PyTorch workers (docs/progress.md#hangs): on <MESHRUN_PROGRESS>.fr, "fr hello", then the ledger's
 // status every 0.1 s when it changed (and every 5 s); on <MESHRUN_PROGRESS>.hook it answers "dump <path>"
-// by writing the ledger there and saying "fr dumped <path>" (proto/hook_messages.hpp). One thread, never on
+// by writing the ledger there and saying "fr dumped <path>" (proto/worker/hook_messages.hpp). One thread, never on
 // the training path; nothing without MESHRUN_PROGRESS.
 #pragma once
 

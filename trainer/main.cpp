@@ -9,7 +9,7 @@
 #include "common/run_main.hpp"
 #include "common/version.hpp"
 #include "trainer/checkpoint/safetensors_export.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/preemption.hpp"
 #include "trainer/trainer.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/unique_fd.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 namespace meshrun::trainer {
 

@@ -18,7 +18,7 @@
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
-#include "proto/memory_copy.hpp"
+#include "proto/worker/memory_copy.hpp"
 #include "trainer/checkpoint/async_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/checkpoint/checkpoint_files.hpp"
@@ -28,7 +28,7 @@
 #include "trainer/data/dataset.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/distributed/nccl_backend.hpp"
-#include "trainer/fault_hooks.hpp"
+#include "trainer/faults/fault_hooks.hpp"
 #include "trainer/fsdp/adamw.hpp"
 #include "trainer/fsdp/sharded_model.hpp"
 #include "trainer/metrics.hpp"

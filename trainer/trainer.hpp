@@ -16,7 +16,7 @@
 
 #include "common/repeated_notice.hpp"
 #include "trainer/collective_reporter.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/dist_env.hpp"
 #include "trainer/metrics.hpp"
 #include "trainer/preemption.hpp"

@@ -7,7 +7,7 @@
 
 #include "common/error.hpp"
 #include "diagnostics/ping/sample_stats.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

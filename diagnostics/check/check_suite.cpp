@@ -12,7 +12,7 @@
 #include "diagnostics/peers/peer_checks.hpp"
 #include "diagnostics/ping/probe.hpp"
 #include "diagnostics/ping/resolve.hpp"
-#include "proto/rendezvous_client.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

@@ -10,7 +10,7 @@
 #include "diagnostics/check/port_owner.hpp"
 #include "diagnostics/net/network_interfaces.hpp"
 #include "diagnostics/ping/resolve.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

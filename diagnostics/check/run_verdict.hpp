@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "diagnostics/report/check_report.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::diagnostics {
 

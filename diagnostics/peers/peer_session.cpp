@@ -16,7 +16,7 @@
 #include "diagnostics/peers/pair_measurement.hpp"
 #include "diagnostics/peers/peer_schedule.hpp"
 #include "diagnostics/peers/peer_socket.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

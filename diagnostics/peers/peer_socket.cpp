@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

@@ -13,7 +13,7 @@
 #include "diagnostics/ping/probe.hpp"
 #include "diagnostics/ping/resolve.hpp"
 #include "diagnostics/ping/sample_stats.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

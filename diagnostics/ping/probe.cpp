@@ -13,10 +13,10 @@
 
 #include "common/unique_fd.hpp"
 #include "diagnostics/ping/resolve.hpp"
-#include "proto/byte_codec.hpp"
-#include "proto/rendezvous_client.hpp"
-#include "proto/request.hpp"
-#include "proto/store_client.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
+#include "proto/store/byte_codec.hpp"
+#include "proto/store/request.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "common/clock.hpp"
 #include "common/endpoint.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::diagnostics {
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "common/net_address.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::diagnostics {
 namespace {

@@ -15,7 +15,7 @@
 #include "common/strings.hpp"
 #include "common/version.hpp"
 #include "launcher/hosts/slurm_env.hpp"
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -232,11 +232,6 @@ std::vector<Endpoint> parse_etcd_endpoints(const std::string& text, bool& https)
 }
 
 }  // namespace
-
-int StreamMask::for_rank(int local_rank) const {
-  const auto it = by_rank.find(local_rank);
-  return it != by_rank.end() ? it->second : all;
-}
 
 std::pair<int, int> parse_nnodes(const std::string& text) {
   const auto parts = split(text, ':');
@@ -712,7 +707,7 @@ void LaunchCommandLine::add_hang_options(LaunchOptions& o) {
   app_.add_option("--hang-phase-timeout", o.progress.phase_s,
                   "The least hang budget while a rank is in a phase other than train (eval, checkpoint...)")
       ->default_str("1800");
-  app_.add_option("--straggler-threshold", o.progress.straggler,
+  app_.add_option("--straggler-threshold", o.straggler_threshold,
                   "Name ranks this many times slower per step than the run's median (0: off)")
       ->default_str("1.3");
 }
@@ -906,8 +901,8 @@ void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOption
   o.progress.outside_timeout_s = parse_outside_timeout(raw.hang_outside_timeout);
   require_positive(o.progress.floor_s, "--hang-floor");
   require_positive(o.progress.phase_s, "--hang-phase-timeout");
-  if (o.progress.straggler != 0 && o.progress.straggler <= 1) {
-    throw UsageError("--straggler-threshold " + std::to_string(o.progress.straggler) +
+  if (o.straggler_threshold != 0 && o.straggler_threshold <= 1) {
+    throw UsageError("--straggler-threshold " + std::to_string(o.straggler_threshold) +
                      ": expected a factor above 1 (1.3 names ranks 30% slower than the median), or 0 for off");
   }
 }

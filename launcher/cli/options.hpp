@@ -1,5 +1,8 @@
 // LaunchOptions: everything `meshrun` can be told on its command line, with torchrun's meaning, and the
-// pure function that parses argv (plus torchrun's PET_* environment fallbacks) into it.
+// pure function that parses argv (plus torchrun's PET_* environment fallbacks) into it. The settings each
+// folder reads are declared in that folder (rdzv/rendezvous_settings.hpp, workers/worker_settings.hpp,
+// progress/hang_policy.hpp); LaunchOptions composes them, and only the files beside the folders (main, the
+// agent, the fan-out) include this one.
 #pragma once
 
 #include <chrono>
@@ -14,45 +17,10 @@
 #include "common/endpoint.hpp"
 #include "common/env_lookup.hpp"
 #include "launcher/progress/hang_policy.hpp"
+#include "launcher/rdzv/rendezvous_settings.hpp"
+#include "launcher/workers/worker_settings.hpp"
 
 namespace meshrun::launcher {
-
-/// --rdzv-backend: static (node 0 hosts), c10d (meshrun's daemon), etcd-v3 (an etcd cluster keeps the state).
-enum class RdzvBackend { kStatic, kC10d, kEtcd };
-
-/// Which standard streams of a worker a flag applies to: the torchrun bitmask 1=stdout, 2=stderr, 3=both.
-struct StreamMask {
-  int all = 0;                 // applies to every local rank ("-r 3")
-  std::map<int, int> by_rank;  // per local rank ("-r 0:1,1:2"); overrides `all`
-  /// The mask for one local rank.
-  int for_rank(int local_rank) const;
-};
-
-/// --rdzv-conf keys (torchrun's names); times in seconds.
-/// etcd's password for --rdzv-backend etcd-v3, when --rdzv-conf gives none: `ps` does not show it.
-inline constexpr const char* kEtcdPasswordEnv = "MESHRUN_ETCD_PASSWORD";
-
-struct RdzvConf {
-  double join_timeout_s = 600;
-  double last_call_timeout_s = 30;
-  double close_timeout_s = 30;
-  double read_timeout_s = 60;
-  double heartbeat_timeout_s = 5;
-  double keep_alive_interval_s = 1;
-  int keep_alive_max_attempt = 3;
-  std::optional<bool> is_host;        // force (or forbid) hosting the daemon under c10d
-  std::optional<uint16_t> http_port;  // the hosted daemon's HTTP live view (meshrun-rendezvous --http-port)
-  std::string token;          // the join token (never printed): token=..., else $MESHRUN_RDZV_TOKEN; empty: none
-  std::string local_addr;     // torchrun's local_addr: as --local-addr when that is not given
-  std::string etcd_user;      // etcd-v3: etcd's user/password auth (username=); empty: none
-  std::string etcd_password;  // password=, or password_file='s first line (never printed)
-  // etcd-v3 over TLS: protocol=https (or https:// members); ca_cert= (cacert=), ssl_cert= (cert=) and
-  // ssl_cert_key= (key=), PEM files, as torch's etcd backends spell them.
-  std::optional<bool> etcd_https;  // protocol=; unset: as the members are written
-  std::string etcd_ca_file;
-  std::string etcd_cert_file;
-  std::string etcd_key_file;
-};
 
 /// --hostfile fan-out: this meshrun starts one meshrun per host over ssh and relays their output.
 struct FanoutOptions {
@@ -65,51 +33,31 @@ struct FanoutOptions {
   double connect_timeout_s = 10;     // ssh ConnectTimeout for the pre-flight check and the launch
 };
 
-struct LaunchOptions {
-  int min_nodes = 1;
-  int max_nodes = 1;
+/// Everything `meshrun` was told: each folder's own settings (the rendezvous', the workers' entrypoint), which
+/// the agent hands each folder as it is, and what the agent itself reads.
+struct LaunchOptions : RendezvousSettings, EntrypointSettings {
   std::string nproc_spec = "1";  // as given: N, auto, gpu, cpu, xpu
-  int nproc_per_node = 1;        // resolved from nproc_spec
-  RdzvBackend backend = RdzvBackend::kStatic;
-  std::optional<Endpoint> rdzv_endpoint;  // c10d: where the daemon is (or is to be hosted)
-  std::vector<Endpoint> etcd_endpoints;   // etcd-v3: the cluster's members (--rdzv-endpoint h1:2379,h2:2379)
-  std::string run_id = "none";
-  RdzvConf rdzv_conf;
-  bool standalone = false;
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   std::string role = "default";
-  bool module = false;
-  bool no_python = false;
-  bool run_path = false;
   std::string log_dir;  // empty: no per-rank log files unless --redirects/--tee ask for them
   StreamMask redirects;
   StreamMask tee;
   std::optional<std::set<int>> local_ranks_filter;    // unset: every local rank reaches the console
   std::vector<std::string> duplicate_stdout_filters;  // lines containing one also go to <attempt>/filtered_stdout.log
   std::vector<std::string> duplicate_stderr_filters;
-  int node_rank = 0;
-  bool node_rank_given = false;
-  std::string master_addr = "127.0.0.1";
-  std::optional<uint16_t> master_port;    // static: unset means 29500 (or a free port when nnodes is 1)
-  std::string local_addr;                 // the address other nodes reach this one at; empty = host name
-  std::string hosted_bind;                // --host: where the rendezvous this agent hosts listens; empty: the default
-  std::vector<std::string> hosted_allow;  // --allow: CIDRs the hosted rendezvous accepts; empty: everyone
-  std::vector<int> signals_to_handle;     // forwarded to workers
+  std::vector<int> signals_to_handle;                                    // forwarded to workers
   std::string signals_to_handle_text = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given: the workers' environment
   double shutdown_timeout_s = 30;        // SIGTERM -> SIGKILL grace when stopping workers
   double fault_stop_timeout_s = 3;       // ... when a fault stops them (capped by shutdown_timeout_s)
-  bool evict_suspects = true;            // a hang verdict's suspect node makes way for a spare (--no-evict)
   bool standby = true;                   // keep standby workers for restarts (--no-standby)
   bool standby_at_once = false;          // start them at the first step even without an idle core (--standby-start)
   bool quick_exit = true;                // a failed worker skips Python's teardown (--no-quick-exit)
   std::vector<std::string> preload;      // modules a standby imports besides torch (--preload)
-  HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --straggler-threshold
+  HangPolicy progress;                   // --hang-timeout, --hang-floor, --hang-phase-timeout, --hang-*-timeout
   std::string log_line_prefix_template;  // console prefix; empty = "[rank${rank}]:"
   bool virtual_local_rank = false;       // LOCAL_RANK=0 and one CUDA device per worker
   std::string log_level = "warn";        // the launcher's own log (spdlog)
-  std::string entrypoint;                // script, module or program
-  std::vector<std::string> args;         // passed to the worker untouched
   FanoutOptions fanout;
   std::vector<std::string> launcher_args;  // meshrun's own options as given (before ENTRYPOINT), for fan-out
   bool nnodes_given = false;               // --nnodes (or PET_NNODES) was given

@@ -14,8 +14,8 @@
 #include "common/signal_set.hpp"
 #include "launcher/net/host_identity.hpp"
 #include "launcher/net/route_interface.hpp"
-#include "proto/join_auth.hpp"
-#include "proto/round_policy.hpp"
+#include "proto/rendezvous/join_auth.hpp"
+#include "proto/rules/round_policy.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::launcher {
@@ -40,7 +40,7 @@ int64_t lease_ttl_s(const RdzvConf& conf) {
                            static_cast<int64_t>(std::ceil(conf.keep_alive_interval_s * conf.keep_alive_max_attempt)));
 }
 
-RunRecord fresh_run(int64_t round, const LaunchOptions& options) {
+RunRecord fresh_run(int64_t round, const RendezvousSettings& options) {
   RunRecord run;
   run.round = round;
   run.min_nodes = options.min_nodes;
@@ -74,7 +74,7 @@ std::string describe_waiting(const RunRecord& run, const std::vector<proto::Node
 
 }  // namespace
 
-EtcdRendezvous::EtcdRendezvous(const LaunchOptions& options, SignalSet& signals)
+EtcdRendezvous::EtcdRendezvous(const RendezvousSettings& options, SignalSet& signals)
     : options_(options),
       signals_(signals),
       client_(options.etcd_endpoints, kCallTimeout,

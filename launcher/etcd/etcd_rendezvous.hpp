@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "common/signal_set.hpp"
-#include "launcher/cli/options.hpp"
 #include "launcher/etcd/etcd_client.hpp"
 #include "launcher/etcd/run_record.hpp"
 #include "launcher/rdzv/rendezvous_backend.hpp"
-#include "proto/goodput_ledger.hpp"
+#include "launcher/rdzv/rendezvous_settings.hpp"
+#include "proto/rules/goodput_ledger.hpp"
 
 namespace meshrun::rendezvous {
 class Server;
@@ -39,7 +39,7 @@ namespace meshrun::launcher {
 class EtcdRendezvous final : public RendezvousBackend {
  public:
   /// Grants this node's lease, retrying the members until the join timeout (then TimeoutError naming them).
-  EtcdRendezvous(const LaunchOptions& options, SignalSet& signals);
+  EtcdRendezvous(const RendezvousSettings& options, SignalSet& signals);
   /// Revokes the lease (this node's keys go at once) and stops the workers' store it served.
   ~EtcdRendezvous() override;
   EtcdRendezvous(const EtcdRendezvous&) = delete;
@@ -132,7 +132,7 @@ class EtcdRendezvous final : public RendezvousBackend {
   void renew_lease(bool force);
   bool check_signals();
 
-  const LaunchOptions& options_;
+  const RendezvousSettings& options_;
   SignalSet& signals_;
   etcd::EtcdClient client_;
   etcd::RunKeys keys_;

@@ -7,9 +7,9 @@
 
 #include "common/error.hpp"
 #include "common/sha256.hpp"
-#include "proto/group_ranks.hpp"
-#include "proto/join_auth.hpp"
-#include "proto/round_policy.hpp"
+#include "proto/rendezvous/join_auth.hpp"
+#include "proto/rules/group_ranks.hpp"
+#include "proto/rules/round_policy.hpp"
 
 namespace meshrun::launcher::etcd {
 namespace {
@@ -72,7 +72,7 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
 
 std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
 
-// The round policy is shared with the daemon (proto/round_policy.hpp); this feeds it the etcd backend's view.
+// The round policy is shared with the daemon (proto/rules/round_policy.hpp); this feeds it the etcd backend's view.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
                                                       bool last_call_passed, const std::vector<std::string>& reported) {
   if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;

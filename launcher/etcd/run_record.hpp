@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher::etcd {
 
@@ -74,7 +74,7 @@ struct RunKeys {
 std::string survivor_key(const proto::NodeInfo& node);
 
 /// The nodes that take the round's seats, in group-rank order, when the round closes now by the shared
-/// round policy (proto/round_policy.hpp), or nothing. `run.survivors`: those of the last round that may
+/// round policy (proto/rules/round_policy.hpp), or nothing. `run.survivors`: those of the last round that may
 /// still come back (live_survivors). `reported`: survivors (survivor_key) that reported their own workers'
 /// failure in the last round: known alive, they are due, and a spare does not take their seat. One that
 /// said nothing may be the node that was lost.

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "launcher/failure/failure_summary.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 

@@ -15,7 +15,7 @@
 
 #include "launcher/activity/activity_rule.hpp"
 #include "launcher/activity/wait_rule.hpp"
-#include "proto/collective_dump.hpp"
+#include "proto/worker/collective_dump.hpp"
 
 namespace meshrun::launcher {
 
@@ -31,7 +31,7 @@ enum class RecordSource {
   kNoAnswer,        // the hook was there but did not answer in time (the process holds the GIL, or is stopped)
 };
 
-using proto::CollectiveEntry;  // the worker's own record of its collectives (proto/collective_dump.hpp)
+using proto::CollectiveEntry;  // the worker's own record of its collectives (proto/worker/collective_dump.hpp)
 using proto::GroupProgress;
 
 struct RankRecord {
@@ -60,8 +60,9 @@ std::string_view to_string(RecordSource value);
 void to_json(nlohmann::json& j, const RankRecord& record);
 void from_json(const nlohmann::json& j, RankRecord& record);
 
-/// Fills `record`'s collective part and its Python threads from the worker's dump file (proto/collective_dump.hpp:
-/// meshrun's hook or meshrun-trainer wrote it). Throws ProtocolError naming what is malformed.
+/// Fills `record`'s collective part and its Python threads from the worker's dump file
+/// (proto/worker/collective_dump.hpp: meshrun's hook or meshrun-trainer wrote it). Throws ProtocolError naming what is
+/// malformed.
 void read_hook_dump(const std::string& text, RankRecord& record);
 
 }  // namespace meshrun::launcher

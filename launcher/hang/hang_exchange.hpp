@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/endpoint.hpp"
-#include "proto/hang_request.hpp"
-#include "proto/store_board.hpp"
+#include "proto/agents/hang_request.hpp"
+#include "proto/store/store_board.hpp"
 
 namespace meshrun::launcher {
 
@@ -41,6 +41,8 @@ class HangExchange {
   /// The inquiry ended without stopping the job (a late rank): the next suspicion is a new inquiry.
   void next_inquiry() { ++inquiry_; }
   int inquiry() const { return inquiry_; }
+  /// This node's group rank.
+  int node() const { return node_; }
   /// Posts this node's part under `kind` ("records" or "stacks").
   void post(const std::string& kind, const nlohmann::json& part);
   /// Every node's part of `kind` that arrived before `deadline` (node -> part); this node's included.

@@ -59,8 +59,18 @@ std::set<std::string> store_endpoints(const std::string& host, int port) {
 
 }  // namespace
 
-HangInquiry::HangInquiry(ProgressMonitor& progress, WorkerGroup& group, HangExchange& exchange, HangInquirySite site)
-    : progress_(progress), group_(group), exchange_(exchange), site_(std::move(site)) {}
+HangInquiry::HangInquiry(ProgressMonitor& progress, const ActivityMonitor& activity, WorkerGroup& group,
+                         HangExchange& exchange, HangInquirySite site)
+    : progress_(progress), activity_(activity), group_(group), exchange_(exchange), site_(std::move(site)) {}
+
+Activity HangInquiry::activity(size_t lr, double window_s) const {
+  // The stack's motion is judged on the reads since the wait began: the window's older sample can be older than
+  // the wait, and one frame read before it (the rank's last step) would read as motion.
+  const auto wait_began =
+      Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(window_s));
+  const auto since = std::max(activity_.window_start(lr, window_s), wait_began);
+  return activity_.activity(lr, progress_.watch(lr).stack_motion(since), window_s);
+}
 
 RankRecord HangInquiry::base_record(size_t lr, double window_s) const {
   const Worker& w = group_.workers()[lr];
@@ -74,7 +84,7 @@ RankRecord HangInquiry::base_record(size_t lr, double window_s) const {
   r.state = !running ? ProcessState::kExited
                      : (process_state(r.pid) == 'T' ? ProcessState::kStopped : ProcessState::kRunning);
   r.beat_step = progress_.last_step(lr);
-  if (running) r.activity = progress_.activity(lr, window_s);
+  if (running) r.activity = activity(lr, window_s);
   const CollectiveWatch& watch = progress_.watch(lr);
   if (!watch.hooked()) {
     r.source = RecordSource::kNoHook;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/activity/activity_monitor.hpp"
 #include "launcher/hang/hang_exchange.hpp"
 #include "launcher/hang/hang_verdict.hpp"
 #include "launcher/hang/stack_groups.hpp"
@@ -36,7 +37,10 @@ struct HangInquirySite {
 
 class HangInquiry {
  public:
-  HangInquiry(ProgressMonitor& progress, WorkerGroup& group, HangExchange& exchange, HangInquirySite site);
+  /// Reads `progress` (draining it while the records are awaited), `activity` (what each process tree did) and
+  /// `group`; all three and `exchange` must outlive it.
+  HangInquiry(ProgressMonitor& progress, const ActivityMonitor& activity, WorkerGroup& group, HangExchange& exchange,
+              HangInquirySite site);
 
   /// Steps 1-3: every node's records judged. `suspect` (the standing request's rank and reason) is what
   /// the verdict falls back on when no recorded collective explains the hang.
@@ -53,6 +57,8 @@ class HangInquiry {
  private:
   std::vector<RankRecord> local_records(double window_s);
   RankRecord base_record(size_t local_rank, double window_s) const;
+  /// What local rank `lr`'s process tree did while the others waited for it (at most `window_s`).
+  Activity activity(size_t lr, double window_s) const;
   void collect_dumps(std::vector<RankRecord>& records);
   void read_waits(std::vector<RankRecord>& records) const;
   std::vector<RankStack> local_stacks() const;
@@ -60,6 +66,7 @@ class HangInquiry {
   std::vector<RankStack> all_stacks(const std::vector<RankStack>& mine);
 
   ProgressMonitor& progress_;
+  const ActivityMonitor& activity_;
   WorkerGroup& group_;
   HangExchange& exchange_;
   HangInquirySite site_;

@@ -3,7 +3,7 @@
 // from that round's nodes; this is the one place it is computed.
 #pragma once
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 

@@ -1,4 +1,4 @@
-// A copy's bytes between two agents, each side of the copy port's two requests (proto/copy_port_messages.hpp):
+// A copy's bytes between two agents, each side of the copy port's two requests (proto/agents/copy_port_messages.hpp):
 // the fetch's asking and serving sides, and the push's receiving side (the replicator sends pushes). The bytes
 // travel with their Poly1305 tag under the connection's key (peer_auth.hpp); which copy, where it goes and
 // whether it is kept is the keeper's to decide (memory_keeper.hpp), never this file's.
@@ -10,7 +10,7 @@
 
 #include "common/poly1305.hpp"
 #include "launcher/memory/restore_plan.hpp"
-#include "proto/copy_port_messages.hpp"
+#include "proto/agents/copy_port_messages.hpp"
 
 namespace meshrun::launcher {
 

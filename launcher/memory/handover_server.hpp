@@ -1,7 +1,7 @@
 // HandoverServer: the agent's side of the workers' memory-copy socket (MESHRUN_MEMORY, a Unix SOCK_SEQPACKET
 // socket; docs/design/in-memory-checkpoints.md, 2.2), served by one thread for the agent's whole life. One
-// request per packet (proto/memory_handover.hpp); the MemoryKeeper answers it (slots travel as descriptors). A worker
-// that goes away mid-copy is seen at once (the connection's end), so its slot is torn, never kept.
+// request per packet (proto/worker/memory_handover.hpp); the MemoryKeeper answers it (slots travel as descriptors). A
+// worker that goes away mid-copy is seen at once (the connection's end), so its slot is torn, never kept.
 #pragma once
 
 #include <memory>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
-#include "proto/memory_handover.hpp"
+#include "proto/worker/memory_handover.hpp"
 
 namespace meshrun::launcher {
 

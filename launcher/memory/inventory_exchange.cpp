@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/sha256.hpp"
-#include "proto/store_board.hpp"
+#include "proto/store/store_board.hpp"
 
 namespace meshrun::launcher {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/unique_fd.hpp"
-#include "proto/memory_copy.hpp"
+#include "proto/worker/memory_copy.hpp"
 
 namespace meshrun::launcher {
 

@@ -30,9 +30,9 @@
 #include "launcher/memory/memory_budget.hpp"
 #include "launcher/memory/replica_shelf.hpp"
 #include "launcher/memory/restore_plan.hpp"
-#include "proto/copy_port_messages.hpp"
-#include "proto/memory_handover.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/agents/copy_port_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
+#include "proto/worker/memory_handover.hpp"
 
 namespace meshrun::launcher {
 

@@ -6,7 +6,7 @@
 #include "common/net_address.hpp"
 #include "common/sha256.hpp"
 #include "launcher/memory/peer_link.hpp"
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 
 namespace meshrun::launcher {
 

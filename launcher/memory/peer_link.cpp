@@ -14,7 +14,7 @@
 
 #include "common/error.hpp"
 #include "common/sha256.hpp"
-#include "proto/copy_port_messages.hpp"
+#include "proto/agents/copy_port_messages.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -44,6 +44,35 @@ void read_all(int socket, char* data, size_t n) {
     data += r;
     n -= static_cast<size_t>(r);
   }
+}
+
+constexpr uint64_t kCopyPiece = 4 << 20;  // tagged and sent (or received and tagged) while it is in the cache
+
+// A memfd's first `bytes`, mapped for the length of one transfer.
+class CopyMapping {
+ public:
+  CopyMapping(int memfd, uint64_t bytes, int protection) : bytes_(bytes) {
+    map_ = ::mmap(nullptr, bytes, protection, MAP_SHARED, memfd, 0);
+    if (map_ == MAP_FAILED) fail("mapping the slot");
+  }
+  ~CopyMapping() { ::munmap(map_, bytes_); }
+  CopyMapping(const CopyMapping&) = delete;
+  CopyMapping& operator=(const CopyMapping&) = delete;
+  char* at(uint64_t offset) const { return static_cast<char*>(map_) + offset; }
+
+ private:
+  void* map_ = nullptr;
+  uint64_t bytes_;
+};
+
+std::string hex_of(const Poly1305Tag& tag) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string text;
+  for (const uint8_t byte : tag) {
+    text += kDigits[byte >> 4];
+    text += kDigits[byte & 15];
+  }
+  return text;
 }
 
 }  // namespace
@@ -102,39 +131,6 @@ nlohmann::json receive_frame(int socket) {
   if (!message.is_object()) throw Error("memory copy transfer: a frame that is no JSON object");
   return message;
 }
-
-namespace {
-
-constexpr uint64_t kCopyPiece = 4 << 20;  // tagged and sent (or received and tagged) while it is in the cache
-
-// A memfd's first `bytes`, mapped for the length of one transfer.
-class CopyMapping {
- public:
-  CopyMapping(int memfd, uint64_t bytes, int protection) : bytes_(bytes) {
-    map_ = ::mmap(nullptr, bytes, protection, MAP_SHARED, memfd, 0);
-    if (map_ == MAP_FAILED) fail("mapping the slot");
-  }
-  ~CopyMapping() { ::munmap(map_, bytes_); }
-  CopyMapping(const CopyMapping&) = delete;
-  CopyMapping& operator=(const CopyMapping&) = delete;
-  char* at(uint64_t offset) const { return static_cast<char*>(map_) + offset; }
-
- private:
-  void* map_ = nullptr;
-  uint64_t bytes_;
-};
-
-std::string hex_of(const Poly1305Tag& tag) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string text;
-  for (const uint8_t byte : tag) {
-    text += kDigits[byte >> 4];
-    text += kDigits[byte & 15];
-  }
-  return text;
-}
-
-}  // namespace
 
 void send_copy(int socket, int memfd, uint64_t to, Poly1305& mac, uint64_t from) {
   if (from >= to) return;

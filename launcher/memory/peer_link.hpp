@@ -1,7 +1,7 @@
 // The agents' copy transfer (docs/design/in-memory-checkpoints.md, "Agent to agent"): one TCP connection
 // per request, a frame (uint32 little-endian length, at most 64 KiB, then a JSON object: the messages of
-// proto/copy_port_messages.hpp) each way, and a copy's bytes from one memfd's mapping to the other's, followed by
-// their Poly1305 tag. Every call has a deadline, so a peer that stops answering costs a bounded wait.
+// proto/agents/copy_port_messages.hpp) each way, and a copy's bytes from one memfd's mapping to the other's, followed
+// by their Poly1305 tag. Every call has a deadline, so a peer that stops answering costs a bounded wait.
 #pragma once
 
 #include <chrono>

@@ -14,7 +14,7 @@
 
 #include "common/poly1305.hpp"
 #include "common/unique_fd.hpp"
-#include "proto/copy_port_messages.hpp"
+#include "proto/agents/copy_port_messages.hpp"
 
 namespace meshrun::launcher {
 

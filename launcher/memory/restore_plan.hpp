@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "proto/memory_inventory.hpp"
+#include "proto/agents/memory_inventory.hpp"
 
 namespace meshrun::launcher {
 
-using proto::HeldCopy;  // what each agent publishes (proto/memory_inventory.hpp)
+using proto::HeldCopy;  // what each agent publishes (proto/agents/memory_inventory.hpp)
 using proto::Inventory;
 
 /// Where one rank's copy of a step is.

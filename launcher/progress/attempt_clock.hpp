@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 namespace meshrun::launcher {
 namespace {
@@ -31,7 +31,7 @@ BeatSocket::BeatSocket(std::string path) : path_(std::move(path)) {
   }
 }
 
-int BeatSocket::send_to(const std::string& path, const std::string& text) {
+int BeatSocket::send_to(const std::string& path, const std::string& text) const {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) return ENAMETOOLONG;

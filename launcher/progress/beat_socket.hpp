@@ -25,7 +25,7 @@ class BeatSocket {
   /// Every datagram waiting now (oldest first), without blocking.
   std::vector<std::string> drain();
   /// Sends one datagram to the socket bound at `path` (a worker's hook), without waiting: 0, or the errno.
-  int send_to(const std::string& path, const std::string& text);
+  int send_to(const std::string& path, const std::string& text) const;
 
  private:
   std::string path_;

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "proto/goodput.hpp"
+#include "proto/rendezvous/goodput.hpp"
 
 namespace meshrun::launcher {
 

@@ -1,6 +1,6 @@
 // CollectiveWatch: one rank's collective progress as meshrun's Python hook (or meshrun-trainer's reporter)
 // reports it on the rank's progress socket (docs/progress.md, "Hangs without beats"), in the messages of
-// proto/hook_messages.hpp.
+// proto/worker/hook_messages.hpp.
 // The agent's own clock dates what it sees: when a group's oldest open collective was first seen open,
 // and the gaps between completions (the job's cadence, which the automatic budget learns).
 #pragma once
@@ -16,7 +16,7 @@
 
 #include "common/clock_offset.hpp"
 #include "launcher/activity/activity_rule.hpp"
-#include "proto/hook_messages.hpp"
+#include "proto/worker/hook_messages.hpp"
 
 namespace meshrun::launcher {
 

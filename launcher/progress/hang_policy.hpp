@@ -29,11 +29,10 @@ struct HangPolicy {
   static constexpr int kWarmupSteps = 3;
 
   Mode mode = Mode::kAuto;
-  double fixed_s = 0;                    // kFixed: the budget
-  double floor_s = 60;                   // kAuto: added to 2 x the median step time; also the stopped-worker budget
-  double phase_s = 1800;                 // the least budget outside the "train" phase
-  double straggler = 1.3;                // sent to the daemon: a rank this many times slower than the median is named
-  std::optional<double> busy_timeout_s;  // --hang-busy-timeout: how long a busy rank may keep others waiting
+  double fixed_s = 0;                       // kFixed: the budget
+  double floor_s = 60;                      // kAuto: added to 2 x the median step time; also the stopped-worker budget
+  double phase_s = 1800;                    // the least budget outside the "train" phase
+  std::optional<double> busy_timeout_s;     // --hang-busy-timeout: how long a busy rank may keep others waiting
   std::optional<double> outside_timeout_s;  // --hang-outside-timeout: the same for a rank waiting outside the job
 
   /// The silence allowed after the rank's last beat; nullopt while it is not judged (off, no beats yet,

@@ -6,8 +6,8 @@
 #include <deque>
 #include <optional>
 
-#include "proto/progress_beat.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 namespace meshrun::launcher {
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "proto/goodput.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/rendezvous/goodput.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 namespace meshrun::launcher {
 

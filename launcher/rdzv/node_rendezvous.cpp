@@ -53,7 +53,7 @@ std::string describe_waiting(const proto::AwaitReply& r) {
 
 }  // namespace
 
-NodeRendezvous::NodeRendezvous(const LaunchOptions& options, SignalSet& signals)
+NodeRendezvous::NodeRendezvous(const RendezvousSettings& options, SignalSet& signals)
     : options_(options), signals_(signals), run_id_(options.run_id), hostname_(local_hostname()) {
   if (options.standalone || (options.backend == RdzvBackend::kC10d && !options.rdzv_endpoint)) {
     // One node, nothing else to meet: a private daemon on a free loopback port.
@@ -173,7 +173,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   req.local_world_size = options_.nproc_per_node;
   req.min_nodes = options_.min_nodes;
   req.max_nodes = options_.max_nodes;
-  req.straggler_threshold = options_.progress.straggler;
+  req.straggler_threshold = options_.straggler_threshold;
   req.evict_suspects = options_.evict_suspects;
   if (options_.backend == RdzvBackend::kStatic || options_.node_rank_given) req.requested_rank = options_.node_rank;
   req.last_call_timeout_s = options_.rdzv_conf.last_call_timeout_s;

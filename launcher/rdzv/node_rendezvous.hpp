@@ -16,10 +16,10 @@
 #include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
 #include "common/signal_set.hpp"
-#include "launcher/cli/options.hpp"
 #include "launcher/rdzv/rendezvous_backend.hpp"
-#include "proto/rendezvous_client.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "launcher/rdzv/rendezvous_settings.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::rendezvous {
 class Server;
@@ -31,7 +31,7 @@ class NodeRendezvous final : public RendezvousBackend {
  public:
   /// Starts the daemon here when this node hosts it, then connects (retrying until the join timeout).
   /// A terminating signal while connecting is recorded in interrupted_by() and ends the wait.
-  NodeRendezvous(const LaunchOptions& options, SignalSet& signals);
+  NodeRendezvous(const RendezvousSettings& options, SignalSet& signals);
   ~NodeRendezvous() override;
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
@@ -68,7 +68,7 @@ class NodeRendezvous final : public RendezvousBackend {
   void connect();
   bool check_signals();
 
-  const LaunchOptions& options_;
+  const RendezvousSettings& options_;
   SignalSet& signals_;
   std::unique_ptr<rendezvous::Server> server_;
   std::optional<proto::RendezvousClient> client_;

@@ -11,7 +11,7 @@
 #include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 

@@ -24,7 +24,7 @@
 #include "launcher/workers/idle_cores.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_process.hpp"
-#include "proto/standby_messages.hpp"
+#include "proto/worker/standby_messages.hpp"
 
 namespace meshrun::launcher {
 

@@ -42,7 +42,7 @@ std::optional<std::string> find_executable(const std::string& name, const std::s
   return std::nullopt;
 }
 
-WorkerCommand build_worker_command(const LaunchOptions& o, const std::string& path_env,
+WorkerCommand build_worker_command(const EntrypointSettings& o, const std::string& path_env,
                                    const std::optional<std::string>& python_exec) {
   const bool python = o.module || o.run_path || (!o.no_python && ends_with(o.entrypoint, ".py"));
   WorkerCommand cmd;

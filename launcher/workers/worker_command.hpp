@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "launcher/cli/options.hpp"
+#include "launcher/workers/worker_settings.hpp"
 
 namespace meshrun::launcher {
 
@@ -36,7 +36,7 @@ struct WorkerCommand {
 /// .py entrypoints, -m and --run-path run under `<python> -u`; --no-python and anything else run directly. An
 /// entrypoint that is itself a Python interpreter (`python train.py`) runs as written, and is a Python script run.
 /// `path_env` is $PATH; `python_exec` is $PYTHON_EXEC when set. Throws EntrypointError.
-WorkerCommand build_worker_command(const LaunchOptions& options, const std::string& path_env,
+WorkerCommand build_worker_command(const EntrypointSettings& options, const std::string& path_env,
                                    const std::optional<std::string>& python_exec);
 
 /// The first executable `name` in the ':'-separated `path_env`; names with a '/' are checked as given.

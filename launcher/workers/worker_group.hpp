@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "common/signal_set.hpp"
-#include "launcher/cli/options.hpp"
 #include "launcher/failure/failure_summary.hpp"
 #include "launcher/workers/output_pump.hpp"
 #include "launcher/workers/worker_command.hpp"
 #include "launcher/workers/worker_env.hpp"
 #include "launcher/workers/worker_process.hpp"
+#include "launcher/workers/worker_settings.hpp"
 
 namespace meshrun::launcher {
 

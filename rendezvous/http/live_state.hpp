@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 #include "rendezvous/http/run_history.hpp"
 
 namespace meshrun::rendezvous::http {

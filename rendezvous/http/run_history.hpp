@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::rendezvous::http {
 

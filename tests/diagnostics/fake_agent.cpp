@@ -12,7 +12,7 @@
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
-#include "proto/rendezvous_client.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
 
 int main(int argc, char** argv) {
   using namespace meshrun;

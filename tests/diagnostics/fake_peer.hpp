@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.hpp"
-#include "proto/byte_codec.hpp"
-#include "proto/tcpstore_protocol.hpp"
+#include "proto/store/byte_codec.hpp"
+#include "proto/store/tcpstore_protocol.hpp"
 
 namespace meshrun::testing {
 

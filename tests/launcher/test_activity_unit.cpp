@@ -16,7 +16,7 @@
 #include "launcher/activity/wait_rule.hpp"
 #include "launcher/hang/hang_verdict.hpp"
 #include "launcher/progress/collective_watch.hpp"
-#include "proto/hang_request.hpp"
+#include "proto/agents/hang_request.hpp"
 #include "support/subprocess.hpp"
 
 using namespace meshrun;

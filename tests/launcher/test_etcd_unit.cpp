@@ -1,7 +1,7 @@
 // The etcd backend's pure parts: the run record, when a round closes, who is lost, what a node is told.
 #include <catch2/catch.hpp>
 
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 
 #include "common/error.hpp"
 #include "launcher/cli/options.hpp"
@@ -101,7 +101,7 @@ TEST_CASE("etcd round closing waits for a survivor that reported a failure even 
   REQUIRE(closed->size() == 2);  // the survivors, not the spare that joined first
   CHECK((*closed)[0].host != "c");
   CHECK((*closed)[1].host != "c");
-  // Past the last call too, as the daemon does (proto/round_policy.hpp): survivors first while b is alive.
+  // Past the last call too, as the daemon does (proto/rules/round_policy.hpp): survivors first while b is alive.
   CHECK_FALSE(etcd::close_now(run, {spare, node("n1", "a", 1)}, true, reported));
   // b's lease expired (live_survivors drops it, and its report with it): the spare takes its place.
   run.survivors = {"a/1"};

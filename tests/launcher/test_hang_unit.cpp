@@ -8,12 +8,13 @@
 #include "common/error.hpp"
 #include "launcher/hang/hang_verdict.hpp"
 #include "launcher/hang/stack_groups.hpp"
+#include "launcher/progress/arrival_relay.hpp"
 #include "launcher/progress/beat_socket.hpp"
 #include "launcher/progress/collective_watch.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/progress_monitor.hpp"
 #include "launcher/progress/rank_tracker.hpp"
-#include "proto/rendezvous_messages.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 #include "support/subprocess.hpp"
 
 using namespace meshrun;
@@ -298,7 +299,8 @@ TEST_CASE("hook messages: clock samples and arrival answers feed the watch", "[h
 TEST_CASE("arrival probes: answers go out once every running hooked rank answered, and the silent are asked again",
           "[hang][hook]") {
   meshrun::testing::TempDir dir;
-  ProgressMonitor monitor(dir.path(), {4, 5, 6}, HangPolicy{});
+  ProgressMonitor monitor(dir.path(), {4, 5, 6});
+  ArrivalRelay relay(monitor);
   // Local ranks 0 and 1 run the hook: it listens on <progress socket>.hook and reports on <progress socket>.fr
   // (its own socket: the beats' never fills with reports). Local rank 2 never says hello.
   std::vector<BeatSocket> hooks;
@@ -315,51 +317,51 @@ TEST_CASE("arrival probes: answers go out once every running hooked rank answere
   const auto t0 = Clock::now();
   monitor.drain(t0);
   REQUIRE(monitor.watch(0).hooked());
-  CHECK_FALSE(monitor.take_arrival_answers(running));  // nothing asked yet
+  CHECK_FALSE(relay.take_answers(running));  // nothing asked yet
 
   const ArrivalProbe probe{.group = "0", .first_seq = 11, .last_seq = 14};
-  monitor.ask_arrivals(probe, t0);
+  relay.ask(probe, t0);
   for (auto& hook : hooks) CHECK(hook.drain() == std::vector<std::string>{"arrivals 11 14 0"});
-  CHECK_FALSE(monitor.take_arrival_answers(running));
+  CHECK_FALSE(relay.take_answers(running));
   answer(0, "11 14");
-  CHECK_FALSE(monitor.take_arrival_answers(running));  // local rank 1 has not answered
+  CHECK_FALSE(relay.take_answers(running));  // local rank 1 has not answered
   answer(1, "7 10");
-  CHECK_FALSE(monitor.take_arrival_answers(running));  // an answer to an older probe
+  CHECK_FALSE(relay.take_answers(running));  // an answer to an older probe
 
   // The next heartbeat's reply carries the same probe (another node has not answered): nobody is asked
   // again for it. Within a second of the ask nobody is asked again; after it, only local rank 1, which has
   // not answered (its request or its answer may be lost).
-  monitor.ask_arrivals(probe, t0 + ProgressMonitor::kAskAgainAfter);
-  monitor.ask_arrivals_again(running, t0 + std::chrono::milliseconds(500));
+  relay.ask(probe, t0 + ArrivalRelay::kAskAgainAfter);
+  relay.ask_again(running, t0 + std::chrono::milliseconds(500));
   CHECK(hooks[0].drain().empty());
   CHECK(hooks[1].drain().empty());
-  monitor.ask_arrivals_again(running, t0 + ProgressMonitor::kAskAgainAfter);
+  relay.ask_again(running, t0 + ArrivalRelay::kAskAgainAfter);
   CHECK(hooks[0].drain().empty());
   CHECK(hooks[1].drain() == std::vector<std::string>{"arrivals 11 14 0"});
 
   answer(1, "11 14");
-  CHECK(monitor.take_arrival_answers(running));
-  CHECK_FALSE(monitor.take_arrival_answers(running));                             // once
-  monitor.ask_arrivals_again(running, t0 + 5 * ProgressMonitor::kAskAgainAfter);  // all answered: nobody
+  CHECK(relay.take_answers(running));
+  CHECK_FALSE(relay.take_answers(running));                         // once
+  relay.ask_again(running, t0 + 5 * ArrivalRelay::kAskAgainAfter);  // all answered: nobody
   CHECK(hooks[0].drain().empty());
   CHECK(hooks[1].drain().empty());
 
   // A rank whose worker exited is not waited for, nor asked again.
-  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 15, .last_seq = 30}, t0);
+  relay.ask(ArrivalProbe{.group = "0", .first_seq = 15, .last_seq = 30}, t0);
   for (auto& hook : hooks) CHECK(hook.drain() == std::vector<std::string>{"arrivals 15 30 0"});
   answer(0, "15 30");
-  CHECK_FALSE(monitor.take_arrival_answers(running));
+  CHECK_FALSE(relay.take_answers(running));
   const std::vector<pid_t> rank1_exited = {101, 0, 103};
-  monitor.ask_arrivals_again(rank1_exited, t0 + ProgressMonitor::kAskAgainAfter);
+  relay.ask_again(rank1_exited, t0 + ArrivalRelay::kAskAgainAfter);
   CHECK(hooks[1].drain().empty());
-  CHECK(monitor.take_arrival_answers(rank1_exited));
+  CHECK(relay.take_answers(rank1_exited));
 
   // No probe open any more (the daemon counted or gave it up): the wait ends, nobody is asked again.
-  monitor.ask_arrivals(ArrivalProbe{.group = "0", .first_seq = 31, .last_seq = 40}, t0);
-  monitor.ask_arrivals(ArrivalProbe{}, t0);
-  monitor.ask_arrivals_again(running, t0 + ProgressMonitor::kAskAgainAfter);
+  relay.ask(ArrivalProbe{.group = "0", .first_seq = 31, .last_seq = 40}, t0);
+  relay.ask(ArrivalProbe{}, t0);
+  relay.ask_again(running, t0 + ArrivalRelay::kAskAgainAfter);
   CHECK(hooks[0].drain() == std::vector<std::string>{"arrivals 31 40 0"});  // the first ask only
-  CHECK_FALSE(monitor.take_arrival_answers(running));
+  CHECK_FALSE(relay.take_answers(running));
 }
 
 TEST_CASE("the collective budget: armed from the first collective, learned from the cadence, never without a hook",

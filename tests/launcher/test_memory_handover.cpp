@@ -27,7 +27,7 @@
 #include "launcher/memory/peer_auth.hpp"
 #include "launcher/memory/peer_link.hpp"
 #include "launcher/memory/peer_server.hpp"
-#include "proto/memory_copy.hpp"
+#include "proto/worker/memory_copy.hpp"
 #include "support/daemon_process.hpp"
 #include "support/subprocess.hpp"
 

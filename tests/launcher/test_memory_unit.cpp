@@ -21,7 +21,7 @@
 #include "launcher/memory/memory_budget.hpp"
 #include "launcher/memory/replica_shelf.hpp"
 #include "launcher/memory/restore_plan.hpp"
-#include "proto/memory_copy.hpp"
+#include "proto/worker/memory_copy.hpp"
 
 using namespace meshrun::launcher;
 using meshrun::proto::CopyHeader;

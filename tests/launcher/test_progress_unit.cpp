@@ -6,7 +6,7 @@
 #include "launcher/progress/attempt_clock.hpp"
 #include "launcher/progress/hang_policy.hpp"
 #include "launcher/progress/rank_tracker.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/worker/progress_beat.hpp"
 
 using namespace meshrun;
 using namespace meshrun::launcher;

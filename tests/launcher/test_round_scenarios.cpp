@@ -1,6 +1,6 @@
 // The same round scenarios through both rendezvous backends: the daemon's Membership (on a FakeClock) and
 // the etcd backend's run record (its pure decisions, fed what its keys and leases would show). Both apply
-// one round policy (proto/round_policy.hpp); each scenario expects the same rounds from both.
+// one round policy (proto/rules/round_policy.hpp); each scenario expects the same rounds from both.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

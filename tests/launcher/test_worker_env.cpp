@@ -109,7 +109,7 @@ TEST_CASE("the network that reaches the rendezvous is Gloo's and NCCL's unless t
 }
 
 TEST_CASE("worker commands: .py and -m under python -u, the rest directly", "[worker_command]") {
-  LaunchOptions o;
+  EntrypointSettings o;
   o.entrypoint = "sh";
   o.args = {"-c", "true"};
   const auto direct = build_worker_command(o, "/usr/bin:/bin", std::nullopt);
@@ -166,7 +166,7 @@ TEST_CASE("an interpreter entrypoint: python's own command line read as CPython 
     CHECK(std::holds_alternative<NotAScriptRun>(read_interpreter_args(refused)));
   }
 
-  LaunchOptions o;
+  EntrypointSettings o;
   o.entrypoint = "sh";
   o.args = {"-c", "true"};
   CHECK(build_worker_command(o, "/usr/bin:/bin", std::nullopt).why_not_python == "the entrypoint is no .py script");

@@ -74,7 +74,7 @@ def main():
     for p in problems:
         print("FAILED:", p)
     if problems:
-        print(f"(rewrite the fixture with --write only if the wire changed on both sides: proto/hook_messages.cpp)")
+        print(f"(rewrite the fixture with --write only if the wire changed on both sides: proto/worker/hook_messages.cpp)")
         return 1
     print(f"the hook writes and reads the {len(MESSAGES) + len(REQUESTS)} lines of {fixture}")
     return 0

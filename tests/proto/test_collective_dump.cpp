@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
-#include "proto/collective_dump.hpp"
+#include "proto/worker/collective_dump.hpp"
 
 using meshrun::proto::CollectiveDump;
 using meshrun::proto::CollectiveEntry;

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 
-#include "proto/goodput.hpp"
-#include "proto/goodput_ledger.hpp"
+#include "proto/rendezvous/goodput.hpp"
+#include "proto/rules/goodput_ledger.hpp"
 
 using namespace meshrun;
 using meshrun::proto::GoodputLedger;

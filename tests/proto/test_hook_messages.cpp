@@ -1,6 +1,6 @@
 // proto/hook_messages: the agent's parser and formatter on the lines meshrun's Python hook really writes and
 // reads (hook_lines.txt, checked against the hook by proto.hook_lines_capture), and round trips of every kind.
-#include "proto/hook_messages.hpp"
+#include "proto/worker/hook_messages.hpp"
 
 #include <catch2/catch.hpp>
 #include <fstream>

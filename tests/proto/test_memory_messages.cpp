@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
-#include "proto/copy_port_messages.hpp"
-#include "proto/memory_handover.hpp"
+#include "proto/agents/copy_port_messages.hpp"
+#include "proto/worker/memory_handover.hpp"
 
 using meshrun::proto::CopyPortChallenge;
 using meshrun::proto::CopyPortProof;

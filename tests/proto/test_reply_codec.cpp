@@ -1,9 +1,9 @@
-// The reply layouts (proto/reply.hpp): each encoder's bytes, and the matching decoder reading them back.
+// The reply layouts (proto/store/reply.hpp): each encoder's bytes, and the matching decoder reading them back.
 #include <catch2/catch.hpp>
 #include <cstring>
 
 #include "common/error.hpp"
-#include "proto/reply.hpp"
+#include "proto/store/reply.hpp"
 
 using namespace meshrun;
 using namespace meshrun::proto;

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include "proto/byte_codec.hpp"
-#include "proto/request.hpp"
+#include "proto/store/byte_codec.hpp"
+#include "proto/store/request.hpp"
 
 using namespace meshrun::proto;
 

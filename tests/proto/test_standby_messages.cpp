@@ -1,10 +1,11 @@
-// The agent <-> standby messages (proto/standby_messages.hpp): round trips, and the refusals a malformed one gets.
-// The Python side reads the same JSON (launcher/workers/python/_meshrun_standby.py; tests/launcher/standby_test.sh).
+// The agent <-> standby messages (proto/worker/standby_messages.hpp): round trips, and the refusals a malformed one
+// gets. The Python side reads the same JSON (launcher/workers/python/_meshrun_standby.py;
+// tests/launcher/standby_test.sh).
 #include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
-#include "proto/standby_messages.hpp"
+#include "proto/worker/standby_messages.hpp"
 
 using namespace meshrun::proto;
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
-#include "proto/rendezvous_client.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
 
 namespace {
 

@@ -1,11 +1,11 @@
-// The join token over the wire (proto/join_auth.hpp): a daemon that requires one refuses rendezvous ops
+// The join token over the wire (proto/rendezvous/join_auth.hpp): a daemon that requires one refuses rendezvous ops
 // from connections that did not prove it, accepts the right proof, refuses a wrong one, and proves itself.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
-#include "proto/join_auth.hpp"
+#include "proto/rendezvous/join_auth.hpp"
 #include "tests/support/daemon.hpp"
 
 using namespace meshrun;

@@ -8,7 +8,7 @@
 
 #include "common/clock.hpp"
 #include "common/error.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/worker/progress_beat.hpp"
 #include "rendezvous/http/metrics.hpp"
 #include "rendezvous/membership.hpp"
 

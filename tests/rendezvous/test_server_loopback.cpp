@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "common/error.hpp"
-#include "proto/byte_codec.hpp"
-#include "proto/request.hpp"
+#include "proto/store/byte_codec.hpp"
+#include "proto/store/request.hpp"
 #include "tests/support/daemon.hpp"
 #include "tests/support/skip.hpp"
 

@@ -2,8 +2,8 @@
 // driven through tests/support/local_connections.hpp.
 #include <catch2/catch.hpp>
 
-#include "proto/reply.hpp"
-#include "proto/request.hpp"
+#include "proto/store/reply.hpp"
+#include "proto/store/request.hpp"
 #include "tests/support/local_connections.hpp"
 
 using namespace meshrun;
@@ -18,6 +18,16 @@ std::string request(QueryType type, std::vector<std::string> keys = {}, std::vec
 }
 
 const std::string kStopWaiting = proto::encode_status(proto::WaitResponse::kStopWaiting);
+
+// Two clients of one host on one store, each with the transport that records its replies.
+struct TwoClients {
+  testing::LocalHost host;
+  std::shared_ptr<rendezvous::KvStore> store = std::make_shared<rendezvous::KvStore>();
+  testing::RecordingTransport first_transport;
+  testing::RecordingTransport second_transport;
+  std::shared_ptr<rendezvous::StoreConnection> first = host.connect(first_transport, store);
+  std::shared_ptr<rendezvous::StoreConnection> second = host.connect(second_transport, store);
+};
 
 }  // namespace
 
@@ -36,32 +46,22 @@ TEST_CASE("store protocol: requests split at every byte are answered in order", 
   CHECK_FALSE(connection->closed());
 }
 
-TEST_CASE("store protocol: a WAIT parks the connection, later requests wait their turn, a SET elsewhere wakes it",
-          "[store_connection]") {
-  testing::LocalHost host;
-  testing::RecordingTransport waiter_transport;
-  testing::RecordingTransport setter_transport;
-  const auto store = std::make_shared<rendezvous::KvStore>();
-  const auto waiter = host.connect(waiter_transport, store);
-  const auto setter = host.connect(setter_transport, store);
-  waiter->receive(request(QueryType::kWait, {"/a", "/b"}) + request(QueryType::kGet, {"/a"}));
-  CHECK(waiter_transport.sent.empty());
+TEST_CASE_METHOD(
+    TwoClients, "store protocol: a WAIT parks the connection, later requests wait their turn, a SET elsewhere wakes it",
+    "[store_connection]") {
+  first->receive(request(QueryType::kWait, {"/a", "/b"}) + request(QueryType::kGet, {"/a"}));
+  CHECK(first_transport.sent.empty());
   CHECK(host.parked() == 1);
-  setter->receive(request(QueryType::kSet, {"/a"}, {"1"}));
-  CHECK(waiter_transport.sent.empty());  // one of two keys
-  setter->receive(request(QueryType::kSet, {"/b"}, {"2"}));
-  CHECK(waiter_transport.sent == kStopWaiting + proto::encode_string("1"));
+  second->receive(request(QueryType::kSet, {"/a"}, {"1"}));
+  CHECK(first_transport.sent.empty());  // one of two keys
+  second->receive(request(QueryType::kSet, {"/b"}, {"2"}));
+  CHECK(first_transport.sent == kStopWaiting + proto::encode_string("1"));
   CHECK(host.parked() == 0);
 }
 
-TEST_CASE("store protocol: CANCEL_WAIT overtakes a pending wait, and a BARRIER releases on its last arrival",
-          "[store_connection]") {
-  testing::LocalHost host;
-  const auto store = std::make_shared<rendezvous::KvStore>();
-  testing::RecordingTransport first_transport;
-  testing::RecordingTransport second_transport;
-  const auto first = host.connect(first_transport, store);
-  const auto second = host.connect(second_transport, store);
+TEST_CASE_METHOD(TwoClients,
+                 "store protocol: CANCEL_WAIT overtakes a pending wait, and a BARRIER releases on its last arrival",
+                 "[store_connection]") {
   first->receive(request(QueryType::kWait, {"/never"}) + request(QueryType::kCancelWait));
   CHECK(first_transport.sent == proto::encode_status(proto::WaitResponse::kWaitCanceled));
   CHECK(host.parked() == 0);
@@ -90,24 +90,19 @@ TEST_CASE("store protocol: a client whose replies are backlogged is answered onc
   CHECK(transport.sent == proto::encode_int64(0));
 }
 
-TEST_CASE("store protocol: malformed bytes close only that connection, and its wait is cancelled",
-          "[store_connection]") {
-  testing::LocalHost host;
-  const auto store = std::make_shared<rendezvous::KvStore>();
-  testing::RecordingTransport bad_transport;
-  testing::RecordingTransport good_transport;
-  const auto bad = host.connect(bad_transport, store);
-  const auto good = host.connect(good_transport, store);
-  bad->receive(request(QueryType::kWait, {"/k"}));
+TEST_CASE_METHOD(TwoClients, "store protocol: malformed bytes close only that connection, and its wait is cancelled",
+                 "[store_connection]") {
+  // The first client is the bad one.
+  first->receive(request(QueryType::kWait, {"/k"}));
   CHECK(host.parked() == 1);
-  bad->receive(std::string("\xff\xfe garbage", 10));
-  CHECK(bad->closed());
-  CHECK(bad_transport.hung_up);
+  first->receive(std::string("\xff\xfe garbage", 10));
+  CHECK(first->closed());
+  CHECK(first_transport.hung_up);
   CHECK(host.closed == 1);
   CHECK(host.parked() == 0);
-  good->receive(request(QueryType::kSet, {"/k"}, {"v"}) + request(QueryType::kGet, {"/k"}));
-  CHECK(good_transport.sent == proto::encode_string("v"));
-  CHECK(bad_transport.sent.empty());
+  second->receive(request(QueryType::kSet, {"/k"}, {"v"}) + request(QueryType::kGet, {"/k"}));
+  CHECK(second_transport.sent == proto::encode_string("v"));
+  CHECK(first_transport.sent.empty());
 }
 
 TEST_CASE("store protocol: a rendezvous request is answered, or parked until the host finishes it",

@@ -3,8 +3,8 @@
 
 #include <memory>
 
-#include "proto/rendezvous_client.hpp"
-#include "proto/store_client.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
+#include "proto/store/store_client.hpp"
 #include "rendezvous/server.hpp"
 
 namespace meshrun::testing {

@@ -20,7 +20,7 @@
 
 #include "common/fd_passing.hpp"
 #include "launcher/workers/worker_env_keys.hpp"
-#include "proto/memory_handover.hpp"
+#include "proto/worker/memory_handover.hpp"
 
 namespace {
 

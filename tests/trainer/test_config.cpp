@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 
 using meshrun::UsageError;
 using namespace meshrun::trainer;

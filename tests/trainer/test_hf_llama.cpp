@@ -14,7 +14,7 @@
 #include "support/subprocess.hpp"
 #include "trainer/checkpoint/hf_weights.hpp"
 #include "trainer/checkpoint/safetensors_file.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/model/hf_llama.hpp"
 #include "trainer/model/model.hpp"
 

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.hpp"
-#include "proto/goodput.hpp"
-#include "proto/progress_beat.hpp"
+#include "proto/rendezvous/goodput.hpp"
+#include "proto/worker/progress_beat.hpp"
 #include "support/subprocess.hpp"
 #include "trainer/process_runner.hpp"
 

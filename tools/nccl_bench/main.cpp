@@ -17,7 +17,7 @@
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
 #include "common/run_main.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 #include "tools/nccl_bench/nccl_id_exchange.hpp"
 #include "tools/nccl_bench/nccl_sweep.hpp"
 

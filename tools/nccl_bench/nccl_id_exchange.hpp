@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/clock.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace meshrun::tools {
 

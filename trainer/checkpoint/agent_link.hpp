@@ -1,5 +1,5 @@
 // AgentLink: a worker's end of its agent's memory handover socket (MESHRUN_MEMORY, a Unix SOCK_SEQPACKET
-// socket; docs/design/in-memory-checkpoints.md, 2.2). One message of proto/memory_handover.hpp per packet;
+// socket; docs/design/in-memory-checkpoints.md, 2.2). One message of proto/worker/memory_handover.hpp per packet;
 // slots (memfds) come back with the replies. The training thread and the copy's writer thread share it: a mutex keeps a
 // request and its reply together, and one-way messages from the other thread wait for that round trip (microseconds).
 #pragma once
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
-#include "proto/memory_handover.hpp"
+#include "proto/worker/memory_handover.hpp"
 
 namespace meshrun::trainer {
 

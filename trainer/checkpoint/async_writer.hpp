@@ -42,7 +42,7 @@
 
 #include "trainer/checkpoint/background_writer.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 
 namespace meshrun::trainer {
 

@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/fsdp/adamw.hpp"
 #include "trainer/fsdp/sharded_model.hpp"

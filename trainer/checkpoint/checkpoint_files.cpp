@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "trainer/fault_hooks.hpp"
+#include "trainer/faults/fault_hooks.hpp"
 
 namespace meshrun::trainer {
 namespace {

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/checkpoint/atomic_file.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/model/model.hpp"
 
 namespace meshrun::trainer {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/fsdp/sharded_model.hpp"
 

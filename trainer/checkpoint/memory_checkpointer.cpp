@@ -8,11 +8,11 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "proto/memory_copy.hpp"
+#include "proto/worker/memory_copy.hpp"
 #include "trainer/checkpoint/atomic_file.hpp"
 #include "trainer/checkpoint/checkpoint_files.hpp"
 #include "trainer/distributed/communicator.hpp"
-#include "trainer/fault_hooks.hpp"
+#include "trainer/faults/fault_hooks.hpp"
 #include "trainer/fsdp/adamw.hpp"
 #include "trainer/fsdp/sharded_model.hpp"
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "proto/memory_copy.hpp"
-#include "proto/memory_handover.hpp"
+#include "proto/worker/memory_copy.hpp"
+#include "proto/worker/memory_handover.hpp"
 #include "trainer/checkpoint/atomic_file.hpp"
 #include "trainer/checkpoint/checkpoint_files.hpp"
 #include "trainer/checkpoint/memory_checkpointer.hpp"

@@ -9,7 +9,7 @@
 #include "trainer/checkpoint/atomic_file.hpp"
 #include "trainer/checkpoint/checkpoint.hpp"
 #include "trainer/checkpoint/safetensors_file.hpp"
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/model/hf_llama.hpp"
 #include "trainer/model/model.hpp"
 

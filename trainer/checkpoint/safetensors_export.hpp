@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 
 namespace meshrun::trainer {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/data/token_files.hpp"
 
 namespace meshrun::trainer {

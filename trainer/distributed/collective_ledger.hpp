@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "proto/collective_dump.hpp"
-#include "proto/hook_messages.hpp"
+#include "proto/worker/collective_dump.hpp"
+#include "proto/worker/hook_messages.hpp"
 
 namespace meshrun::trainer {
 

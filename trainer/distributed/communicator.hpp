@@ -23,7 +23,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/collective_ledger.hpp"
 #include "trainer/distributed/dist_env.hpp"
 

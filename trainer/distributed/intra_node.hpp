@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/cma_transport.hpp"
 #include "trainer/distributed/dist_env.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/fsdp/flat_param_unit.hpp"
 

@@ -17,7 +17,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
-#include "trainer/config.hpp"
+#include "trainer/config/trainer_config.hpp"
 #include "trainer/distributed/communicator.hpp"
 #include "trainer/fsdp/buffer_pool.hpp"
 #include "trainer/model/model.hpp"

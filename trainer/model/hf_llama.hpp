@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainer/config.hpp"
+#include "trainer/model/model_config.hpp"
 
 namespace meshrun::trainer {
 

@@ -11,7 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "trainer/config.hpp"
+#include "trainer/model/model_config.hpp"
 
 namespace meshrun::trainer {
 

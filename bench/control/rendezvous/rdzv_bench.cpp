@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
-#include "proto/rendezvous_client.hpp"
+#include "proto/rendezvous/rendezvous_client.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
-#include "proto/store_client.hpp"
+#include "proto/store/store_client.hpp"
 
 namespace {
 

@@ -40,8 +40,8 @@
 
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
-#include "proto/reply.hpp"
-#include "proto/request.hpp"
+#include "proto/store/reply.hpp"
+#include "proto/store/request.hpp"
 
 namespace {
 
@@ -93,7 +93,7 @@ struct Counts {
   Clock::time_point last_released{};
 };
 
-// A reply already in memory, read through the decode_* functions of proto/reply.hpp.
+// A reply already in memory, read through the decode_* functions of proto/store/reply.hpp.
 struct MemorySource {
   const char* data;
   size_t size;

@@ -12,7 +12,7 @@
 # collectives: "fr arrivals <first> <last> <count> <mean ns> <span ns> <group>"). While other ranks may wait
 # for this one, the agent asks "frames" every few seconds: "fr frames {"frames": [...], "where": "..."}", the main
 # thread's stack (stuck or busy: docs/progress.md).
-# The lines' format is proto/hook_messages.hpp's (the _*_line functions and _parse_request below).
+# The lines' format is proto/worker/hook_messages.hpp's (the _*_line functions and _parse_request below).
 # Nothing here imports torch: it only looks at torch once the script has.
 import atexit
 import json
@@ -250,7 +250,7 @@ def _arrivals(first, last, group):  # (count, the answer's line)
     return len(times), _arrivals_line(first, last, len(times), mean, span, group)
 
 
-# The wire (proto/hook_messages.hpp, whose parser reads these lines: tests/proto/hook_lines.txt pins both).
+# The wire (proto/worker/hook_messages.hpp, whose parser reads these lines: tests/proto/hook_lines.txt pins both).
 def _hello_line(pid, recorder_on):
     return f"fr hello pid={pid} fr={'on' if recorder_on else 'off'}"
 

@@ -1,7 +1,7 @@
 # meshrun's standby worker (docs/multi-node.md#standby-workers). The agent starts this interpreter ahead of a
 # restart as `python -u _meshrun_standby.py FD MODULE...`; it imports the modules (torch first), says so on the
 # control socket FD, and waits. When a worker is needed, the agent sends the worker's command line, environment
-# and working folder (proto/standby_messages.hpp), with its stdin, stdout and stderr attached; this process then
+# and working folder (proto/worker/standby_messages.hpp), with its stdin, stdout and stderr attached; this process then
 # becomes that worker and runs the script as a fresh `python -u script.py` would: __main__, sys.argv, sys.path[0],
 # __file__, `-m module`, atexit, exit codes and tracebacks. Nothing here touches CUDA.
 import array
