@@ -63,6 +63,10 @@ set -e
 # IPv6: --host takes an address with or without brackets, the endpoint of `status` takes [V6]:PORT.
 passed=2
 if ip -6 addr show dev lo 2>/dev/null | grep -q "::1/128"; then
+  # Emptied here, not by the redirect: the forked shell truncates the file only when it gets to run, and the loop
+  # below would meanwhile read the IPv4 daemon's line still in it.
+  : >"$out"
+  : >"$err"
   "$DAEMON" --host '[::1]' --port 0 >"$out" 2>"$err" &
   pid=$!
   for _ in $(seq 300); do [ -s "$out" ] && break; sleep 0.1; done  # 30 s: an ASan build under load starts slowly
