@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,36 @@ std::multimap<pid_t, pid_t> children_by_scan(const std::string& proc_root) {
   return out;
 }
 
+// The job's own transport threads move the peers' collective bytes: Gloo's loop reads and writes its sockets with
+// read() and write(), which /proc counts as the process's I/O. That is not the rank's own work (a rank blocked
+// outside a collective still receives its peers' data as they enter it), so their bytes are left out.
+constexpr std::string_view kTransportThreads[] = {"gloo_tcp_loop"};
+
+struct ThreadBytes {
+  uint64_t read = 0;
+  uint64_t written = 0;
+};
+
+ThreadBytes transport_thread_bytes(const std::string& dir, pid_t pid) {
+  ThreadBytes bytes;
+  std::error_code ec;
+  try {  // the process may end while its threads are listed
+    for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
+      if (task.path().filename() == std::to_string(pid)) continue;
+      std::string comm = slurp(task.path().string() + "/comm");
+      while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+      if (std::find(std::begin(kTransportThreads), std::end(kTransportThreads), comm) == std::end(kTransportThreads))
+        continue;
+      const std::string io = slurp(task.path().string() + "/io");
+      bytes.read += field_value(io, "rchar:").value_or(0);
+      bytes.written += field_value(io, "wchar:").value_or(0);
+    }
+  } catch (const std::filesystem::filesystem_error&) {
+    return {};
+  }
+  return bytes;
+}
+
 }  // namespace
 
 long clock_ticks_per_second() {
@@ -109,8 +140,9 @@ ProcessSample read_process(const std::string& proc_root, pid_t pid) {
   const auto rchar = field_value(io, "rchar:");
   const auto wchar = field_value(io, "wchar:");
   s.io_known = rchar && wchar;
-  s.read_bytes = rchar.value_or(0);
-  s.write_bytes = wchar.value_or(0);
+  const ThreadBytes transport = transport_thread_bytes(dir, pid);
+  s.read_bytes = rchar.value_or(0) - std::min(rchar.value_or(0), transport.read);
+  s.write_bytes = wchar.value_or(0) - std::min(wchar.value_or(0), transport.written);
   s.wakeups = field_value(slurp(dir + "/status"), "voluntary_ctxt_switches:").value_or(0);
   return s;
 }
