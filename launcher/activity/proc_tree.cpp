@@ -104,9 +104,10 @@ struct ThreadBytes {
 ThreadBytes transport_thread_bytes(const std::string& dir, pid_t pid) {
   ThreadBytes bytes;
   std::error_code ec;
+  const std::string main_thread = std::to_string(pid);
   try {  // the process may end while its threads are listed
     for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
-      if (task.path().filename() == std::to_string(pid)) continue;
+      if (task.path().filename() == main_thread) continue;
       std::string comm = slurp(task.path().string() + "/comm");
       while (!comm.empty() && comm.back() == '\n') comm.pop_back();
       if (std::find(std::begin(kTransportThreads), std::end(kTransportThreads), comm) == std::end(kTransportThreads))

@@ -26,6 +26,11 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 
 Ms to_ms(double seconds) { return std::chrono::duration_cast<Ms>(std::chrono::duration<double>(seconds)); }
 
+// " after step 42 (train)" for a rank that has beaten, else "".
+std::string after_step(const RankTracker& t) {
+  return t.has_beaten() ? fmt::format(" after step {} ({})", t.last().step, t.last().phase) : "";
+}
+
 std::string without_prefix(const std::string& line) { return line.starts_with("hang: ") ? line.substr(6) : line; }
 
 }  // namespace
@@ -176,7 +181,7 @@ std::optional<std::string> HangWatch::stopped_verdict(size_t lr, pid_t pid, Cloc
   const double stopped = seconds(now - *stopped_since_[lr]);
   if (stopped <= *budget) return std::nullopt;
   const RankTracker& t = progress_.tracker(lr);
-  const std::string where = t.has_beaten() ? fmt::format(" after step {} ({})", t.last().step, t.last().phase) : "";
+  const std::string where = after_step(t);
   return fmt::format("stopped by a signal (state T) for {:.1f} s (budget {:.1f} s){}", stopped, *budget, where);
 }
 
@@ -187,7 +192,7 @@ std::optional<HangWatch::Suspect> HangWatch::stopped_now(const std::vector<pid_t
   for (size_t lr = 0; lr < progress_.size(); ++lr) {
     if (lr >= pids.size() || pids[lr] <= 0 || !stopped_since_[lr]) continue;
     const RankTracker& t = progress_.tracker(lr);
-    const std::string where = t.has_beaten() ? fmt::format(" after step {} ({})", t.last().step, t.last().phase) : "";
+    const std::string where = after_step(t);
     return Suspect{lr,
                    t.rank(),
                    fmt::format("stopped by a signal (state T) for {:.1f} s{} while the other ranks wait ({})",
