@@ -349,6 +349,9 @@ std::optional<int> Agent::conclude(const AttemptResult& result, RendezvousBacken
     case Kind::kScaleUp:
       say("re-rendezvous to admit a waiting node (not counted against --max-restarts)");
       return std::nullopt;
+    case Kind::kSlowNodeReplaced:
+      say("re-rendezvous: a slow node makes way for a spare (not counted against --max-restarts)");
+      return std::nullopt;
     case Kind::kWorkerFailed:
     case Kind::kWorkerHung:
     case Kind::kRemoteRestart: break;

@@ -21,6 +21,16 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
+/// A restart the daemon asked for: a membership change the agents opted into (a node admitted, a slow node
+/// replaced) is not counted against --max-restarts; a failure elsewhere is.
+AttemptResult::Kind remote_restart_kind(proto::RestartCause cause) {
+  switch (cause) {
+    case proto::RestartCause::kScaleUp: return AttemptResult::Kind::kScaleUp;
+    case proto::RestartCause::kSlowNode: return AttemptResult::Kind::kSlowNodeReplaced;
+    default: return AttemptResult::Kind::kRemoteRestart;
+  }
+}
+
 // Hangs are judged this often: fine enough next to budgets of seconds, cheap next to beats that may
 // arrive a thousand times a second.
 constexpr Ms kHangCheckEvery{250};
@@ -253,6 +263,7 @@ std::optional<AttemptResult> Attempt::on_heartbeat(HeartbeatSchedule& schedule, 
     const auto beat = rdzv.heartbeat(summaries(now, rdzv.clock_offset()), milestones(now, services_->memory));
     schedule.failures = 0;
     services_->reports.stragglers(beat.stragglers);
+    services_->reports.slow_nodes(beat.slow_nodes);
     services_->reports.recovery(beat);
     progress.ask_clocks();  // the answers come before the next heartbeat, which carries what they allow
     arrivals.ask(beat.arrival_probe, now);
@@ -260,9 +271,7 @@ std::optional<AttemptResult> Attempt::on_heartbeat(HeartbeatSchedule& schedule, 
       say("the rendezvous asks for a restart: " + beat.reason);
       stop_workers(beat.cause == proto::RestartCause::kScaleUp ? services_->settings.grace
                                                                : services_->settings.fault_grace);
-      const auto kind = beat.cause == proto::RestartCause::kScaleUp ? AttemptResult::Kind::kScaleUp
-                                                                    : AttemptResult::Kind::kRemoteRestart;
-      return AttemptResult{kind, 1, beat.reason};
+      return AttemptResult{remote_restart_kind(beat.cause), 1, beat.reason};
     }
     if (beat.action == proto::HeartbeatAction::kFail) {
       say("the run failed: " + beat.reason + "; stopping the workers");

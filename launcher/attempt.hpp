@@ -38,11 +38,12 @@ struct AttemptResult {
   enum class Kind {
     kSucceeded,
     kWorkerFailed,
-    kWorkerHung,      // a worker stopped making progress (or was stopped): handled as a failure
-    kRemoteRestart,   // another node failed or left: the daemon opened a new round
-    kScaleUp,         // a waiting node is admitted (free: not counted against --max-restarts)
-    kRunFailed,       // the daemon declared the whole run failed
-    kRendezvousLost,  // the daemon stopped answering
+    kWorkerHung,        // a worker stopped making progress (or was stopped): handled as a failure
+    kRemoteRestart,     // another node failed or left: the daemon opened a new round
+    kScaleUp,           // a waiting node is admitted (free: not counted against --max-restarts)
+    kSlowNodeReplaced,  // a slow node made way for a spare (--replace-slow-nodes; free, as kScaleUp)
+    kRunFailed,         // the daemon declared the whole run failed
+    kRendezvousLost,    // the daemon stopped answering
     kSignaled,
   };
   Kind kind = Kind::kSucceeded;

@@ -37,6 +37,12 @@ void RunReports::stragglers(const std::vector<proto::Straggler>& stragglers) {
   }
 }
 
+void RunReports::slow_nodes(const std::string& note) {
+  if (note.empty() || note == slow_nodes_said_) return;
+  slow_nodes_said_ = note;
+  say("slow node: " + note);
+}
+
 void RunReports::late(const std::string& subject, const std::string& line, Clock::time_point now) {
   if (subject == late_subject_ && now - late_at_ < kLateRepeat) return;
   say(line);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "proto/rendezvous/goodput.hpp"
 #include "proto/rendezvous/join_auth.hpp"
 #include "proto/rules/group_ranks.hpp"
 #include "proto/rules/round_policy.hpp"
@@ -165,10 +166,13 @@ std::string Membership::join(const proto::JoinRequest& request) {
   node.last_seen = now;
   const std::string id = node.id;
   run.nodes.emplace(id, std::move(node));
-  if (run.closed || identity(request) == run.evicted) {
+  const double cooldown = run.slow_nodes.cooldown_left(identity(request), now);
+  if (run.closed || identity(request) == run.evicted || cooldown > 0) {
     run.waiting.push_back(id);
     run.last_event = fmt::format("{} is waiting for the next round{}", describe(request),
-                                 run.closed ? "" : " (evicted: a spare took its place)");
+                                 cooldown > 0 ? fmt::format(" (evicted as slow: not a spare for {:.0f} s)", cooldown)
+                                 : run.closed ? ""
+                                              : " (evicted: a spare took its place)");
   } else {
     run.participants.push_back(id);
     run.nodes.at(id).participant = true;
@@ -256,6 +260,7 @@ void Membership::close_round(Run& run) {
   const std::string replaced = run.round > 0 ? replacements(run) : "";
   if (!replaced.empty()) run.last_event += "; " + replaced;
   run.telemetry.round_closed(run.round, run.participants, replaced, clock_.now());
+  run.slow_nodes.round_closed(clock_.now());
 }
 
 void Membership::invalidate(Run& run, RestartCause cause, const std::string& reason, std::string lost_node) {
@@ -284,9 +289,9 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
     }
     run.nodes.erase(id);
   }
-  run.participants = run.waiting;
+  run.participants = ready_waiting(run);  // a node cooling down after its eviction waits on
   for (const auto& id : run.participants) run.nodes.at(id).participant = true;
-  run.waiting.clear();
+  std::erase_if(run.waiting, [&run](const auto& id) { return run.nodes.at(id).participant; });
   run.closed = false;
   run.assigned.clear();
   run.last_call_deadline.reset();
@@ -296,6 +301,7 @@ void Membership::invalidate(Run& run, RestartCause cause, const std::string& rea
   run.restart_cause = cause;
   run.restart_reason = reason;
   run.telemetry.restarted(run.round, cause, reason, lost_seen, now);
+  run.slow_nodes.restarted();
   int alive = static_cast<int>(run.participants.size());
   for (const auto& [who, survivor] : run.survivors) alive += survivor.rejoins_expected;
   if (const auto too_few = proto::too_few_nodes(reason, alive, run.min_nodes); too_few && !lost_node.empty()) {
@@ -415,7 +421,8 @@ proto::AwaitReply Membership::poll(const std::string& run_id, const std::string&
     return reply;
   }
   reply.status = AwaitStatus::kWaiting;
-  reply.spare = run->closed && static_cast<int>(run->participants.size()) >= run->max_nodes;
+  reply.cooldown_s = run->slow_nodes.cooldown_left(identity(self.request), clock_.now());
+  reply.spare = run->closed && static_cast<int>(run->participants.size()) >= run->max_nodes && reply.cooldown_s <= 0;
   for (const auto& id : run->participants) reply.joined.push_back(info(run->nodes.at(id)));
   reply.missing_ranks = missing_ranks(*run);
   reply.waited_s = to_seconds(clock_.now() - self.joined_at);
@@ -486,15 +493,19 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     for (const auto& p : it->second.progress) fresh.insert(p.rank);
     auto ranks = hosted_ranks(*run);
     run->telemetry.progress(ranks, fresh, run->world_size, straggler_threshold(*run), clock_.now());
-    // Scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it.
-    if (run->waiting.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
+    const auto ready = ready_waiting(*run);
+    if (replace_slow_node(*run)) {
+      // the round is invalidated: the restart below
+    } else if (ready.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
       reply.stragglers = stragglers(*run);
       reply.arrival_probe = run->telemetry.arrival_probe();
+      reply.slow_nodes = run->slow_nodes.note();
       return reply;
+    } else {  // scale-up: a node is waiting and the round has room -> everyone re-rendezvouses to admit it
+      invalidate(*run, RestartCause::kScaleUp,
+                 fmt::format("{} is waiting to join: re-rendezvous to admit it",
+                             describe(run->nodes.at(ready.front()).request)));
     }
-    const Node& newcomer = run->nodes.at(run->waiting.front());
-    invalidate(*run, RestartCause::kScaleUp,
-               fmt::format("{} is waiting to join: re-rendezvous to admit it", describe(newcomer.request)));
   } else {
     heard_from_survivor(*run, node_id);
   }
@@ -615,7 +626,7 @@ std::string Membership::replacements(const Run& run) const {
 }
 
 std::string Membership::hang_suspect_to_evict(const Run& run) const {
-  if (run.waiting.empty()) return "";             // no spare: the job keeps the node rather than shrink
+  if (ready_waiting(run).empty()) return "";      // no spare: the job keeps the node rather than shrink
   for (const auto& r : run.failures.reports()) {  // ordered by time: the first hang report names the suspect
     if (r.round != run.round || r.cause != RestartCause::kHung) continue;
     const auto it = run.nodes.find(r.node_id);
@@ -697,9 +708,67 @@ proto::GoodputReport Membership::finish_node(Run& run, Node& node) {
   return goodput;
 }
 
-int Membership::spare_count(const Run& run) {
+int Membership::spare_count(const Run& run) const {
   const bool full = run.closed && static_cast<int>(run.participants.size()) >= run.max_nodes;
-  return full ? static_cast<int>(run.waiting.size()) : 0;
+  return full ? static_cast<int>(ready_waiting(run).size()) : 0;
+}
+
+bool Membership::cooling(const Run& run, const Node& node) const {
+  return run.slow_nodes.cooldown_left(identity(node.request), clock_.now()) > 0;
+}
+
+std::vector<std::string> Membership::ready_waiting(const Run& run) const {
+  std::vector<std::string> ready;
+  for (const auto& id : run.waiting) {
+    if (!cooling(run, run.nodes.at(id))) ready.push_back(id);
+  }
+  return ready;
+}
+
+std::vector<NamedSlowNode> Membership::slow_nodes_now(const Run& run) const {
+  const auto slow = stragglers(run);
+  std::vector<NamedSlowNode> named;
+  for (const auto& id : run.participants) {
+    const Node& node = run.nodes.at(id);
+    double slowdown = 0;
+    for (const auto& s : slow) {
+      const bool its = s.rank >= node.rank_offset && s.rank < node.rank_offset + node.request.local_world_size;
+      if (its && s.median_seconds > 0) slowdown = std::max(slowdown, s.seconds / s.median_seconds);
+    }
+    if (slowdown <= 0) continue;
+    named.push_back(NamedSlowNode{
+        identity(node.request),
+        proto::SlowNode{
+            .node_rank = node.group_rank, .host = node.request.host, .pid = node.request.pid, .slowdown = slowdown}});
+  }
+  return named;
+}
+
+bool Membership::replace_slow_node(Run& run) {
+  const proto::SlowNodePolicy policy = run.nodes.at(run.participants.front()).request.slow_nodes;
+  if (!policy.replace) return false;
+  SlowNodeContext context{.policy = policy, .spares = spare_count(run)};
+  for (const auto& id : run.participants) {
+    for (const auto& p : run.nodes.at(id).progress) {
+      context.beats = context.beats || !p.phase.empty();
+      context.checkpointing = context.checkpointing || proto::phase_kind(p.phase) == proto::PhaseKind::kCheckpoint;
+    }
+  }
+  if (const proto::RestartRecord* recovered = run.telemetry.recovered())
+    context.recovery_s = recovered->recovery.total_s;
+  const auto now = clock_.now();
+  const proto::SlowNodeDecision decision = run.slow_nodes.update(slow_nodes_now(run), context, now);
+  if (decision.verdict != proto::SlowNodeVerdict::kEvict) return false;
+  const auto slow = std::find_if(run.participants.begin(), run.participants.end(), [&](const auto& id) {
+    return run.nodes.at(id).group_rank == decision.node.node_rank;
+  });
+  if (slow == run.participants.end()) return false;
+  const std::string node_id = *slow;
+  const std::string who = identity(run.nodes.at(node_id).request);
+  run.slow_nodes.evicted(who, decision, run.round, policy.cooldown_s, now);
+  run.evicted = who;
+  invalidate(run, RestartCause::kSlowNode, decision.line(), node_id);
+  return true;
 }
 
 bool Membership::tick() {
@@ -833,13 +902,17 @@ std::vector<proto::RunStatus> Membership::status(const std::string& run_id) cons
       }
       s.nodes.push_back(std::move(n));
     }
-    for (const auto& node_id : run.waiting) s.waiting.push_back(info(run.nodes.at(node_id)));
+    for (const auto& node_id : run.waiting) {
+      s.waiting.push_back(info(run.nodes.at(node_id)));
+      s.waiting.back().cooldown_s = run.slow_nodes.cooldown_left(identity(run.nodes.at(node_id).request), clock_.now());
+    }
     s.spares = spare_count(run);
     s.missing_ranks = missing_ranks(run);
     s.duplicate_ranks = run.duplicate_ranks;
     s.last_event = run.last_event;
     s.master_port = run.master_port;
     run.telemetry.fill(s, clock_.now());
+    run.slow_nodes.fill(s, clock_.now());
     s.failures = run.failures.reports();
     out.push_back(std::move(s));
   }

@@ -23,6 +23,7 @@
 #include "proto/rendezvous/rendezvous_messages.hpp"
 #include "rendezvous/failure_log.hpp"
 #include "rendezvous/run_telemetry.hpp"
+#include "rendezvous/slow_node_watch.hpp"
 
 namespace meshrun::rendezvous {
 
@@ -119,8 +120,9 @@ class Membership {
     std::string evicted;  // "host/pid" of the hang suspect that made way for a spare: it re-joins as a spare
     proto::RestartCause restart_cause = proto::RestartCause::kNone;  // why the current round was opened
     std::string restart_reason;
-    FailureLog failures;     // the root cause and its consequences (a hang's suspect may make way for a spare)
-    RunTelemetry telemetry;  // restarts, recovery, goodput, stragglers: measured, not deciding
+    FailureLog failures;       // the root cause and its consequences (a hang's suspect may make way for a spare)
+    RunTelemetry telemetry;    // restarts, recovery, goodput, stragglers: measured, not deciding
+    SlowNodeWatch slow_nodes;  // --replace-slow-nodes: who has been slow how long, evictions, cool-downs
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
@@ -145,8 +147,17 @@ class Membership {
   /// A participant of the closed round left successfully; the run ends (and is forgotten) with its last.
   /// Returns the run's goodput as of now (`ended` for the last).
   proto::GoodputReport finish_node(Run& run, Node& node);
-  /// How many hot spares the run has now (waiting nodes of a closed round that has max nodes).
-  static int spare_count(const Run& run);
+  /// How many hot spares the run has now (waiting nodes of a closed round that has max nodes, not cooling down).
+  int spare_count(const Run& run) const;
+  /// A waiting node evicted as slow whose cool-down is not over: it takes no seat, not even as a spare.
+  bool cooling(const Run& run, const Node& node) const;
+  /// The waiting nodes that may take a seat (not cooling down), in the order they joined.
+  std::vector<std::string> ready_waiting(const Run& run) const;
+  /// --replace-slow-nodes: asks the slow-node rule at a heartbeat of the closed round; on its verdict, opens the
+  /// next round without the slow node, which cools down. True when it did.
+  bool replace_slow_node(Run& run);
+  /// The named stragglers of the closed round, by node.
+  std::vector<NamedSlowNode> slow_nodes_now(const Run& run) const;
   /// "spare host-d (pid 7) took node rank 1" for the nodes of a closing round that were not in the last one.
   std::string replacements(const Run& run) const;
   void close_round(Run& run);

@@ -14,9 +14,13 @@ void print_nodes(const std::vector<proto::NodeInfo>& nodes, std::ostream& out) {
   for (const auto& n : nodes) {
     // The node's clock minus the daemon's, as its agent measured it ("-": not yet, or an older agent).
     const std::string clock = n.clock.measured ? fmt::format("{:+.3f}s", n.clock.offset_s) : "-";
+    const std::string state = !n.alive ? "DEAD"
+                              : n.cooldown_s > 0
+                                  ? fmt::format("evicted as slow, {:.0f} s of cool-down left", n.cooldown_s)
+                                  : "alive";
     out << fmt::format("    {:<6} {:<24} {:<18} {:>7} {:>8} {:>9.1f}s {:>10}  {}\n",
                        n.group_rank >= 0 ? std::to_string(n.group_rank) : "-", n.host, n.addr, n.local_world_size,
-                       n.pid, n.since_heartbeat_s, clock, n.alive ? "alive" : "DEAD");
+                       n.pid, n.since_heartbeat_s, clock, state);
   }
 }
 
@@ -67,6 +71,19 @@ void print_restarts(const proto::RunStatus& run, std::ostream& out) {
   out << "\n";
 }
 
+// --replace-slow-nodes: "slow nodes evicted: 1; last: round 0, 2.0 min ago: node 1 (...) evicted for a spare: ..."
+// and why a slow node keeps its seat now; nothing when no node was ever slow.
+void print_slow_nodes(const proto::RunStatus& run, std::ostream& out) {
+  if (!run.evictions.empty()) {
+    const auto& last = run.evictions.back();
+    out << fmt::format("  slow nodes evicted: {}; last: round {}, {:.0f} s ago: {}", run.slow_node_evictions,
+                       last.round, last.since_s, last.line);
+    if (last.cooldown_s > 0) out << fmt::format(" (cool-down: {:.0f} s left)", last.cooldown_s);
+    out << "\n";
+  }
+  if (!run.slow_nodes.empty()) out << "  slow node kept: " << run.slow_nodes << "\n";
+}
+
 // "root cause: rank 3 on node-b (round 0): exit code 1: RuntimeError: boom; then 2 more failure(s)".
 void print_failures(const proto::RunStatus& run, std::ostream& out) {
   if (run.failures.empty()) return;
@@ -112,6 +129,7 @@ void print_status_table(const proto::StatusReply& s, std::ostream& out) {
     for (const auto& dup : run.duplicate_ranks) out << "  DUPLICATE " << dup << "\n";
     out << "  last event: " << run.last_event << "\n";
     print_restarts(run, out);
+    print_slow_nodes(run, out);
     print_failures(run, out);
     print_arrival_probes(run, out);
     if (run.goodput.wall_s > 0) out << "  " << proto::describe(run.goodput) << "\n";

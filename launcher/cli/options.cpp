@@ -710,6 +710,15 @@ void LaunchCommandLine::add_hang_options(LaunchOptions& o) {
   app_.add_option("--straggler-threshold", o.straggler_threshold,
                   "Name ranks this many times slower per step than the run's median (0: off)")
       ->default_str("1.3");
+  app_.add_flag("--replace-slow-nodes", o.slow_nodes.replace,
+                "Let a node whose ranks stay named stragglers make way for a hot spare, when one waits and the "
+                "restart pays for itself (docs/multi-node.md#slow-nodes); off by default: every worker restarts");
+  app_.add_option("--slow-node-after", o.slow_nodes.after_s,
+                  "With --replace-slow-nodes: seconds a node is named slow without a break before it may be evicted")
+      ->default_str("60");
+  app_.add_option("--slow-node-cooldown", o.slow_nodes.cooldown_s,
+                  "With --replace-slow-nodes: seconds an evicted node is not taken back, not even as a spare")
+      ->default_str("1800");
 }
 
 void LaunchCommandLine::add_hosting_options(LaunchOptions& o) {
@@ -901,6 +910,11 @@ void convert_supervision(const RawFlags& raw, const EnvLookup& env, LaunchOption
   o.progress.outside_timeout_s = parse_outside_timeout(raw.hang_outside_timeout);
   require_positive(o.progress.floor_s, "--hang-floor");
   require_positive(o.progress.phase_s, "--hang-phase-timeout");
+  require_positive(o.slow_nodes.after_s, "--slow-node-after");
+  if (!(o.slow_nodes.cooldown_s >= 0)) throw UsageError("--slow-node-cooldown: expected 0 seconds or more");
+  if (o.slow_nodes.replace && o.straggler_threshold == 0) {
+    throw UsageError("--replace-slow-nodes needs the straggler alert: drop --straggler-threshold 0");
+  }
   if (o.straggler_threshold != 0 && o.straggler_threshold <= 1) {
     throw UsageError("--straggler-threshold " + std::to_string(o.straggler_threshold) +
                      ": expected a factor above 1 (1.3 names ranks 30% slower than the median), or 0 for off");

@@ -27,6 +27,14 @@ constexpr auto kAwaitSlice = 1s;
 constexpr auto kProgressEvery = 5s;
 
 std::string describe_waiting(const proto::AwaitReply& r) {
+  if (r.cooldown_s > 0) {
+    char text[200];
+    std::snprintf(text, sizeof(text),
+                  "evicted as a slow node: not taken back, not even as a spare, for %.0f s more "
+                  "(--slow-node-cooldown); waiting",
+                  r.cooldown_s);
+    return text;
+  }
   if (r.spare) {
     return "hot spare: the round has its " + std::to_string(r.joined.size()) + " nodes (--nnodes " +
            std::to_string(r.min_nodes) + ":" + std::to_string(r.max_nodes) +
@@ -175,6 +183,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
   req.max_nodes = options_.max_nodes;
   req.straggler_threshold = options_.straggler_threshold;
   req.evict_suspects = options_.evict_suspects;
+  req.slow_nodes = options_.slow_nodes;
   if (options_.backend == RdzvBackend::kStatic || options_.node_rank_given) req.requested_rank = options_.node_rank;
   req.last_call_timeout_s = options_.rdzv_conf.last_call_timeout_s;
   req.join_timeout_s = options_.rdzv_conf.join_timeout_s;
@@ -184,6 +193,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
 
   auto next_note = std::chrono::steady_clock::now() + kProgressEvery;
   bool told_spare = false;
+  bool told_cooling = false;
   while (true) {
     const proto::AwaitReply reply = client_->await(run_id_, node_id_, kAwaitSlice);
     if (reply.status == proto::AwaitStatus::kAssigned) {
@@ -196,10 +206,15 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
       throw RemoteError("rendezvous for run '" + run_id_ + "' failed: " + reply.reason);
     }
     if (check_signals()) return std::nullopt;
-    // A spare says so once (it may wait for hours); a joiner reports its progress every few seconds.
-    const bool note = reply.spare ? !told_spare : std::chrono::steady_clock::now() >= next_note;
+    // A spare, or a node cooling down, says so once (it may wait for hours); a joiner reports its progress every
+    // few seconds.
+    const bool cooling = reply.cooldown_s > 0;
+    const bool note = reply.spare ? !told_spare
+                      : cooling   ? !told_cooling
+                                  : std::chrono::steady_clock::now() >= next_note;
     if (reply.spare && !told_spare) became_spare();
     told_spare = reply.spare;
+    told_cooling = cooling;
     if (note) {
       say(describe_waiting(reply));
       next_note = std::chrono::steady_clock::now() + kProgressEvery;

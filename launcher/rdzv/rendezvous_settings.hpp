@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/endpoint.hpp"
+#include "proto/rendezvous/rendezvous_messages.hpp"
 
 namespace meshrun::launcher {
 
@@ -42,7 +43,7 @@ struct RdzvConf {
 };
 
 /// The rendezvous flags (--nnodes, --rdzv-*, --node-rank, --master-*, --local-addr, --host, --allow, --no-evict,
-/// --straggler-threshold) and the resolved worker count per node.
+/// --straggler-threshold, --replace-slow-nodes) and the resolved worker count per node.
 struct RendezvousSettings {
   int min_nodes = 1;
   int max_nodes = 1;
@@ -62,6 +63,7 @@ struct RendezvousSettings {
   bool evict_suspects = true;             // a hang verdict's suspect node makes way for a spare (--no-evict)
   int nproc_per_node = 1;                 // resolved from nproc_spec
   double straggler_threshold = 1.3;       // a rank this many times slower than the median is named (0: off)
+  proto::SlowNodePolicy slow_nodes;       // --replace-slow-nodes, --slow-node-after, --slow-node-cooldown
 };
 
 }  // namespace meshrun::launcher

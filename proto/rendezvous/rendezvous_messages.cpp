@@ -40,7 +40,8 @@ struct WireNames<RestartCause> {
                                         std::pair{RestartCause::kWorkerFailed, "worker_failed"sv},
                                         std::pair{RestartCause::kNodeLeft, "node_left"sv},
                                         std::pair{RestartCause::kScaleUp, "scale_up"sv},
-                                        std::pair{RestartCause::kHung, "hung"sv}};
+                                        std::pair{RestartCause::kHung, "hung"sv},
+                                        std::pair{RestartCause::kSlowNode, "slow_node"sv}};
 };
 template <>
 struct WireNames<LoadSource> {

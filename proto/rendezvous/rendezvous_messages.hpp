@@ -61,6 +61,7 @@ enum class RestartCause {
   kNodeLeft,      // "node_left": a node left unsuccessfully
   kScaleUp,       // "scale_up": a node is waiting and the round has room
   kHung,          // "hung": a node's agent found a worker hung (silent past its progress budget, or stopped)
+  kSlowNode,      // "slow_node": a node named slow for long enough made way for a hot spare (--replace-slow-nodes)
 };
 
 /// Where a restart's workers restored their state from (meshrun-trainer tells its agent; the worst over nodes).
@@ -107,6 +108,14 @@ struct Hello {
   std::string peer;          // how the daemon sees the caller ("ip:port")
 };
 
+/// --replace-slow-nodes and its times: whether a node whose ranks stay named stragglers makes way for a hot spare
+/// (proto/rules/slow_node_rule.hpp has the rule). The run takes its first node's.
+struct SlowNodePolicy {
+  bool replace = false;      // off by default: an eviction restarts every worker (the work since the last save)
+  double after_s = 60;       // named slow without a break this long before it may be evicted
+  double cooldown_s = 1800;  // an evicted node is not taken back as a spare for this long
+};
+
 struct JoinRequest {
   std::string run_id;
   std::string host;          // host name, for messages
@@ -121,6 +130,7 @@ struct JoinRequest {
   int64_t pid = 0;
   double straggler_threshold = 1.3;  // a rank this many times slower than the run's median is named; 0: off
   bool evict_suspects = true;        // a hang verdict's suspect node makes way for a spare (--no-evict: false)
+  SlowNodePolicy slow_nodes;         // --replace-slow-nodes
 };
 
 /// A range of one process group's collectives whose arrival times the daemon asks every rank for
@@ -207,6 +217,7 @@ struct NodeInfo {
   double since_heartbeat_s = 0;
   bool alive = true;
   int64_t pid = 0;
+  double cooldown_s = 0;            // a waiting node evicted as slow: seconds before it may be a spare again
   ClockReading clock;               // status only: its last heartbeat's clock reading
   std::vector<RankProgress> ranks;  // status only: the progress its agent last sent (empty without beats)
 };
@@ -269,7 +280,8 @@ struct AwaitReply {
   std::vector<int> missing_ranks;  // requested ranks < min_nodes not yet seen
   double waited_s = 0;
   double join_timeout_s = 0;
-  bool spare = false;  // the round is closed with max_nodes: this node waits as a hot spare (no timeout)
+  bool spare = false;     // the round is closed with max_nodes: this node waits as a hot spare (no timeout)
+  double cooldown_s = 0;  // evicted as slow: not taken back (not even as a spare) for this many more seconds
   // assigned:
   Assignment assignment;
   // failed: why (named "reason", not "error": an "error" member marks a refused request)
@@ -287,6 +299,7 @@ struct HeartbeatReply {
   int64_t server_unix_ns = 0;         // the daemon's wall clock as it answered (the agent's clock reading)
   int64_t recovered_round = 0;        // the latest round whose recovery ledger is complete (0: none)
   RecoveryLedger recovery;            // ... and that ledger
+  std::string slow_nodes;             // why a slow node keeps its seat (--replace-slow-nodes), once per streak
 };
 
 /// A failed (or hung) worker, as its agent reports it at once. The daemon orders a round's reports by
@@ -319,6 +332,23 @@ struct RestartRecord {
   std::string replaced;     // the spare that took a lost or evicted node's rank ("host (pid N) for node 2")
 };
 
+/// A node evicted as slow (--replace-slow-nodes), with the figures the rule weighed (slow_node_rule.hpp).
+struct SlowNodeEviction {
+  int64_t round = 0;  // the round it was evicted from
+  int node_rank = -1;
+  std::string host;
+  int64_t pid = 0;
+  double slowdown = 0;    // its slowest rank's measure / the run's median
+  double slow_for_s = 0;  // named slow without a break this long
+  double loss_s = 0;      // the job's progress staying would lose over the rule's horizon
+  double cost_s = 0;      // the restart's estimated cost: recovery_s + redo_s
+  double recovery_s = 0;  // the last restart's recovery (or the rule's default before the first)
+  double redo_s = -1;     // work since the last checkpoint, done again (-1: not known: the script does not beat)
+  double since_s = 0;     // status: seconds since the eviction
+  double cooldown_s = 0;  // status: seconds left before it may be a spare again (0: over)
+  std::string line;       // "node 1 (host-b) evicted: ..."
+};
+
 struct RunStatus {
   std::string run_id;
   int64_t round = 0;
@@ -339,6 +369,9 @@ struct RunStatus {
   std::vector<FailureReport> failures;               // the latest failing round's, first (by time) first
   GoodputReport goodput;                             // the run's wall time so far, split (goodput.hpp)
   ArrivalProbeTally arrival_probes;                  // the straggler measure without beats (arrival_timing)
+  std::vector<SlowNodeEviction> evictions;           // nodes evicted as slow, the latest kMaxRestartRecords
+  int64_t slow_node_evictions = 0;                   // ... all of them
+  std::string slow_nodes;                            // why a slow node keeps its seat now (empty: none is)
 };
 
 struct StatusReply {
@@ -366,9 +399,11 @@ void from_json(const nlohmann::json& j, RunState& value);
 void from_json(const nlohmann::json& j, StragglerMeasure& value);
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Hello, server, version, unix_time_ms, peer)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SlowNodePolicy, replace, after_s, cooldown_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(JoinRequest, run_id, host, addr, local_world_size, min_nodes, max_nodes,
                                                 requested_rank, last_call_timeout_s, join_timeout_s,
-                                                keep_alive_timeout_s, pid, straggler_threshold, evict_suspects)
+                                                keep_alive_timeout_s, pid, straggler_threshold, evict_suspects,
+                                                slow_nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbe, group, first_seq, last_seq)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalProbeTally, counted, imprecise, partial, abandoned)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ArrivalBlock, group, first_seq, last_seq, count, mean_unix_s, span_s,
@@ -379,7 +414,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankProgress, rank, step, phase,
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Straggler, rank, host, seconds, median_seconds, measure)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ClockReading, measured, offset_s, uncertainty_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, node_id, host, addr, local_world_size, group_rank,
-                                                requested_rank, since_heartbeat_s, alive, pid, clock, ranks)
+                                                requested_rank, since_heartbeat_s, alive, pid, cooldown_s, clock, ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AttemptMilestones, round, spawned_age_s, initialized_age_s,
                                                 loaded_age_s, first_step_age_s, load_beats, load_source, steps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RecoveryLedger, detect_s, stop_s, rendezvous_s, start_s, init_s, load_s,
@@ -387,16 +422,18 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RecoveryLedger, detect_s, stop_s
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Assignment, round, group_rank, group_world_size, world_size,
                                                 rank_offset, master_addr, master_port, nodes, steps_done, run_secret)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AwaitReply, status, joined, min_nodes, max_nodes, missing_ranks,
-                                                waited_s, join_timeout_s, spare, assignment, reason)
+                                                waited_s, join_timeout_s, spare, cooldown_s, assignment, reason)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(HeartbeatReply, round, action, reason, cause, waiting_nodes, stragglers,
-                                                arrival_probe, server_unix_ns, recovered_round, recovery)
+                                                arrival_probe, server_unix_ns, recovered_round, recovery, slow_nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureReport, round, rank, local_rank, host, node_id, age_s, unix_ms,
                                                 cause, exit, error, step, traceback, hang_kind)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RestartRecord, round, cause, reason, since_s, recovery, replaced)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SlowNodeEviction, round, node_rank, host, pid, slowdown, slow_for_s,
+                                                loss_s, cost_s, recovery_s, redo_s, since_s, cooldown_s, line)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunStatus, run_id, round, state, min_nodes, max_nodes, nodes, waiting,
                                                 spares, missing_ranks, duplicate_ranks, last_event, master_port, keys,
                                                 restarts, restarts_by_cause, hangs_by_kind, failures, goodput,
-                                                arrival_probes)
+                                                arrival_probes, evictions, slow_node_evictions, slow_nodes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StatusReply, server, version, uptime_s, keys, connections, runs)
 
 }  // namespace meshrun::proto

@@ -99,6 +99,29 @@ void run_families(Exposition& e, const LiveSnapshot& s) {
           });
 }
 
+// --replace-slow-nodes: the evictions, and the last one's figures (what the rule weighed).
+void slow_node_families(Exposition& e, const LiveSnapshot& s) {
+  per_run(e, s, "meshrun_slow_node_evictions_total", "counter",
+          "Nodes evicted as slow for a spare (--replace-slow-nodes)", [](Exposition& x, const proto::RunStatus& r) {
+            x.sample({{"run", r.run_id}}, static_cast<double>(r.slow_node_evictions));
+          });
+  const auto last = [](const proto::RunStatus& r) { return r.evictions.empty() ? nullptr : &r.evictions.back(); };
+  per_run(e, s, "meshrun_slow_node_eviction_slowdown", "gauge",
+          "The last evicted node's slowest rank against the run's median",
+          [&last](Exposition& x, const proto::RunStatus& r) {
+            if (const auto* ev = last(r)) x.sample({{"run", r.run_id}, {"host", ev->host}}, ev->slowdown);
+          });
+  per_run(e, s, "meshrun_slow_node_eviction_seconds", "gauge",
+          "The last eviction's figures: what staying would lose over the horizon, the restart's estimated cost",
+          [&last](Exposition& x, const proto::RunStatus& r) {
+            if (const auto* ev = last(r)) {
+              x.sample({{"run", r.run_id}, {"figure", "loss"}}, ev->loss_s);
+              x.sample({{"run", r.run_id}, {"figure", "cost"}}, ev->cost_s);
+              x.sample({{"run", r.run_id}, {"figure", "slow_for"}}, ev->slow_for_s);
+            }
+          });
+}
+
 // What the run's restarts cost: the latest recovery by phase, the goodput ledger, restarts and hangs by cause.
 void recovery_families(Exposition& e, const LiveSnapshot& s) {
   per_run(e, s, "meshrun_recovery_seconds", "gauge",
@@ -158,6 +181,7 @@ void recovery_families(Exposition& e, const LiveSnapshot& s) {
               x.sample({{"run", r.run_id}, {"kind", kind}}, static_cast<double>(count));
             }
           });
+  slow_node_families(e, s);
 }
 
 void node_families(Exposition& e, const LiveSnapshot& s) {

@@ -46,10 +46,10 @@ TEST_CASE("a heartbeat reply serialises to the same JSON as with string fields",
       R"("load_s":-1.0,"load_source":"","rendezvous_s":-1.0,"start_s":-1.0,"stop_s":-1.0,"total_s":-1.0},)";
   CHECK(json(beat).dump() == std::string(R"({"action":"restart",)") + kNoProbe +
                                  R"(,"cause":"node_left","reason":"b left",)" + kNoRecovery +
-                                 R"("round":2,"server_unix_ns":0,"stragglers":[],"waiting_nodes":0})");
-  CHECK(json(HeartbeatReply{}).dump() == std::string(R"({"action":"continue",)") + kNoProbe +
-                                             R"(,"cause":"","reason":"",)" + kNoRecovery +
-                                             R"("round":0,"server_unix_ns":0,"stragglers":[],"waiting_nodes":0})");
+                                 R"("round":2,"server_unix_ns":0,"slow_nodes":"","stragglers":[],"waiting_nodes":0})");
+  CHECK(json(HeartbeatReply{}).dump() ==
+        std::string(R"({"action":"continue",)") + kNoProbe + R"(,"cause":"","reason":"",)" + kNoRecovery +
+            R"("round":0,"server_unix_ns":0,"slow_nodes":"","stragglers":[],"waiting_nodes":0})");
   const auto back = json::parse(json(beat).dump()).get<HeartbeatReply>();
   CHECK(back.action == HeartbeatAction::kRestart);
   CHECK(back.cause == RestartCause::kNodeLeft);

@@ -827,3 +827,149 @@ TEST_CASE("the daemon holds at most 10,000 runs, and says so to the next", "[mem
   existing.run_id = "run-7";
   CHECK_NOTHROW(m.join(existing));  // the runs it holds are served as before
 }
+
+namespace {
+/// `seats` nodes of one worker each ("a", "b", ...) and a spare ("s"), --replace-slow-nodes; `slow` hosts compute
+/// twice as long per step.
+struct SlowNodeRun {
+  FakeClock clock;
+  Membership m{clock};
+  std::vector<std::string> seated;
+  std::map<std::string, proto::JoinRequest> req;
+  std::map<std::string, std::string> ids;
+  std::map<std::string, int> rank;
+  std::map<std::string, double> compute_s;
+  int64_t step = 0;
+
+  SlowNodeRun(bool replace, bool spare, const std::vector<std::string>& slow, int seats = 3) {
+    for (int i = 0; i < seats; ++i) seated.push_back(std::string(1, static_cast<char>('a' + i)));
+    std::vector<std::string> hosts = seated;
+    if (spare) hosts.push_back("s");
+    for (const auto& host : hosts) {
+      req[host] = node(host, seats, seats, 1);
+      req[host].slow_nodes.replace = replace;
+      ids[host] = m.join(req[host]);
+      compute_s[host] = std::find(slow.begin(), slow.end(), host) != slow.end() ? 0.2 : 0.1;
+    }
+    for (const auto& host : seated) rank[host] = m.poll("job", ids[host]).assignment.rank_offset;
+  }
+  /// One second: every seated node beats ten new steps. Returns the first reply that is not "continue", if any;
+  /// else the last node's.
+  proto::HeartbeatReply second() {
+    clock.advance(seconds(1));
+    step += 10;
+    proto::HeartbeatReply reply;
+    for (const auto& host : seated) {
+      proto::RankProgress p;
+      p.rank = rank[host];
+      p.step = step;
+      p.phase = "train";
+      p.compute_s = compute_s[host];
+      p.step_time_s = 0.025;
+      reply = m.heartbeat("job", ids[host], {p});
+      if (reply.action != proto::HeartbeatAction::kContinue) return reply;
+    }
+    if (ids.count("s")) m.set_awaiting("job", ids["s"], true);
+    return reply;
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "replacing slow nodes: a node slow for a minute makes way for the spare, which takes its rank, and it "
+    "is not taken back, not even as a spare, until its cool-down is over",
+    "[membership][slow_node]") {
+  SlowNodeRun run(true, true, {"b"});
+  std::optional<proto::HeartbeatReply> restart;
+  int seconds_run = 0;
+  while (!restart && seconds_run < 120) {
+    if (auto reply = run.second(); reply.action != proto::HeartbeatAction::kContinue) restart = reply;
+    ++seconds_run;
+  }
+  REQUIRE(restart);
+  CHECK(restart->cause == proto::RestartCause::kSlowNode);
+  CHECK(seconds_run >= 60);  // named slow without a break for after_s (60 s), from a few seconds in
+  CHECK(seconds_run < 70);
+  CHECK_THAT(restart->reason, Catch::StartsWith("node " + std::to_string(run.rank["b"]) +
+                                                " (b, pid 100) evicted for "
+                                                "a spare: its ranks ran 2.0x slower than the job's median for"));
+  auto status = run.m.status("job").at(0);
+  REQUIRE(status.evictions.size() == 1);
+  CHECK(status.slow_node_evictions == 1);
+  CHECK(status.evictions[0].host == "b");
+  CHECK(status.evictions[0].slowdown == Approx(2.0));
+  CHECK(status.evictions[0].recovery_s == Approx(proto::kDefaultRecoveryS));  // no restart before this one
+  CHECK(status.evictions[0].redo_s == Approx(seconds_run).margin(1.5));       // beats, no checkpoint: all of it
+  CHECK(status.restarts_by_cause.at("slow_node") == 1);
+  // The survivors and the evicted node re-join: the spare takes b's rank; b waits, not even as a spare.
+  const auto a2 = run.m.join(run.req["a"]);
+  const auto c2 = run.m.join(run.req["c"]);
+  const auto b2 = run.m.join(run.req["b"]);
+  REQUIRE(run.m.poll("job", a2).status == proto::AwaitStatus::kAssigned);
+  const auto spare = run.m.poll("job", run.ids["s"]);
+  REQUIRE(spare.status == proto::AwaitStatus::kAssigned);
+  CHECK(spare.assignment.group_rank == run.rank["b"]);
+  auto b = run.m.poll("job", b2);
+  CHECK(b.status == proto::AwaitStatus::kWaiting);
+  CHECK_FALSE(b.spare);
+  CHECK(b.cooldown_s == Approx(1800).margin(1));
+  status = run.m.status("job").at(0);
+  CHECK(status.spares == 0);
+  REQUIRE(status.waiting.size() == 1);
+  CHECK(status.waiting[0].cooldown_s > 1790);
+  CHECK_THAT(status.restarts.back().replaced, Catch::Contains("s (pid 100) took node rank"));
+  // While it cools down the round has room for nobody, and no scale-up admits it; after, it is a spare again.
+  run.ids = {{"a", a2}, {"b", run.ids["s"]}, {"c", c2}};  // the seats: the spare beats as the new b
+  run.compute_s["b"] = 0.1;
+  for (int i = 0; i < 1810; i += 10) {
+    run.clock.advance(seconds(9));
+    run.m.set_awaiting("job", b2, true);
+    REQUIRE(run.second().action == proto::HeartbeatAction::kContinue);
+  }
+  b = run.m.poll("job", b2);
+  CHECK(b.spare);
+  CHECK(b.cooldown_s == 0);
+  CHECK(run.m.status("job").at(0).spares == 1);
+  CHECK(run.m.status("job").at(0).evictions.at(0).cooldown_s == 0);
+  // /metrics counts the evictions and shows the last one's figures.
+  rendezvous::http::LiveSnapshot snapshot;
+  snapshot.status.runs = run.m.status("job");
+  const std::string metrics = rendezvous::http::prometheus_text(snapshot, 0);
+  CHECK_THAT(metrics, Catch::Contains("meshrun_slow_node_evictions_total{run=\"job\"} 1"));
+  CHECK_THAT(metrics, Catch::Contains("meshrun_slow_node_eviction_slowdown{run=\"job\",host=\"b\"} 2"));
+}
+
+TEST_CASE(
+    "replacing slow nodes: the slow node stays with no spare or with two nodes slow, said once, and "
+    "without --replace-slow-nodes nothing is evicted",
+    "[membership][slow_node]") {
+  struct Case {
+    const char* name;
+    bool replace;
+    bool spare;
+    std::vector<std::string> slow;
+    const char* note;  // "" : none expected
+  };
+  for (const Case& c : {Case{"no spare", true, false, {"b"}, "but no spare waits: it keeps its seat"},
+                        Case{"two slow", true, true, {"a", "b"}, "2 nodes are named slow at once"},
+                        Case{"off", false, true, {"b"}, ""}}) {
+    INFO(c.name);
+    // Two slow of three would be the median: four seats, so that the two are named.
+    SlowNodeRun run(c.replace, c.spare, c.slow, c.slow.size() > 1 ? 4 : 3);
+    std::string note;
+    for (int i = 0; i < 120; ++i) {
+      const auto reply = run.second();
+      REQUIRE(reply.action == proto::HeartbeatAction::kContinue);
+      if (!reply.slow_nodes.empty()) note = reply.slow_nodes;
+    }
+    const auto status = run.m.status("job").at(0);
+    CHECK(status.slow_node_evictions == 0);
+    CHECK(status.round == 0);
+    if (*c.note) {
+      CHECK_THAT(note, Catch::Contains(c.note));
+      CHECK(status.slow_nodes == note);
+    } else {
+      CHECK(note.empty());
+    }
+  }
+}
