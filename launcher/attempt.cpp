@@ -171,6 +171,7 @@ std::optional<AttemptResult> Attempt::on_worker_exits() {
           std::to_string(kCheckpointedOnSignalExit) + "); not restarting");
       return AttemptResult{AttemptResult::Kind::kSignaled, kCheckpointedOnSignalExit, "checkpointed on signal"};
     }
+    if (auto planned = planned_restart()) return planned;
     // At once, before the stop's grace period: other nodes' ranks are about to fail because of this one.
     rdzv.record_failure(failure_report(first, group.attempt()), account_now());
     stop_workers(services_->settings.fault_grace);
@@ -185,6 +186,23 @@ std::optional<AttemptResult> Attempt::on_worker_exits() {
     return AttemptResult{AttemptResult::Kind::kSucceeded, 0, "all workers exited 0"};
   }
   return std::nullopt;
+}
+
+std::optional<AttemptResult> Attempt::planned_restart() {
+  try {
+    const auto now = std::chrono::steady_clock::now();
+    const auto beat = rdzv.heartbeat(summaries(now, rdzv.clock_offset()), milestones(now, services_->memory));
+    const auto kind = remote_restart_kind(beat.cause);
+    if (beat.action != proto::HeartbeatAction::kRestart || kind == AttemptResult::Kind::kRemoteRestart) {
+      return std::nullopt;
+    }
+    say("the rendezvous asks for a restart: " + beat.reason + " (a worker here ended with the other nodes' stop)");
+    stop_workers(services_->settings.fault_grace);
+    return AttemptResult{kind, 1, beat.reason};
+  } catch (const Error& e) {
+    spdlog::debug("could not ask the rendezvous whether a restart is under way: {}", e.what());
+    return std::nullopt;
+  }
 }
 
 // A hang suspected here (beats, a stopped worker, a collective waited on past its budget) or by another

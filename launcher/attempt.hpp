@@ -111,6 +111,10 @@ class Attempt {
   GroupSpec beating_while_spawning(GroupSpec spec, std::chrono::milliseconds every);
   std::optional<AttemptResult> on_signals(const std::vector<int>& signals);
   std::optional<AttemptResult> on_worker_exits();
+  /// A worker failed while the daemon restarts the round on purpose (a node admitted, a slow node replaced): another
+  /// node stopped its workers first, so the failure is that restart's, not a fault. Asks the daemon (one heartbeat);
+  /// the restart when it is one of those, else nothing.
+  std::optional<AttemptResult> planned_restart();
   /// The hang watch's look; a suspicion judged with heartbeats going on. Late: said once across attempts (the
   /// run's reports); hung: the attempt ends.
   std::optional<AttemptResult> on_hang();

@@ -4,36 +4,51 @@
 
 namespace meshrun::rendezvous {
 
+namespace {
+
+double median(std::vector<double> values) {
+  const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), mid, values.end());
+  return *mid;
+}
+
+}  // namespace
+
 void SlowNodeWatch::restarted() {
-  named_since_.clear();
+  streaks_.clear();
+  several_at_.reset();
   noted_.reset();
   note_.clear();
 }
 
 proto::SlowNodeDecision SlowNodeWatch::update(const std::vector<NamedSlowNode>& named, const SlowNodeContext& context,
                                               TimePoint now) {
-  std::map<std::string, TimePoint> since;
+  if (named.size() > 1) several_at_ = now;
+  std::map<std::string, Streak> streaks;
   proto::SlowNodeFacts facts;
   for (const auto& n : named) {
-    const auto it = named_since_.find(n.identity);
-    const TimePoint from = it != named_since_.end() ? it->second : now;
-    since.emplace(n.identity, from);
+    const auto it = streaks_.find(n.identity);
+    Streak streak = it != streaks_.end() ? std::move(it->second) : Streak{now, {}};
+    streak.ratios.push_back(n.node.slowdown);
+    if (streak.ratios.size() > kMaxRatios) streak.ratios.erase(streak.ratios.begin());
     facts.slow.push_back(n.node);
-    facts.slow.back().slow_for_s = to_seconds(now - from);
+    facts.slow.back().slowdown = median(streak.ratios);
+    facts.slow.back().slow_for_s = to_seconds(now - std::max(streak.since, several_at_.value_or(streak.since)));
+    streaks.emplace(n.identity, std::move(streak));
   }
-  named_since_ = std::move(since);
+  streaks_ = std::move(streaks);
   if (context.checkpointing) last_checkpoint_ = now;
   facts.spares = context.spares;
   facts.checkpointing = context.checkpointing;
   facts.recovery_s = context.recovery_s;
-  facts.redo_s = context.beats ? to_seconds(now - std::max(attempt_started_, last_checkpoint_.value_or(TimePoint{})))
-                               : -1;
+  facts.redo_s =
+      context.beats ? to_seconds(now - std::max(attempt_started_, last_checkpoint_.value_or(TimePoint{}))) : -1;
   facts.after_s = context.policy.after_s;
   const proto::SlowNodeDecision decision = proto::judge_slow_nodes(facts);
   if (decision.verdict == proto::SlowNodeVerdict::kNone) {
-    restarted();  // the streak is over
-  } else if (decision.verdict != proto::SlowNodeVerdict::kTooSoon && decision.verdict != proto::SlowNodeVerdict::kEvict &&
-             noted_ != decision.verdict) {
+    restarted();  // no node is slow: the streaks are over
+  } else if (decision.verdict != proto::SlowNodeVerdict::kTooSoon &&
+             decision.verdict != proto::SlowNodeVerdict::kEvict && noted_ != decision.verdict) {
     noted_ = decision.verdict;
     note_ = decision.line();
   }

@@ -35,8 +35,12 @@ struct SlowNodeContext {
 class SlowNodeWatch {
  public:
   /// The round closed at `now`: the work since it counts as work a restart does again (until a checkpoint).
-  void round_closed(TimePoint now) { attempt_started_ = now; last_checkpoint_.reset(); }
-  /// The run restarted: the straggler names start afresh, and so do the streaks.
+  void round_closed(TimePoint now) {
+    attempt_started_ = now;
+    last_checkpoint_.reset();
+  }
+  /// The run restarted: the straggler names start afresh, and so do the streaks. A node counts as slow alone, for
+  /// the rule's sustained time, only after the last moment more than one node was named.
   void restarted();
   /// The rule's decision for the nodes named now (`named`), at `now`. Keeps the line of a decision that keeps a
   /// slow node in its seat, said once per streak and verdict (note()).
@@ -53,12 +57,21 @@ class SlowNodeWatch {
   void fill(proto::RunStatus& status, TimePoint now) const;
 
  private:
-  std::map<std::string, TimePoint> named_since_;  // identity -> named slow without a break since
-  std::optional<proto::SlowNodeVerdict> noted_;   // the verdict whose line is the note (once per streak)
+  /// A node named slow without a break: since when, and its figure at each heartbeat since (the slowdown weighed is
+  /// their median: one reading can be far off, either way, under a CPU quota).
+  struct Streak {
+    TimePoint since;
+    std::vector<double> ratios;
+  };
+  static constexpr size_t kMaxRatios = 1024;  // the streak's latest figures
+
+  std::map<std::string, Streak> streaks_;  // identity -> its streak
+  std::optional<TimePoint> several_at_;    // when more than one node was last named at once: a streak counts after
+  std::optional<proto::SlowNodeVerdict> noted_;  // the verdict whose line is the note (once per streak)
   std::string note_;
   TimePoint attempt_started_{};
   std::optional<TimePoint> last_checkpoint_;
-  std::map<std::string, TimePoint> cooling_until_;                     // identity -> end of its cool-down
+  std::map<std::string, TimePoint> cooling_until_;  // identity -> end of its cool-down
   struct Eviction {
     proto::SlowNodeEviction record;
     std::string identity;

@@ -194,13 +194,16 @@ void apply_slurm(ParseResult& result, const EnvLookup& env) {
   o.rdzv_endpoint = Endpoint{.host = job->first_host, .port = slurm_rdzv_port(job->job_id)};
   if (!o.run_id_given) o.run_id = job->job_id;
   if (!o.nnodes_given) o.min_nodes = o.max_nodes = job->num_nodes;
-  o.node_rank = job->node_id;
-  o.node_rank_given = true;
+  // A node of the allocation beyond --nnodes MAX asks for no node rank: it waits as a hot spare.
+  const bool spare = job->node_id >= o.max_nodes;
+  o.node_rank = spare ? 0 : job->node_id;
+  o.node_rank_given = !spare;
   if (!o.nproc_given && job->gpus && *job->gpus > 0) o.nproc_per_node = *job->gpus;
   o.slurm = true;
   result.notes.push_back("SLURM job " + job->job_id + ": node " + std::to_string(job->node_id) + " of " +
-                         std::to_string(o.max_nodes) + ", rendezvous at " + o.rdzv_endpoint->to_string() + ", " +
-                         std::to_string(o.nproc_per_node) + " worker(s) per node");
+                         std::to_string(o.max_nodes) + (spare ? " (beyond --nnodes: a hot spare)" : "") +
+                         ", rendezvous at " + o.rdzv_endpoint->to_string() + ", " + std::to_string(o.nproc_per_node) +
+                         " worker(s) per node");
 }
 
 /// "h1:2379,h2,[::1]:2379" -> the etcd members; the port defaults to etcd's 2379. `https`: whether they were
@@ -838,6 +841,11 @@ void convert_rendezvous(const RawFlags& raw, const EnvLookup& env, const HostInf
   o.run_id = raw.run_id;
   o.rdzv_conf = parse_rdzv_conf(raw.conf);
   if (o.backend == RdzvBackend::kEtcd) settle_etcd_tls(o.rdzv_conf, https_members);
+  if (o.backend == RdzvBackend::kEtcd && o.slow_nodes.replace) {
+    throw UsageError(
+        "--replace-slow-nodes needs meshrun's daemon (--rdzv-backend c10d): the etcd backend names no stragglers "
+        "yet (docs/etcd.md)");
+  }
   if (o.local_addr.empty()) o.local_addr = o.rdzv_conf.local_addr;  // --local-addr wins, as in torchrun
   o.master_addr = strip_brackets(o.master_addr);                    // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);

@@ -63,12 +63,12 @@ std::string SlowNodeDecision::line() const {
           "node; no node is evicted",
           slow_nodes, who(node), node.slowdown);
     case SlowNodeVerdict::kNoSpare:
-      return fmt::format("{}: {}, but no spare waits: it keeps its seat (a spare is one more meshrun with the "
-                         "same --rdzv-id and --nnodes)",
-                         who(node), slow_for(node));
+      return fmt::format(
+          "{}: {}, but no spare waits: it keeps its seat (a spare is one more meshrun with the "
+          "same --rdzv-id and --nnodes)",
+          who(node), slow_for(node));
     case SlowNodeVerdict::kCheckpoint:
-      return fmt::format("{}: {}, but a checkpoint is being written: not evicted during it", who(node),
-                         slow_for(node));
+      return fmt::format("{}: {}, but a checkpoint is being written: not evicted during it", who(node), slow_for(node));
     case SlowNodeVerdict::kNotWorth:
       return fmt::format("{}: {}; {}: it keeps its seat", who(node), slow_for(node), weighed(*this));
     case SlowNodeVerdict::kEvict:

@@ -51,12 +51,12 @@ enum class SlowNodeVerdict {
 
 struct SlowNodeDecision {
   SlowNodeVerdict verdict = SlowNodeVerdict::kNone;
-  SlowNode node;           // the slow node weighed (the one slow longest)
-  double loss_s = 0;       // what staying loses over the horizon
-  double cost_s = 0;       // recovery_s + redo_s (redo counted when known)
-  double recovery_s = 0;   // the figure used: the last recovery, or the default
-  double redo_s = -1;      // as in the facts
-  int slow_nodes = 0;      // nodes named slow now
+  SlowNode node;          // the slow node weighed (the one slow longest)
+  double loss_s = 0;      // what staying loses over the horizon
+  double cost_s = 0;      // recovery_s + redo_s (redo counted when known)
+  double recovery_s = 0;  // the figure used: the last recovery, or the default
+  double redo_s = -1;     // as in the facts
+  int slow_nodes = 0;     // nodes named slow now
   /// The line to say: the eviction with its figures, or why the node keeps its seat ("" for kNone, kTooSoon).
   std::string line() const;
 };

@@ -12,6 +12,8 @@
 #   mc_slurm_up        munged + slurmctld on node0 + one slurmd per node; SLURM_CONF exported
 #   faults: mc_kill9 PID, mc_stop PID, mc_cont PID, mc_link_down I / mc_link_up I,
 #           mc_drop_port I PORT / mc_undrop_port I PORT, mc_partition I J / mc_heal I J
+#   mc_cpu_limit PID PERCENT   PID gets PERCENT of one core (a CPU cgroup, removed at cleanup)
+#   mc_worker_pid I PATTERN    the first process on node I whose command line matches PATTERN
 #   mc_job_pids MARKER         pids on any node whose environment holds MARKER (one job's processes)
 #   mc_expect_gone MARKER SECS wait (bounded) until no such process is left; fails and lists them if any
 # Cleanup runs from an EXIT trap, also after failures: every process in every namespace is killed by pid,
@@ -96,7 +98,7 @@ mc_spawn() {
 mc_all_ns() { local i; for i in $(seq 0 $((MC_N - 1))); do mc_ns "$i"; done; echo "${MC_TAG}sw"; }
 
 mc_cleanup() {
-  local rc=$? ns pids left=""
+  local rc=$? ns pids left="" cg
   trap - EXIT
   for ns in $(mc_all_ns); do
     [ -e "/run/netns/$ns" ] || continue
@@ -117,6 +119,7 @@ mc_cleanup() {
   [ -n "$(echo $left)" ] && echo "cleanup: processes still in the namespaces: $left"
   for ns in $(mc_all_ns); do [ -e "/run/netns/$ns" ] && ip netns del "$ns"; done
   [ -f "${MC_DIR:-/nonexistent}/munge/munged.pid" ] && kill "$(cat "$MC_DIR/munge/munged.pid")" 2> /dev/null
+  for cg in $MC_CGROUPS; do rmdir "$cg" 2> /dev/null; done   # empty now: their processes are gone
   if [ "${MC_KEEP:-0}" = 1 ]; then echo "cleanup: kept $MC_DIR"; else rm -rf "${MC_DIR:?}"; fi
   exit $rc
 }
@@ -271,3 +274,29 @@ mc_wait_exit() {
   wait "$1"; MC_RC=$?
 }
 mc_count_files() { ls "$1" 2> /dev/null | grep -c -- "$2"; }
+
+# ---- CPU limits ----
+# mc_cpu_limit PID PERCENT: PID (and what it starts later) gets PERCENT of one core: cgroup v2's cpu.max where the
+# unified hierarchy has the cpu controller, else v1's CFS quota. The cgroup goes with the cleanup. rc 1 on failure.
+MC_CGROUPS=""
+mc_cpu_limit() {
+  local cg quota=$(($2 * 1000))
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
+    cg=/sys/fs/cgroup/${MC_TAG}cpu$1
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+    mkdir -p "$cg" && echo "$quota 100000" > "$cg/cpu.max" || return 1
+  else
+    cg=/sys/fs/cgroup/cpu/${MC_TAG}cpu$1
+    mkdir -p "$cg" && echo 100000 > "$cg/cpu.cfs_period_us" && echo "$quota" > "$cg/cpu.cfs_quota_us" || return 1
+  fi
+  MC_CGROUPS="$MC_CGROUPS $cg"
+  echo "$1" > "$cg/cgroup.procs"
+}
+# mc_worker_pid I PATTERN: the first process on node I whose command line matches PATTERN (grep -E).
+mc_worker_pid() {
+  local p
+  for p in $(ip netns pids "$(mc_ns "$1")"); do
+    tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -qE -- "$2" && { echo "$p"; return 0; }
+  done
+  return 1
+}

@@ -1,12 +1,16 @@
 # A plain PyTorch Gloo loop with no meshrun code, for the straggler tests (tests/cluster/straggler_test.sh)
 # and bench/faults/progress.sh:
-#   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats] [--for=SECONDS]
+#   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats] [--for=SECONDS | --for-job=SECONDS]
+#                    [--rate-log=FILE]
 # Each step every rank computes for STEP_MS ms, SLOW_RANK for FACTOR times as long, then all-reduces twice
 # (two collectives per step, like a model in two buckets). The compute is a busy loop (real compute, not a
 # sleep) that runs for that long by the clock, or with --work a fixed amount of work calibrated at the start
 # to take that long, so that a CPU limit set while it runs makes the step longer. --beats: every rank beats
 # each step it ends, with its compute time (docs/progress.md); without, nothing but its collectives.
 # --for=SECONDS: as many steps as fit in that time (the ranks agree every 50 steps, in one more all-reduce).
+# --for-job=SECONDS: the same from the job's first start (OUT/started, kept across restarts), so a job restarted
+# from step 0 still ends when that time is up. --rate-log=FILE: rank 0 appends "UNIX_TIME STEPS_DONE" every 50
+# steps (bench/faults/straggler_evict.sh reads the job's own rate from it).
 # Every rank writes OUT/done.<rank> at a clean end.
 import os
 import socket
@@ -17,7 +21,12 @@ import torch
 import torch.distributed as dist
 
 flags = {a.split("=")[0] for a in sys.argv[1:] if a.startswith("--")}
-run_for_s = next((float(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--for=")), None)
+def option(name):
+    return next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(name + "=")), None)
+
+
+run_for_s = float(option("--for") or option("--for-job") or 0) or None
+rate_log = option("--rate-log")
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 out, steps, step_ms = args[0], int(args[1]), float(args[2])
 slow_rank = int(args[3]) if len(args) > 3 else -1
@@ -63,6 +72,15 @@ def compute_half():
 
 
 started = time.monotonic()
+if option("--for-job") is not None:  # from the job's first start: the earliest any attempt recorded
+    path = os.path.join(out, "started")
+    first = float(open(path).read()) if os.path.exists(path) else time.time()
+    first_t = torch.tensor([first], dtype=torch.float64)
+    dist.all_reduce(first_t, op=dist.ReduceOp.MIN)
+    if rank == 0 and not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(repr(first_t.item()))
+    started -= time.time() - first_t.item()
 
 
 def time_is_up(step):
@@ -85,6 +103,9 @@ for step in range(steps):
             beats.sendto(f"step={step + 1} compute_s={compute_s:.6f}".encode(), os.environ["MESHRUN_PROGRESS"])
         except (KeyError, OSError):
             pass
+    if rate_log and rank == 0 and (step + 1) % 50 == 0:
+        with open(rate_log, "a") as f:
+            f.write(f"{time.time():.3f} {step + 1}\n")
     if time_is_up(step):
         break
 dist.barrier()

@@ -8,11 +8,12 @@
 #            rank 1 look late at every collective), and status shows node1's clock +7 s from the daemon's.
 #   healthy  node1's worker alone runs 5 s behind (its agent does not: the worker's offset from its agent
 #            is measured too); equal compute over 300 steps: no straggler line on either node.
-#   healthy_both   HEALTHY_S seconds (default 300; the suite runs 90, bench/faults/straggler_healthy_both.sh
+#   healthy_both   HEALTHY_S seconds (default 300; the suite runs 120, bench/faults/straggler_healthy_both.sh
 #            300 and more) healthy on both routes at once, on the defaults: two jobs side by side, one
 #            with beats and one without, each with equal work per step (a fixed amount, not a clock) on its two
 #            ranks, so that each job's cores are shared with the other's busy processes (4 busy ranks, 2 cores):
-#            no straggler line on any of the four agents, and every rank has its route's figure. On 2 cores
+#            no straggler line on any of the four agents, and every rank has its route's figure. Each job also
+#            has a hot spare and --replace-slow-nodes (which changes nothing of the naming): nothing is evicted. On 2 cores
 #            a healthy rank's arrival figure can lead by 20-35 % for a probe or two (wake-up latency on busy
 #            cores): only a rank the last probes found slow is named (docs/progress.md).
 #   healthy_jitter   one healthy job for HEALTHY_S seconds (default 300) on the route HEALTHY_ROUTE (beats or
@@ -120,13 +121,21 @@ PY
   healthy_both)
     seconds=${HEALTHY_S:-300}
     mkdir -p "$D/nobeats" "$D/beats"
+    # Each job also has a hot spare (a third agent on node1) and --replace-slow-nodes: nothing is evicted.
+    spares=()
+    job_with_spare() {   # job_with_spare ARGS...: the two seats, then the spare
+      agent 0 -- --replace-slow-nodes "$@"
+      agent 1 -- --replace-slow-nodes "$@"
+      local seat=${A[1]}
+      sleep 1
+      LOG_SUFFIX=${LOG_SUFFIX:-}_spare agent 1 -- --replace-slow-nodes "$@"
+      spares+=("$MC_PID"); A[1]=$seat
+    }
     RUN=strag_nobeats
-    agent 0 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for="$seconds"
-    agent 1 -- "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for="$seconds"
+    job_with_spare "$HERE/straggler_job.py" "$D/nobeats" 1000000 40 --work --for="$seconds"
     RUN=strag_beats PORT=$((PORT + 2)) LOG_SUFFIX=_beats
     A2=("${A[@]}")
-    agent 0 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for="$seconds"
-    agent 1 -- "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for="$seconds"
+    job_with_spare "$HERE/straggler_job.py" "$D/beats" 1000000 40 --work --beats --for="$seconds"
     # Both jobs get their route's figure on both ranks (the measure is on, not idle), read every fifth of the run
     # (once a minute on 5 minutes), the last well before its end.
     for _ in 1 2 3 4; do
@@ -135,7 +144,12 @@ PY
         both_ranks_have "${port#*:}" "${port%%:*}" || mc_fail "$SCENARIO: no ${port#*:} for both ranks"
       done
     done
-    for pid in "${A2[@]}" "${A[@]}"; do mc_wait_exit "$pid" 180; [ "$MC_RC" = 0 ] || mc_fail "$SCENARIO: an agent exited $MC_RC"; done
+    for pid in "${A2[@]}" "${A[@]}" "${spares[@]}"; do
+      mc_wait_exit "$pid" 180; [ "$MC_RC" = 0 ] || mc_fail "$SCENARIO: an agent exited $MC_RC"
+    done
+    [ "$(grep -l "hot spare: the round has its 2 nodes" "$W"/node*.log | wc -l)" = 2 ] ||
+      mc_fail "$SCENARIO: not one hot spare per job"
+    grep -h "evicted\|slow node" "$W"/node*.log && mc_fail "$SCENARIO: a slow node was acted on in a healthy job"
     for job in nobeats beats; do
       [ "$(mc_count_files "$D/$job" '^done\.')" = 2 ] || mc_fail "$SCENARIO: $job: not every rank ended cleanly"
     done
@@ -179,21 +193,10 @@ PY
       sleep 0.5
     done
     [ -n "$measured" ] || mc_fail "$SCENARIO: the ranks never got a $field figure"
-    worker=$(ip netns pids "$(mc_ns 0)" | while read -r p; do
-      tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -q "python.*straggler_job.py" && echo "$p"; done | head -1)
-    [ -n "$worker" ] || mc_fail "$SCENARIO: no worker found on node0"
+    worker=$(mc_worker_pid 0 "python.*straggler_job.py") || mc_fail "$SCENARIO: no worker found on node0"
     grep -q "straggler" "$W"/node?.log && mc_fail "$SCENARIO: a straggler was named before any limit: $(grep -h straggler "$W"/node?.log | head -2)"
-    # Half a core for rank 0's worker: cgroup v2's cpu.max where the unified hierarchy has the cpu
-    # controller, else v1's CFS quota.
-    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2> /dev/null; then
-      CG=/sys/fs/cgroup/meshrun-throttle-$$
-      grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
-      mkdir -p "$CG" && echo "50000 100000" > "$CG/cpu.max"
-    else
-      CG=/sys/fs/cgroup/cpu/meshrun-throttle-$$
-      mkdir -p "$CG" && echo 100000 > "$CG/cpu.cfs_period_us" && echo 50000 > "$CG/cpu.cfs_quota_us"
-    fi || mc_fail "$SCENARIO: cannot make a CPU cgroup at $CG"
-    echo "$worker" > "$CG/cgroup.procs" || mc_fail "$SCENARIO: cannot move rank 0's worker ($worker) into $CG"
+    # Half a core for rank 0's worker.
+    mc_cpu_limit "$worker" 50 || mc_fail "$SCENARIO: cannot put rank 0's worker ($worker) in a CPU cgroup"
     limited=$(date +%s.%N)
     named="" line="computes [0-9.]* ms between collectives"
     [ "$SCENARIO" = throttled_beats ] && line="computes [0-9.]* s per step"
@@ -234,8 +237,7 @@ for p in problems:
 sys.exit(1 if problems else 0)
 PY
     kill -TERM "${A[0]}" "${A[1]}" 2> /dev/null
-    mc_wait_exit "${A[0]}" 60; mc_wait_exit "${A[1]}" 60
-    for _ in $(seq 50); do rmdir "$CG" 2> /dev/null && break; sleep 0.1; done ;;
+    mc_wait_exit "${A[0]}" 60; mc_wait_exit "${A[1]}" 60 ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
 esac
 mc_expect_gone "MC_JOB=$RUN" 20 && echo "$SCENARIO: no process of the job left on any node"

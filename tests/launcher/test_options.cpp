@@ -175,3 +175,19 @@ TEST_CASE("flag --standalone picks c10d and a random id, static takes the master
   // An IPv6 master address may come in brackets, as in an endpoint.
   CHECK(parse({"--nnodes", "2", "--master-addr", "[fd00::1]", "p"}).master_addr == "fd00::1");
 }
+
+TEST_CASE("replacing slow nodes is opt-in, with its times, and refused where it cannot work", "[options]") {
+  const auto off = parse({"train.py"});
+  CHECK_FALSE(off.slow_nodes.replace);
+  CHECK(off.slow_nodes.after_s == 60);
+  CHECK(off.slow_nodes.cooldown_s == 1800);
+  const auto on = parse({"--replace-slow-nodes", "--slow-node-after", "20", "--slow-node-cooldown", "600", "train.py"});
+  CHECK(on.slow_nodes.replace);
+  CHECK(on.slow_nodes.after_s == 20);
+  CHECK(on.slow_nodes.cooldown_s == 600);
+  CHECK_THAT(error_of({"--replace-slow-nodes", "--straggler-threshold", "0", "train.py"}),
+             Catch::Contains("needs the straggler alert"));
+  CHECK_THAT(error_of({"--slow-node-after", "0", "train.py"}), Catch::Contains("--slow-node-after"));
+  CHECK_THAT(error_of({"--replace-slow-nodes", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "e0:2379", "train.py"}),
+             Catch::Contains("the etcd backend names no stragglers"));
+}

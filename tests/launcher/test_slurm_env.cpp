@@ -110,3 +110,16 @@ TEST_CASE("the rendezvous port depends on the job id and stays out of the epheme
     CHECK(p < 32768);
   }
 }
+
+TEST_CASE("a node of the allocation beyond --nnodes asks for no node rank: it waits as a hot spare", "[slurm]") {
+  const auto spare = parse({"--nnodes", "2", "--replace-slow-nodes", "train.py"}, srun_task("2"));
+  CHECK(spare.options.slurm);
+  CHECK(spare.options.max_nodes == 2);
+  CHECK_FALSE(spare.options.node_rank_given);
+  CHECK(spare.options.slow_nodes.replace);
+  REQUIRE(spare.notes.size() == 1);
+  CHECK_THAT(spare.notes[0], Catch::Contains("node 2 of 2 (beyond --nnodes: a hot spare)"));
+  const auto seated = parse({"--nnodes", "2", "train.py"}, srun_task("1"));
+  CHECK(seated.options.node_rank_given);
+  CHECK(seated.options.node_rank == 1);
+}

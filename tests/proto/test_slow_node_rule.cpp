@@ -7,8 +7,8 @@ using namespace meshrun::proto;
 
 namespace {
 SlowNode slow(int rank, double slowdown, double for_s) {
-  return SlowNode{.node_rank = rank, .host = "host-" + std::to_string(rank), .pid = 7, .slowdown = slowdown,
-                  .slow_for_s = for_s};
+  return SlowNode{
+      .node_rank = rank, .host = "host-" + std::to_string(rank), .pid = 7, .slowdown = slowdown, .slow_for_s = for_s};
 }
 SlowNodeFacts facts(std::vector<SlowNode> nodes) {
   SlowNodeFacts f;
@@ -62,8 +62,7 @@ TEST_CASE("no eviction before the node was slow for long enough, with no spare, 
   CHECK_THAT(two.line(), Catch::StartsWith("2 nodes are named slow at once (node 1 (host-1, pid 7) the longest"));
 }
 
-TEST_CASE("only when it pays: a mild slowdown with much work since the last checkpoint keeps its seat",
-          "[slow_node]") {
+TEST_CASE("only when it pays: a mild slowdown with much work since the last checkpoint keeps its seat", "[slow_node]") {
   auto mild = facts({slow(1, 1.3, 120)});
   mild.redo_s = 600;  // ten minutes since the last checkpoint
   const auto d = judge_slow_nodes(mild);

@@ -971,5 +971,17 @@ TEST_CASE(
     } else {
       CHECK(note.empty());
     }
+    if (c.slow.size() < 2) continue;
+    // One of the two recovers: the other counts as slow alone only from then, for the whole minute, before the rule
+    // weighs it (here: four minutes of work since the round began make the restart cost more than it would save).
+    run.compute_s["a"] = 0.1;
+    int alone = 0;
+    for (; alone < 120; ++alone) {
+      REQUIRE(run.second().action == proto::HeartbeatAction::kContinue);
+      if (run.m.status("job").at(0).slow_nodes.find("a restart costs about") != std::string::npos) break;
+    }
+    CHECK(alone >= 60);
+    CHECK(alone < 70);
+    CHECK_THAT(run.m.status("job").at(0).slow_nodes, Catch::EndsWith("it keeps its seat"));
   }
 }

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# A slow node replaced by a hot spare (docs/multi-node.md, slow nodes): the job's own steps per second over time, by
+# its own clock, in four modes side by side, TRIALS times each. Four namespace nodes (three seats and a spare; the
+# spare is idle under torchrun), one Gloo rank each of tests/cluster/straggler_job.py (equal work per step, beats
+# with ROUTE=beats, none with ROUTE=arrivals; rank 0 logs "UNIX_TIME STEPS" every 50 steps). LIMIT_AT seconds into
+# the job, node1's worker is limited to PERCENT % of a core by a CPU cgroup (not in `healthy`); the job ends
+# DURATION seconds after its first start, restarts included.
+#   healthy    meshrun --replace-slow-nodes with the spare, nothing limited: the job's healthy rate (and no eviction)
+#   throttled  meshrun without the flag, node1 limited: the rate it keeps
+#   evict      meshrun --replace-slow-nodes, node1 limited: the eviction, and the rate after it
+#   torchrun   torchrun (c10d rendezvous on node0), node1 limited
+# For each trial: the rate before the limit, the rate 60-90 s and 90 s-end after it, each over the healthy rate, and
+# the seconds from the limit until the rate is back to 90 % of the healthy rate and stays (evict); then the medians.
+# Root. Not part of ctest.
+#   bench/faults/straggler_evict.sh     (env TRIALS=5 MODES="healthy throttled evict torchrun" DURATION=180
+#                                        LIMIT_AT=40 PERCENT=33 ROUTE=beats MESHRUN)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
+VENV_BIN=$ROOT/.venv/bin
+TRIALS=${TRIALS:-5} MODES=${MODES:-healthy throttled evict torchrun}
+DURATION=${DURATION:-180} LIMIT_AT=${LIMIT_AT:-40} PERCENT=${PERCENT:-33} ROUTE=${ROUTE:-beats}
+
+one() {   # one MODE RESULT_FILE: a run in fresh namespace nodes; writes "MODE LIMIT_UNIX EVICTED" and the rate log
+  local mode=$1 result=$2 i
+  source "$ROOT/tests/cluster/cluster.sh"
+  mc_init 4
+  local W=$MC_DIR/work PORT=29671 RUN=evict$$ JOB
+  mkdir -p "$W/out"
+  JOB=("$ROOT/tests/cluster/straggler_job.py" "$W/out" 100000000 40 --work --for-job="$DURATION" --rate-log="$W/rate.log")
+  [ "$ROUTE" = beats ] && JOB+=(--beats)
+  local flags=(--rdzv-backend c10d --rdzv-endpoint "node0:$PORT" --rdzv-id "$RUN" --nnodes 3 --nproc-per-node 1
+               --max-restarts 3 --standby-start now)
+  [ "$mode" = throttled ] || flags+=(--replace-slow-nodes)
+  for i in 0 1 2; do
+    if [ "$mode" = torchrun ]; then
+      mc_spawn "$i" "$W/node$i.log" env PATH="$VENV_BIN:$PATH" "$VENV_BIN/python" -m torch.distributed.run \
+        --nnodes 3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "node0:$PORT" --rdzv-id "$RUN" \
+        --max-restarts 3 "${JOB[@]}"
+    else
+      mc_spawn "$i" "$W/node$i.log" env PATH="$VENV_BIN:$PATH" "$MESHRUN" "${flags[@]}" "${JOB[@]}"
+    fi
+  done
+  [ "$mode" = torchrun ] || { sleep 5; mc_spawn 3 "$W/node3.log" env PATH="$VENV_BIN:$PATH" "$MESHRUN" "${flags[@]}" "${JOB[@]}"; }
+  for _ in $(seq 1200); do [ -s "$W/out/started" ] && break; sleep 0.1; done
+  local started; started=$(cat "$W/out/started" 2> /dev/null || date +%s)
+  sleep "$(awk -v s="$started" -v at="$LIMIT_AT" -v now="$(date +%s.%N)" 'BEGIN { d = s + at - now; print (d > 0 ? d : 0) }')"
+  local limit=0 worker
+  if [ "$mode" != healthy ]; then
+    worker=$(mc_worker_pid 1 "python.*straggler_job.py") && mc_cpu_limit "$worker" "$PERCENT" && limit=$(date +%s.%N)
+    [ "$limit" = 0 ] && echo "could not limit node1's worker" >&2
+  fi
+  for _ in $(seq $((DURATION * 10 + 1200))); do [ "$(mc_count_files "$W/out" '^done\.')" -ge 3 ] && break; sleep 0.1; done
+  sleep 2
+  local evicted=0
+  grep -q "evicted for a spare" "$W/node0.log" && evicted=1
+  { echo "$mode $started $limit $evicted"; cat "$W/rate.log"; } > "$result"
+  grep -h "evicted for a spare" "$W/node0.log" | head -1 >&2
+}
+
+if [ "${1:-}" = one ]; then one "$2" "$3"; exit; fi
+
+echo "# bench/faults/straggler_evict.sh $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, TRIALS=$TRIALS DURATION=$DURATION" \
+     "LIMIT_AT=$LIMIT_AT PERCENT=$PERCENT ROUTE=$ROUTE"
+RESULTS=$(mktemp -d)
+for n in $(seq "$TRIALS"); do
+  for mode in $MODES; do "$0" one "$mode" "$RESULTS/$mode.$n" > "$RESULTS/$mode.$n.out" 2>&1; done
+done
+"$VENV_BIN/python" - "$RESULTS" "$TRIALS" $MODES << 'PY'
+import statistics, sys
+results, trials, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+
+def bins(lines, start):  # steps per second in 10 s bins from the job's start; a restart's step 0 starts afresh
+    rates, last = {}, None
+    for t, steps in lines:
+        if last and steps > last[1]:
+            b = int((t - start) // 10)
+            rates[b] = rates.get(b, 0) + (steps - last[1]) / 10
+        last = (t, steps)
+    return rates
+
+def read(mode, n):
+    try:
+        head, *rest = open(f"{results}/{mode}.{n}").read().split("\n")
+    except OSError:
+        return None
+    _, started, limit, evicted = head.split()
+    lines = [tuple(map(float, l.split())) for l in rest if l.strip()]
+    return float(started), float(limit), evicted == "1", bins(lines, float(started))
+
+healthy = []
+for n in range(1, trials + 1):
+    r = read("healthy", n)
+    if r:
+        rates = r[3]
+        healthy += [v for b, v in rates.items() if 1 <= b and b + 1 < max(rates)]
+base = statistics.median(healthy) if healthy else float("nan")
+print(f"healthy rate: {base:.1f} steps/s (median 10 s bin over the healthy runs)")
+summary = {}
+for mode in modes:
+    for n in range(1, trials + 1):
+        r = read(mode, n)
+        if not r:
+            print(f"{mode} {n}: no result")
+            continue
+        started, limit, evicted, rates = r
+        at = (limit - started) if limit else 40
+        first = int(at // 10) + 1  # the first bin wholly after the limit
+        def over(a, b):
+            vals = [v for k, v in rates.items() if first + a // 10 <= k < first + b // 10]
+            return statistics.median(vals) / base if vals else float("nan")
+        last_bin = max(rates) - 1
+        back = next((k for k in range(first, last_bin + 1)
+                     if all(rates.get(j, 0) >= 0.9 * base for j in range(k, last_bin + 1))), None)
+        back_s = (k_end := (back + 1) * 10 - at) if back is not None else None
+        before = [v for k, v in rates.items() if 1 <= k < int(at // 10)]
+        line = (f"{mode} {n}: before {statistics.median(before) / base if before else float('nan'):.2f}x, "
+                f"60-90 s after {over(60, 90):.2f}x, 90 s-end {over(90, 10000):.2f}x of healthy; "
+                f"evicted {'yes' if evicted else 'no'}; back to 90 % "
+                + (f"{back_s:.0f} s after the limit" if back_s is not None else "never"))
+        print(line)
+        summary.setdefault(mode, []).append((over(60, 90), over(90, 10000), back_s))
+for mode, rows in summary.items():
+    med = lambda i: statistics.median([r[i] for r in rows if r[i] == r[i]]) if rows else float("nan")
+    backs = [r[2] for r in rows if r[2] is not None]
+    print(f"{mode}: median 60-90 s after the limit {med(0):.2f}x, after 90 s {med(1):.2f}x of healthy; back to 90 % "
+          f"in {len(backs)}/{len(rows)} trials" + (f", median {statistics.median(backs):.0f} s" if backs else ""))
+PY
+rm -rf "$RESULTS"
