@@ -27,7 +27,8 @@ one() {   # one MODE RESULT_FILE: a run in fresh namespace nodes; writes "MODE L
   mc_init 4
   local W=$MC_DIR/work PORT=29671 RUN=evict$$ JOB
   mkdir -p "$W/out"
-  JOB=("$ROOT/tests/cluster/straggler_job.py" "$W/out" 100000000 40 --work --for-job="$DURATION" --rate-log="$W/rate.log")
+  JOB=("$ROOT/tests/cluster/straggler_job.py" "$W/out" 100000000 40 --work --for-job="$DURATION" --rate-log="$W/rate.log"
+       --rate-every=10)
   [ "$ROUTE" = beats ] && JOB+=(--beats)
   local flags=(--rdzv-backend c10d --rdzv-endpoint "node0:$PORT" --rdzv-id "$RUN" --nnodes 3 --nproc-per-node 1
                --max-restarts 3 --standby-start now)
@@ -47,7 +48,9 @@ one() {   # one MODE RESULT_FILE: a run in fresh namespace nodes; writes "MODE L
   sleep "$(awk -v s="$started" -v at="$LIMIT_AT" -v now="$(date +%s.%N)" 'BEGIN { d = s + at - now; print (d > 0 ? d : 0) }')"
   local limit=0 worker
   if [ "$mode" != healthy ]; then
-    worker=$(mc_worker_pid 1 "python.*straggler_job.py") && mc_cpu_limit "$worker" "$PERCENT" && limit=$(date +%s.%N)
+    # The worker, not torchrun's agent (itself a python whose command line names the script).
+    worker=$(mc_worker_pid 1 "python[0-9.]* -u .*straggler_job.py") && mc_cpu_limit "$worker" "$PERCENT" &&
+      limit=$(date +%s.%N)
     [ "$limit" = 0 ] && echo "could not limit node1's worker" >&2
   fi
   for _ in $(seq $((DURATION * 10 + 1200))); do [ "$(mc_count_files "$W/out" '^done\.')" -ge 3 ] && break; sleep 0.1; done
@@ -70,14 +73,19 @@ done
 import statistics, sys
 results, trials, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 
-def bins(lines, start):  # steps per second in 10 s bins from the job's start; a restart's step 0 starts afresh
-    rates, last = {}, None
+def bins(lines, start):  # steps per second in 10 s bins from the job's start (a restart's steps start again at 0)
+    steps_in, last = {}, None
     for t, steps in lines:
-        if last and steps > last[1]:
-            b = int((t - start) // 10)
-            rates[b] = rates.get(b, 0) + (steps - last[1]) / 10
+        if last and steps > last[1]:  # the steps between two lines, spread over the time between them
+            a, b = last[0], t
+            per_s = (steps - last[1]) / (b - a)
+            while a < b:
+                edge = min(b, start + (int((a - start) // 10) + 1) * 10)
+                k = int((a - start) // 10)
+                steps_in[k] = steps_in.get(k, 0) + per_s * (edge - a)
+                a = edge
         last = (t, steps)
-    return rates
+    return {k: v / 10 for k, v in steps_in.items()}
 
 def read(mode, n):
     try:

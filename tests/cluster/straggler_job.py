@@ -1,7 +1,7 @@
 # A plain PyTorch Gloo loop with no meshrun code, for the straggler tests (tests/cluster/straggler_test.sh)
 # and bench/faults/progress.sh:
 #   straggler_job.py OUT STEPS STEP_MS [SLOW_RANK FACTOR] [--work] [--beats] [--for=SECONDS | --for-job=SECONDS]
-#                    [--rate-log=FILE]
+#                    [--rate-log=FILE [--rate-every=N]]
 # Each step every rank computes for STEP_MS ms, SLOW_RANK for FACTOR times as long, then all-reduces twice
 # (two collectives per step, like a model in two buckets). The compute is a busy loop (real compute, not a
 # sleep) that runs for that long by the clock, or with --work a fixed amount of work calibrated at the start
@@ -9,8 +9,8 @@
 # each step it ends, with its compute time (docs/progress.md); without, nothing but its collectives.
 # --for=SECONDS: as many steps as fit in that time (the ranks agree every 50 steps, in one more all-reduce).
 # --for-job=SECONDS: the same from the job's first start (OUT/started, kept across restarts), so a job restarted
-# from step 0 still ends when that time is up. --rate-log=FILE: rank 0 appends "UNIX_TIME STEPS_DONE" every 50
-# steps (bench/faults/straggler_evict.sh reads the job's own rate from it).
+# from step 0 still ends when that time is up. --rate-log=FILE: rank 0 appends "UNIX_TIME STEPS_DONE" every N
+# steps (--rate-every, 50; bench/faults/straggler_evict.sh reads the job's own rate from it).
 # Every rank writes OUT/done.<rank> at a clean end.
 import os
 import socket
@@ -27,6 +27,7 @@ def option(name):
 
 run_for_s = float(option("--for") or option("--for-job") or 0) or None
 rate_log = option("--rate-log")
+rate_every = int(option("--rate-every") or 50)
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 out, steps, step_ms = args[0], int(args[1]), float(args[2])
 slow_rank = int(args[3]) if len(args) > 3 else -1
@@ -103,7 +104,7 @@ for step in range(steps):
             beats.sendto(f"step={step + 1} compute_s={compute_s:.6f}".encode(), os.environ["MESHRUN_PROGRESS"])
         except (KeyError, OSError):
             pass
-    if rate_log and rank == 0 and (step + 1) % 50 == 0:
+    if rate_log and rank == 0 and (step + 1) % rate_every == 0:
         with open(rate_log, "a") as f:
             f.write(f"{time.time():.3f} {step + 1}\n")
     if time_is_up(step):
