@@ -7,7 +7,8 @@
 #   evict        3 nodes + 1 spare, no beats (stragglers from collective arrival times), the defaults (named slow
 #                for 60 s): node1 is evicted with the rule's figures, the spare takes its node rank, node1 waits
 #                cooling down (not a spare: status, its own line), /metrics counts the eviction, the job ends 0.
-#   evict_beats  the same with beats (compute_s), --slow-node-after 20.
+#   evict_beats  the same with beats (compute_s), --slow-node-after 20 (not in the suite, for its time: the unit tests
+#                of Membership evict from beats; run it by hand).
 #   twoslow      4 nodes + 1 spare, beats, the defaults, node1 and node2 limited at once: both named, no
 #                eviction, and a line that says why; the job ends 0 on its four nodes.
 # Usage: slow_node_test.sh SCENARIO MESHRUN VENV_BIN   (root; exits 77 when namespaces cannot be made)
@@ -15,9 +16,9 @@ SCENARIO=$1 MESHRUN=$2 VENV_BIN=$3
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/cluster.sh"
 case $SCENARIO in
-  evict) SEATS=3 LIMITED=(1) PERCENT=25 FOR=150 EXTRA=() FIELD=arrival_compute_s ;;
-  evict_beats) SEATS=3 LIMITED=(1) PERCENT=25 FOR=100 EXTRA=(--slow-node-after 20) FIELD=compute_s ;;
-  twoslow) SEATS=4 LIMITED=(1 2) PERCENT=25 FOR=120 EXTRA=() FIELD=compute_s ;;
+  evict) SEATS=3 LIMITED=(1) PERCENT=25 FOR=140 EXTRA=() FIELD=arrival_compute_s ;;
+  evict_beats) SEATS=3 LIMITED=(1) PERCENT=25 FOR=80 EXTRA=(--slow-node-after 20) FIELD=compute_s ;;
+  twoslow) SEATS=4 LIMITED=(1 2) PERCENT=25 FOR=100 EXTRA=() FIELD=compute_s ;;
   *) echo "unknown scenario $SCENARIO"; exit 2 ;;
 esac
 mc_init $((SEATS + 1))

@@ -8,7 +8,7 @@
 #            rank 1 look late at every collective), and status shows node1's clock +7 s from the daemon's.
 #   healthy  node1's worker alone runs 5 s behind (its agent does not: the worker's offset from its agent
 #            is measured too); equal compute over 300 steps: no straggler line on either node.
-#   healthy_both   HEALTHY_S seconds (default 300; the suite runs 120, bench/faults/straggler_healthy_both.sh
+#   healthy_both   HEALTHY_S seconds (default 300; the suite runs 90, bench/faults/straggler_healthy_both.sh
 #            300 and more) healthy on both routes at once, on the defaults: two jobs side by side, one
 #            with beats and one without, each with equal work per step (a fixed amount, not a clock) on its two
 #            ranks, so that each job's cores are shared with the other's busy processes (4 busy ranks, 2 cores):
