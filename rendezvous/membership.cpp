@@ -494,10 +494,11 @@ proto::HeartbeatReply Membership::heartbeat(const std::string& run_id, const std
     auto ranks = hosted_ranks(*run);
     run->telemetry.progress(ranks, fresh, run->world_size, straggler_threshold(*run), clock_.now());
     const auto ready = ready_waiting(*run);
-    if (replace_slow_node(*run)) {
+    auto slow = stragglers(*run);
+    if (replace_slow_node(*run, slow)) {
       // the round is invalidated: the restart below
     } else if (ready.empty() || static_cast<int>(run->participants.size()) >= run->max_nodes) {
-      reply.stragglers = stragglers(*run);
+      reply.stragglers = std::move(slow);
       reply.arrival_probe = run->telemetry.arrival_probe();
       reply.slow_nodes = run->slow_nodes.note();
       return reply;
@@ -725,8 +726,7 @@ std::vector<std::string> Membership::ready_waiting(const Run& run) const {
   return ready;
 }
 
-std::vector<NamedSlowNode> Membership::slow_nodes_now(const Run& run) const {
-  const auto slow = stragglers(run);
+std::vector<NamedSlowNode> Membership::slow_nodes_now(const Run& run, const std::vector<proto::Straggler>& slow) const {
   std::vector<NamedSlowNode> named;
   for (const auto& id : run.participants) {
     const Node& node = run.nodes.at(id);
@@ -744,9 +744,14 @@ std::vector<NamedSlowNode> Membership::slow_nodes_now(const Run& run) const {
   return named;
 }
 
-bool Membership::replace_slow_node(Run& run) {
+bool Membership::replace_slow_node(Run& run, const std::vector<proto::Straggler>& slow) {
   const proto::SlowNodePolicy policy = run.nodes.at(run.participants.front()).request.slow_nodes;
   if (!policy.replace) return false;
+  // Every node's heartbeat brings the run here; the rule's streaks and medians go by time, so once a second is
+  // enough, and a run of many nodes does not weigh its stragglers once per node.
+  const auto now = clock_.now();
+  if (run.slow_nodes_judged && now - *run.slow_nodes_judged < kSlowNodeJudgeEvery) return false;
+  run.slow_nodes_judged = now;
   SlowNodeContext context{.policy = policy, .spares = spare_count(run)};
   for (const auto& id : run.participants) {
     for (const auto& p : run.nodes.at(id).progress) {
@@ -756,14 +761,13 @@ bool Membership::replace_slow_node(Run& run) {
   }
   if (const proto::RestartRecord* recovered = run.telemetry.recovered())
     context.recovery_s = recovered->recovery.total_s;
-  const auto now = clock_.now();
-  const proto::SlowNodeDecision decision = run.slow_nodes.update(slow_nodes_now(run), context, now);
+  const proto::SlowNodeDecision decision = run.slow_nodes.update(slow_nodes_now(run, slow), context, now);
   if (decision.verdict != proto::SlowNodeVerdict::kEvict) return false;
-  const auto slow = std::find_if(run.participants.begin(), run.participants.end(), [&](const auto& id) {
+  const auto seat = std::find_if(run.participants.begin(), run.participants.end(), [&](const auto& id) {
     return run.nodes.at(id).group_rank == decision.node.node_rank;
   });
-  if (slow == run.participants.end()) return false;
-  const std::string node_id = *slow;
+  if (seat == run.participants.end()) return false;
+  const std::string node_id = *seat;
   const std::string who = identity(run.nodes.at(node_id).request);
   run.slow_nodes.evicted(who, decision, run.round, policy.cooldown_s, now);
   run.evicted = who;

@@ -12,6 +12,7 @@
 //   FINISHED every node left successfully; the run is forgotten.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -78,6 +79,8 @@ class Membership {
   uint64_t version() const { return version_; }
 
  private:
+  static constexpr auto kSlowNodeJudgeEvery = std::chrono::seconds(1);  // how often a run's slow nodes are weighed
+
   struct Node {
     proto::JoinRequest request;
     std::string id;
@@ -123,6 +126,7 @@ class Membership {
     FailureLog failures;       // the root cause and its consequences (a hang's suspect may make way for a spare)
     RunTelemetry telemetry;    // restarts, recovery, goodput, stragglers: measured, not deciding
     SlowNodeWatch slow_nodes;  // --replace-slow-nodes: who has been slow how long, evictions, cool-downs
+    std::optional<TimePoint> slow_nodes_judged;  // when the slow-node rule was last asked
     std::optional<TimePoint> last_call_deadline;
     std::vector<std::string> duplicate_ranks;
     std::vector<proto::NodeInfo> assigned;  // snapshot at close, group-rank order
@@ -153,11 +157,12 @@ class Membership {
   bool cooling(const Run& run, const Node& node) const;
   /// The waiting nodes that may take a seat (not cooling down), in the order they joined.
   std::vector<std::string> ready_waiting(const Run& run) const;
-  /// --replace-slow-nodes: asks the slow-node rule at a heartbeat of the closed round; on its verdict, opens the
-  /// next round without the slow node, which cools down. True when it did.
-  bool replace_slow_node(Run& run);
-  /// The named stragglers of the closed round, by node.
-  std::vector<NamedSlowNode> slow_nodes_now(const Run& run) const;
+  /// --replace-slow-nodes: asks the slow-node rule at a heartbeat of the closed round (at most every
+  /// kSlowNodeJudgeEvery), given the ranks named stragglers now (`slow`); on its verdict, opens the next round
+  /// without the slow node, which cools down. True when it did.
+  bool replace_slow_node(Run& run, const std::vector<proto::Straggler>& slow);
+  /// The closed round's nodes whose ranks are among `slow`.
+  std::vector<NamedSlowNode> slow_nodes_now(const Run& run, const std::vector<proto::Straggler>& slow) const;
   /// "spare host-d (pid 7) took node rank 1" for the nodes of a closing round that were not in the last one.
   std::string replacements(const Run& run) const;
   void close_round(Run& run);

@@ -13,7 +13,7 @@
 # the seconds from the limit until the rate is back to 90 % of the healthy rate and stays (evict); then the medians.
 # Root. Not part of ctest.
 #   bench/faults/straggler_evict.sh     (env TRIALS=5 MODES="healthy throttled evict torchrun" DURATION=180
-#                                        LIMIT_AT=40 PERCENT=33 ROUTE=beats MESHRUN)
+#                                        LIMIT_AT=40 PERCENT=33 ROUTE=beats MESHRUN; KEEP=1 keeps the node logs)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MESHRUN=${MESHRUN:-$ROOT/build/bin/meshrun}
@@ -53,12 +53,20 @@ one() {   # one MODE RESULT_FILE: a run in fresh namespace nodes; writes "MODE L
       limit=$(date +%s.%N)
     [ "$limit" = 0 ] && echo "could not limit node1's worker" >&2
   fi
-  for _ in $(seq $((DURATION * 10 + 1200))); do [ "$(mc_count_files "$W/out" '^done\.')" -ge 3 ] && break; sleep 0.1; done
+  # When node0's agent first names the straggler and first says the eviction, by the wall clock (its lines carry none).
+  local named=0 evicted_at=0
+  for _ in $(seq $((DURATION * 10 + 1200))); do
+    [ "$(mc_count_files "$W/out" '^done\.')" -ge 3 ] && break
+    [ "$named" = 0 ] && grep -q "^meshrun: straggler: rank 1 " "$W/node0.log" && named=$(date +%s.%N)
+    [ "$evicted_at" = 0 ] && grep -q "evicted for a spare" "$W/node0.log" && evicted_at=$(date +%s.%N)
+    sleep 0.1
+  done
   sleep 2
   local evicted=0
   grep -q "evicted for a spare" "$W/node0.log" && evicted=1
-  { echo "$mode $started $limit $evicted"; cat "$W/rate.log"; } > "$result"
+  { echo "$mode $started $limit $evicted $named $evicted_at"; cat "$W/rate.log"; } > "$result"
   grep -h "evicted for a spare" "$W/node0.log" | head -1 >&2
+  local i; for i in 0 1 2 3; do [ -f "$W/node$i.log" ] && cp "$W/node$i.log" "$result.node$i.log"; done
 }
 
 if [ "${1:-}" = one ]; then one "$2" "$3"; exit; fi
@@ -92,9 +100,10 @@ def read(mode, n):
         head, *rest = open(f"{results}/{mode}.{n}").read().split("\n")
     except OSError:
         return None
-    _, started, limit, evicted = head.split()
+    _, started, limit, evicted, named, evicted_at = head.split()
     lines = [tuple(map(float, l.split())) for l in rest if l.strip()]
-    return float(started), float(limit), evicted == "1", bins(lines, float(started))
+    return (float(started), float(limit), evicted == "1", bins(lines, float(started)),
+            float(named), float(evicted_at))
 
 healthy = []
 for n in range(1, trials + 1):
@@ -111,7 +120,7 @@ for mode in modes:
         if not r:
             print(f"{mode} {n}: no result")
             continue
-        started, limit, evicted, rates = r
+        started, limit, evicted, rates, named, evicted_at = r
         at = (limit - started) if limit else 40
         first = int(at // 10) + 1  # the first bin wholly after the limit
         def over(a, b):
@@ -119,19 +128,27 @@ for mode in modes:
             return statistics.median(vals) / base if vals else float("nan")
         last_bin = max(rates) - 1
         back = next((k for k in range(first, last_bin + 1)
-                     if all(rates.get(j, 0) >= 0.9 * base for j in range(k, last_bin + 1))), None)
-        back_s = (k_end := (back + 1) * 10 - at) if back is not None else None
+                     if all(rates.get(j, 0) >= 0.9 * base for j in range(k, last_bin + 1))), None) if limit else None
+        # The start of the first bin from which every bin is back: the rate was back by then.
+        back_s = back * 10 - at if back is not None else None
+        since = lambda t: f"{t - limit:.0f} s" if t and limit else "-"
         before = [v for k, v in rates.items() if 1 <= k < int(at // 10)]
         line = (f"{mode} {n}: before {statistics.median(before) / base if before else float('nan'):.2f}x, "
                 f"60-90 s after {over(60, 90):.2f}x, 90 s-end {over(90, 10000):.2f}x of healthy; "
-                f"evicted {'yes' if evicted else 'no'}; back to 90 % "
-                + (f"{back_s:.0f} s after the limit" if back_s is not None else "never"))
+                f"named {since(named)}, evicted {since(evicted_at) if evicted else 'no'} after the limit; back to 90 % "
+                + (f"{back_s:.0f} s after the limit" if back_s is not None else "never" if limit else "-"))
         print(line)
-        summary.setdefault(mode, []).append((over(60, 90), over(90, 10000), back_s))
+        summary.setdefault(mode, []).append((over(60, 90), over(90, 10000), back_s, evicted, limit))
 for mode, rows in summary.items():
     med = lambda i: statistics.median([r[i] for r in rows if r[i] == r[i]]) if rows else float("nan")
     backs = [r[2] for r in rows if r[2] is not None]
-    print(f"{mode}: median 60-90 s after the limit {med(0):.2f}x, after 90 s {med(1):.2f}x of healthy; back to 90 % "
-          f"in {len(backs)}/{len(rows)} trials" + (f", median {statistics.median(backs):.0f} s" if backs else ""))
+    # The median over every trial, "never" counting as longer than any.
+    ordered = sorted(rows, key=lambda r: float("inf") if r[2] is None else r[2])
+    mid = ordered[(len(ordered) - 1) // 2][2] if ordered else None
+    evictions = sum(1 for r in rows if r[3])
+    back = (f"back to 90 % in {len(backs)}/{len(rows)} trials, median " + (f"{mid:.0f} s" if mid is not None else "never")
+            if any(r[4] for r in rows) else "nothing limited")
+    print(f"{mode}: median 60-90 s after the limit {med(0):.2f}x, after 90 s {med(1):.2f}x of healthy; evicted in "
+          f"{evictions}/{len(rows)} trials; {back}")
 PY
-rm -rf "$RESULTS"
+if [ -n "${KEEP:-}" ]; then echo "logs kept in $RESULTS"; else rm -rf "$RESULTS"; fi
