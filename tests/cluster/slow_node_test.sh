@@ -7,8 +7,8 @@
 #   evict        3 nodes + 1 spare, no beats (stragglers from collective arrival times), the defaults (named slow
 #                for 60 s): node1 is evicted with the rule's figures, the spare takes its node rank, node1 waits
 #                cooling down (not a spare: status, its own line), /metrics counts the eviction, the job ends 0.
-#   evict_beats  the same with beats (compute_s), --slow-node-after 20 (not in the suite, for its time: the unit tests
-#                of Membership evict from beats; run it by hand).
+#   evict_beats  the same with beats (compute_s), --slow-node-after 20 (shorter than the default for the suite's
+#                time; evict keeps the defaults).
 #   twoslow      4 nodes + 1 spare, beats, the defaults, node1 and node2 limited at once: both named, no
 #                eviction, and a line that says why; the job ends 0 on its four nodes.
 # Usage: slow_node_test.sh SCENARIO MESHRUN VENV_BIN   (root; exits 77 when namespaces cannot be made)
