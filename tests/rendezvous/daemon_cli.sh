@@ -62,7 +62,8 @@ set -e
 
 # IPv6: --host takes an address with or without brackets, the endpoint of `status` takes [V6]:PORT.
 passed=2
-if ip -6 addr show dev lo 2>/dev/null | grep -q "::1/128"; then
+# Read whole before grep: under pipefail, `grep -q` leaving early can kill `ip` with SIGPIPE and fail the test.
+if grep -q "::1/128" <<< "$(ip -6 addr show dev lo 2>/dev/null)"; then
   # Emptied here, not by the redirect: the forked shell truncates the file only when it gets to run, and the loop
   # below would meanwhile read the IPv4 daemon's line still in it.
   : >"$out"

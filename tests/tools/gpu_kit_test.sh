@@ -18,11 +18,15 @@ rm -rf "$WORK"; mkdir -p "$WORK/out"
 KIT_BUILD_TYPE=None KIT_BUILD="$WORK/build" PYTHON="$PYTHON" "$ROOT/scripts/gpu_kit.sh" build --hide-system-deps --no-trainer
 
 bin="$WORK/build/bin"
-"$bin/meshrun" --version | grep -q "meshrun" || fail "the kit's meshrun does not run"
+# Outputs are read whole before grep: under pipefail, `grep -q` leaving early can kill the writer with SIGPIPE
+# and fail the pipeline although it matched.
+version=$("$bin/meshrun" --version) || fail "the kit's meshrun does not run"
+grep -q "meshrun" <<< "$version" || fail "the kit's meshrun --version printed: $version"
 "$bin/meshrun-rendezvous" --help >/dev/null || fail "the kit's meshrun-rendezvous does not run"
 # spdlog and fmt come from the kit's prefix, not from the system's copies (which setup.sh installed too).
-ldd "$bin/meshrun" | grep -E "libspdlog|libfmt" | grep -v "$ROOT/.gpu-kit/prefix" && fail "meshrun loads spdlog/fmt from outside the kit"
-ldd "$bin/meshrun" | grep -q "$ROOT/.gpu-kit/prefix.*libspdlog" || fail "meshrun does not load the kit's libspdlog"
+libs=$(ldd "$bin/meshrun")
+grep -E "libspdlog|libfmt" <<< "$libs" | grep -v "$ROOT/.gpu-kit/prefix" && fail "meshrun loads spdlog/fmt from outside the kit"
+grep -q "$ROOT/.gpu-kit/prefix.*libspdlog" <<< "$libs" || fail "meshrun does not load the kit's libspdlog: $libs"
 
 set +e
 OUT="$WORK/out" KIT_BUILD="$WORK/build" PYTHON="$PYTHON" "$ROOT/scripts/gpu_kit.sh" check check devices train_1b
