@@ -10,6 +10,8 @@ constexpr double kKeepS = kActivityWindowS + 3;
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+constexpr std::chrono::milliseconds kEarlySlack{50};
+
 }  // namespace
 
 ActivityMonitor::ActivityMonitor(size_t ranks, std::string proc_root)
@@ -31,26 +33,27 @@ bool ActivityMonitor::sample(const std::vector<pid_t>& pids, Clock::time_point n
   return true;
 }
 
-const TreeSample* ActivityMonitor::older_sample(size_t lr, double window_s) const {
+const TreeSample* ActivityMonitor::older_sample(size_t lr, Clock::time_point waiting_since) const {
   const auto& ring = samples_[lr];
   if (ring.empty()) return nullptr;
-  // The oldest sample inside the window: what the rank did before the others began waiting (its start-up, its
-  // last step) says nothing about the wait, so the window never reaches back past it. Samples come about a
-  // second apart; a little slack keeps one that came a few milliseconds early.
-  const double window = std::min(window_s, kActivityWindowS) + 0.05;
+  // The oldest sample inside the window, which starts when the others began waiting (never earlier: a sample
+  // of the rank's start-up read as I/O in the wait), and at most kActivityWindowS before the newest sample. Samples
+  // come about a second apart; a little slack keeps one that came a few milliseconds early.
+  const auto window_s = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kActivityWindowS));
+  const auto start = std::max(waiting_since, ring.back().at - window_s) - kEarlySlack;
   for (const auto& s : ring) {
-    if (seconds(ring.back().at - s.at) <= window) return &s;
+    if (s.at >= start) return &s;
   }
   return &ring.back();
 }
 
-ActivityMonitor::Clock::time_point ActivityMonitor::window_start(size_t lr, double window_s) const {
-  const TreeSample* older = older_sample(lr, window_s);
+ActivityMonitor::Clock::time_point ActivityMonitor::window_start(size_t lr, Clock::time_point waiting_since) const {
+  const TreeSample* older = older_sample(lr, waiting_since);
   return older != nullptr ? older->at : Clock::time_point{};
 }
 
-Activity ActivityMonitor::activity(size_t lr, const StackMotion& stack, double window_s) const {
-  const TreeSample* older = older_sample(lr, window_s);
+Activity ActivityMonitor::activity(size_t lr, const StackMotion& stack, Clock::time_point waiting_since) const {
+  const TreeSample* older = older_sample(lr, waiting_since);
   if (older == nullptr) {
     Activity a;
     a.why_unknown = "its process was never sampled";

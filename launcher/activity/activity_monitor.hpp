@@ -25,15 +25,15 @@ class ActivityMonitor {
 
   /// Samples every rank's tree when a sample is due; `pids` by local rank (0: exited). True when sampled.
   bool sample(const std::vector<pid_t>& pids, Clock::time_point now);
-  /// Local rank `lr` over the last `window_s` (at most kActivityWindowS) of samples, less when it has not been
-  /// watched that long (never more: the window starts at the oldest sample inside it). The caller bounds the
-  /// window by how long the others have waited: what the rank did before they began waiting says nothing about now.
-  Activity activity(size_t lr, const StackMotion& stack, double window_s = kActivityWindowS) const;
+  /// Local rank `lr` over its samples of the last kActivityWindowS that were taken since `waiting_since` (when the
+  /// others began waiting for it: what the rank did before, its start-up or its last step, says nothing about the
+  /// wait), less when it has not been watched that long (the window starts at the oldest sample inside it).
+  Activity activity(size_t lr, const StackMotion& stack, Clock::time_point waiting_since = {}) const;
   /// The start of the window activity() judges (the older sample's time), for the stack reads to match.
-  Clock::time_point window_start(size_t lr, double window_s = kActivityWindowS) const;
+  Clock::time_point window_start(size_t lr, Clock::time_point waiting_since = {}) const;
 
  private:
-  const TreeSample* older_sample(size_t lr, double window_s) const;
+  const TreeSample* older_sample(size_t lr, Clock::time_point waiting_since) const;
 
   std::string proc_root_;
   long ticks_per_s_;

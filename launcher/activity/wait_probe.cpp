@@ -18,6 +18,7 @@
 
 #include "common/unique_fd.hpp"
 #include "launcher/activity/proc_tree.hpp"
+#include "launcher/activity/scheduler_clock.hpp"
 #include "launcher/activity/socket_table.hpp"
 #include "launcher/activity/wait_call.hpp"
 
@@ -87,28 +88,6 @@ StatLine read_stat(const std::string& path) {
   return s;
 }
 
-double uptime_s(const std::string& proc_root) {
-  std::istringstream in(slurp(proc_root + "/uptime"));
-  double up = -1;
-  in >> up;
-  return up;
-}
-
-// How long ago the task last ran: the scheduler's se.exec_start (ms since boot) against the uptime.
-double idle_seconds(const std::string& task_dir, double uptime) {
-  if (uptime < 0) return -1;
-  const std::string sched = slurp(task_dir + "/sched");
-  const auto at = sched.find("se.exec_start");
-  if (at == std::string::npos) return -1;
-  const auto colon = sched.find(':', at);
-  if (colon == std::string::npos) return -1;
-  std::istringstream in(sched.substr(colon + 1, 40));
-  double ms = -1;
-  in >> ms;
-  if (ms < 0) return -1;
-  return std::max(0.0, uptime - ms / 1000.0);
-}
-
 // Reads `size` bytes of a live process's memory at `address` (the agent is the worker's parent: allowed).
 bool read_memory(pid_t pid, uint64_t address, void* out, size_t size) {
   UniqueFd mem(::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
@@ -167,14 +146,15 @@ bool opened_for_writing(const std::string& fdinfo) {
   return (flags & O_ACCMODE) != O_RDONLY;
 }
 
-ThreadWait read_thread_once(const std::string& proc_root, pid_t pid, pid_t tid, double uptime, DecodedCall& decoded) {
+ThreadWait read_thread_once(const std::string& proc_root, pid_t pid, pid_t tid, SchedulerClock& clock,
+                            DecodedCall& decoded) {
   const std::string task = dir_of(proc_root, pid) + "/task/" + std::to_string(tid);
   ThreadWait t;
   t.tid = tid;
   const StatLine stat = read_stat(task + "/stat");
   t.name = stat.comm;
   t.state = stat.state;
-  t.idle_s = idle_seconds(task, uptime);
+  t.idle_s = clock.idle_seconds(task);
   const auto d = decode_syscall_line(slurp(task + "/syscall"));
   if (!d) return t;  // kUnknown: unreadable
   decoded = *d;
@@ -193,12 +173,12 @@ ThreadWait read_thread_once(const std::string& proc_root, pid_t pid, pid_t tid, 
 constexpr int kRunnableLooks = 5;
 constexpr std::chrono::milliseconds kRunnableLookEvery{2};
 
-ThreadWait read_thread(const std::string& proc_root, bool live, pid_t pid, pid_t tid, double uptime,
+ThreadWait read_thread(const std::string& proc_root, bool live, pid_t pid, pid_t tid, SchedulerClock& clock,
                        DecodedCall& decoded) {
-  ThreadWait t = read_thread_once(proc_root, pid, tid, uptime, decoded);
+  ThreadWait t = read_thread_once(proc_root, pid, tid, clock, decoded);
   for (int look = 1; live && t.call == WaitCall::kRunning && look < kRunnableLooks; ++look) {
     std::this_thread::sleep_for(kRunnableLookEvery);
-    t = read_thread_once(proc_root, pid, tid, uptime, decoded);
+    t = read_thread_once(proc_root, pid, tid, clock, decoded);
   }
   return t;
 }
@@ -225,17 +205,17 @@ class Reader {
     tree.read_at_unix_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count();
-    const double uptime = uptime_s(root_);
+    SchedulerClock clock(root_);
     for (const auto& p : read_process_tree(root_, leader, std::chrono::steady_clock::now()).processes) {
       if (tree.processes.size() >= kMaxProcesses) break;
-      tree.processes.push_back(read_process(p.pid, uptime));
+      tree.processes.push_back(read_process(p.pid, clock));
     }
     find_holders(tree);
     return tree;
   }
 
  private:
-  ProcessWaits read_process(pid_t pid, double uptime) {
+  ProcessWaits read_process(pid_t pid, SchedulerClock& clock) {
     ProcessWaits p;
     p.pid = pid;
     p.parent = read_stat(dir_of(root_, pid) + "/stat").parent;
@@ -244,7 +224,7 @@ class Reader {
     std::stable_partition(tids.begin(), tids.end(), [pid](int tid) { return tid == pid; });
     for (int tid : tids) {
       DecodedCall d;
-      ThreadWait t = read_thread(root_, live_, pid, tid, uptime, d);
+      ThreadWait t = read_thread(root_, live_, pid, tid, clock, d);
       if (t.call == WaitCall::kDescriptors || t.call == WaitCall::kFileLock || t.call == WaitCall::kDevice) {
         t.fds = waited_fds(live_, pid, d);
         for (int fd : t.fds) add_fd(p, fd);

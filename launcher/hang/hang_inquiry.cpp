@@ -64,12 +64,12 @@ HangInquiry::HangInquiry(ProgressMonitor& progress, const ActivityMonitor& activ
     : progress_(progress), activity_(activity), group_(group), exchange_(exchange), site_(std::move(site)) {}
 
 Activity HangInquiry::activity(size_t lr, double window_s) const {
-  // The stack's motion is judged on the reads since the wait began: the window's older sample can be older than
-  // the wait, and one frame read before it (the rank's last step) would read as motion.
+  // The window and the stack's motion both start when the others began waiting (a read before it, the rank's
+  // start-up or its last step, would read as I/O or motion), or at the window's first sample after that.
   const auto wait_began =
       Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(window_s));
-  const auto since = std::max(activity_.window_start(lr, window_s), wait_began);
-  return activity_.activity(lr, progress_.watch(lr).stack_motion(since), window_s);
+  const auto since = std::max(activity_.window_start(lr, wait_began), wait_began);
+  return activity_.activity(lr, progress_.watch(lr).stack_motion(since), wait_began);
 }
 
 RankRecord HangInquiry::base_record(size_t lr, double window_s) const {

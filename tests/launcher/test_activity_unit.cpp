@@ -279,11 +279,31 @@ TEST_CASE("the monitor judges the last 10 s of its samples, fewer while it has f
   CHECK(now.cpu_cores == Approx(0.3));
   CHECK(monitor.window_start(0) == t0 + std::chrono::seconds(4));
   // The others have waited 3 s only: what it did before (compute) says nothing about now (idle).
-  const Activity since_waiting = monitor.activity(0, {}, 3);
+  const Activity since_waiting = monitor.activity(0, {}, t0 + std::chrono::seconds(11));
   CHECK(since_waiting.window_s == Approx(3));
   CHECK(since_waiting.liveness == Liveness::kIdle);
   monitor.sample({0}, t0 + std::chrono::seconds(20));  // the worker exited
   CHECK(monitor.activity(0, {}).liveness == Liveness::kUnknown);
+}
+
+TEST_CASE("the monitor's window never starts before the wait, though its newest sample is a second old", "[activity]") {
+  meshrun::testing::TempDir dir;
+  const fs::path root = dir.path();
+  ActivityMonitor monitor(1, root.string());
+  const auto t0 = Clock::now();
+  for (int s = 0; s <= 19; ++s) {
+    fake_process(root, 100, 1, 0, "");
+    // Start-up reads its files until 9.3 s, when it begins to wait on an event nothing sets; the others begin
+    // waiting for it then too. The judge asks at 19.9 s: the newest sample is 0.9 s old.
+    if (s >= 10) put(root / "100" / "io", "rchar: 1000100\nwchar: 200\n");
+    monitor.sample({100}, t0 + std::chrono::seconds(s));
+  }
+  const auto wait_began = t0 + std::chrono::milliseconds(9300);
+  const Activity a = monitor.activity(0, {}, wait_began);
+  CHECK(a.liveness == Liveness::kIdle);  // not "reading 100 kB/s": the start-up's last megabyte came before
+  CHECK(a.window_s == Approx(9));
+  CHECK(monitor.window_start(0, wait_began) == t0 + std::chrono::seconds(10));
+  CHECK(monitor.activity(0, {}).liveness == Liveness::kBusy);  // with no wait to start from: the last 10 s
 }
 
 TEST_CASE("the hook's stack reads: parsed, and moved or unchanged over a window", "[activity][hook]") {

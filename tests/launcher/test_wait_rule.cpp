@@ -4,11 +4,16 @@
 // waiting on a service, a busy child, a thread downloading slowly, a named pipe fed from outside, a pipe to itself, a
 // socket to another process of the job), over made-up trees for the rules about threads, children and addresses,
 // the system-call decoding and the socket tables, and the verdict that makes a rank waiting outside late.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -121,6 +126,35 @@ TEST_CASE(
   // Torch's and Gloo's own threads are there, and none of them made the lock a way out.
   const Sample lock = sample("lock_twice");
   CHECK(lock.tree.processes.front().threads.size() > 4);
+}
+
+TEST_CASE("a live thread's idle time is how long it has slept, never more than its process has lived", "[wait]") {
+  // The kernel's /proc/uptime runs ahead of the scheduler's clock by a VM's stolen time (minutes on a busy CI
+  // machine): read against it, a wait of seconds read as minutes, "since" before the process started.
+  const auto forked = std::chrono::steady_clock::now();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  auto state = [&] {
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
+  };
+  while (state() != 'S') std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const TreeWaits tree = read_tree_waits("/proc", child);
+  const double lived_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - forked).count();
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  REQUIRE(tree.processes.size() == 1);
+  REQUIRE(tree.processes.front().threads.size() == 1);
+  const double idle = tree.processes.front().threads.front().idle_s;
+  CHECK(idle >= 0.95);  // asleep since before the second began (the scheduler's clock ticks in milliseconds)
+  CHECK(idle <= lived_s + 0.05);
 }
 
 TEST_CASE("a recorded service on this host seen as one of the job's processes is inside", "[wait]") {
