@@ -1,6 +1,7 @@
 #include "launcher/activity/activity_monitor.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace meshrun::launcher {
 namespace {
@@ -36,15 +37,17 @@ bool ActivityMonitor::sample(const std::vector<pid_t>& pids, Clock::time_point n
 const TreeSample* ActivityMonitor::older_sample(size_t lr, Clock::time_point waiting_since) const {
   const auto& ring = samples_[lr];
   if (ring.empty()) return nullptr;
-  // The oldest sample inside the window, which starts when the others began waiting (never earlier: a sample
-  // of the rank's start-up read as I/O in the wait), and at most kActivityWindowS before the newest sample. Samples
+  // The oldest sample inside the window, which starts when the others began waiting (a sample from before, the
+  // rank's start-up, would read as I/O in the wait) and at most kActivityWindowS before the newest sample. Samples
   // come about a second apart; a little slack keeps one that came a few milliseconds early.
   const auto window_s = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kActivityWindowS));
   const auto start = std::max(waiting_since, ring.back().at - window_s) - kEarlySlack;
-  for (const auto& s : ring) {
-    if (s.at >= start) return &s;
-  }
-  return &ring.back();
+  const auto first = std::find_if(ring.begin(), ring.end(), [&](const TreeSample& s) { return s.at >= start; });
+  if (first == ring.end()) return &ring.back();
+  // A wait too short to judge from its own samples reaches back one sample (a second at most before it): a rank
+  // called late early is looked at again later, over the wait alone, before anything is done.
+  if (first != ring.begin() && seconds(ring.back().at - first->at) < kActivityMinWindowS) return &*std::prev(first);
+  return &*first;
 }
 
 ActivityMonitor::Clock::time_point ActivityMonitor::window_start(size_t lr, Clock::time_point waiting_since) const {

@@ -304,6 +304,8 @@ TEST_CASE("the monitor's window never starts before the wait, though its newest 
   CHECK(a.window_s == Approx(9));
   CHECK(monitor.window_start(0, wait_began) == t0 + std::chrono::seconds(10));
   CHECK(monitor.activity(0, {}).liveness == Liveness::kBusy);  // with no wait to start from: the last 10 s
+  // A wait of 1.5 s has one sample in it: too few to judge, the window reaches back one sample before it.
+  CHECK(monitor.window_start(0, t0 + std::chrono::milliseconds(17500)) == t0 + std::chrono::seconds(17));
 }
 
 TEST_CASE("the hook's stack reads: parsed, and moved or unchanged over a window", "[activity][hook]") {
