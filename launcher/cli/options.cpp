@@ -841,11 +841,6 @@ void convert_rendezvous(const RawFlags& raw, const EnvLookup& env, const HostInf
   o.run_id = raw.run_id;
   o.rdzv_conf = parse_rdzv_conf(raw.conf);
   if (o.backend == RdzvBackend::kEtcd) settle_etcd_tls(o.rdzv_conf, https_members);
-  if (o.backend == RdzvBackend::kEtcd && o.slow_nodes.replace) {
-    throw UsageError(
-        "--replace-slow-nodes needs meshrun's daemon (--rdzv-backend c10d): the etcd backend names no stragglers "
-        "yet (docs/etcd.md)");
-  }
   if (o.local_addr.empty()) o.local_addr = o.rdzv_conf.local_addr;  // --local-addr wins, as in torchrun
   o.master_addr = strip_brackets(o.master_addr);                    // "[fd00::1]" as in an endpoint
   if (const auto token = env(proto::kTokenEnv); o.rdzv_conf.token.empty() && token) o.rdzv_conf.token = trim(*token);

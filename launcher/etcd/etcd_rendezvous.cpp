@@ -137,6 +137,7 @@ void EtcdRendezvous::renew_lease(bool force) {
                lease_ttl_s(options_.rdzv_conf));
   lease_ = client_.grant_lease(lease_ttl_s(options_.rdzv_conf));
   entered_round_ = -1;
+  spare_marked_ = false;  // its key went with the old lease
 }
 
 proto::Assignment EtcdRendezvous::sealed_secret_opened(proto::Assignment a) const {
@@ -185,6 +186,11 @@ EtcdRendezvous::RoundView EtcdRendezvous::view_of(const std::string& prefix, con
       view.reported.insert(name.substr(2, name.find('/', 2) - 2));
     } else if (name == "store") {
       view.store = parse_endpoint(kv.value, 0);
+    } else if (name.rfind("p/", 0) == 0) {
+      view.progress[name.substr(2)] =
+          etcd::NodeProgress{json::parse(kv.value).get<std::vector<proto::RankProgress>>(), kv.mod_revision};
+    } else if (name == "judged") {
+      view.judged = json::parse(kv.value).get<etcd::SlowNodeJudgement>();
     }
   }
   std::sort(joined.begin(), joined.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -209,6 +215,7 @@ bool EtcdRendezvous::enter_round(const Snapshot& seen) {
   if (options_.node_rank_given) me.requested_rank = options_.node_rank;
   std::vector<etcd::Compare> compares{etcd::mod_revision_is(keys_.state(), seen.mod_revision)};
   std::vector<etcd::Operation> puts{etcd::put_op(keys_.node(round, me.node_id), json(me).dump(), lease_)};
+  if (spare_marked_) puts.push_back(etcd::delete_op(spare_key()));  // a spare no more: it takes a seat
   const std::string claim = me.requested_rank >= 0 ? keys_.rank_claim(round, me.requested_rank) : std::string();
   if (!claim.empty()) {
     compares.push_back(etcd::absent(claim));
@@ -218,6 +225,7 @@ bool EtcdRendezvous::enter_round(const Snapshot& seen) {
   if (result.succeeded) {
     node_id_ = me.node_id;
     entered_round_ = round;
+    spare_marked_ = false;
     return true;
   }
   if (!claim.empty() && !result.ranges.empty() && !result.ranges.front().kvs.empty()) {
@@ -262,6 +270,7 @@ std::optional<proto::Assignment> EtcdRendezvous::join_round() {
     const Snapshot s = ensure_state(wait);
     wait.saw_run = true;
     check_sizes(s.run);
+    if (wait_cooling(s, wait)) continue;
     switch (s.run.phase) {
       case RoundPhase::kFailed: on_failed_run(s); break;
       case RoundPhase::kClosed:
@@ -311,6 +320,7 @@ std::optional<proto::Assignment> EtcdRendezvous::on_closed_round(const Snapshot&
         s, etcd::next_round(run, proto::RestartCause::kScaleUp, hostname_ + " is waiting to join (scale-up)", ""));
     return std::nullopt;
   }
+  mark_spare();
   const auto now = SteadyClock::now();
   if (now >= wait.deadline) {
     throw TimeoutError("run '" + run_id_ + "' is full (" + std::to_string(run.max_nodes) +
@@ -354,8 +364,8 @@ void EtcdRendezvous::on_open_round(const Snapshot& s, JoinWait& wait) {
       if (previous.reported.count(node.node_id) != 0) reported.push_back(etcd::survivor_key(node));
     }
   }
-  if (auto members =
-          etcd::close_now(judged, view.joined, last_call_running && now - wait.min_joined_at >= last_call, reported)) {
+  if (auto members = etcd::close_now(judged, view.joined, last_call_running && now - wait.min_joined_at >= last_call,
+                                     reported, unix_time_ms())) {
     close_round(s, view, std::move(*members));
     return;
   }
@@ -393,6 +403,13 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
   if (store_) {  // the last round's store: its workers are gone
     store_->stop();
     store_.reset();
+  }
+  steps_put_.clear();
+  judged_put_.clear();
+  judge_.reset();
+  if (me.group_rank == 0) {  // node rank 0 judges the round's stragglers (slow_node_judge.hpp)
+    judge_ = std::make_unique<etcd::SlowNodeJudge>(run, options_.straggler_threshold, options_.slow_nodes,
+                                                   SteadyClock::now());
   }
   if (me.group_rank == 0) {
     rendezvous::ServerOptions so;
@@ -435,37 +452,129 @@ proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankPro
                                                 const proto::AttemptMilestones& attempt) {
   for (const auto& p : progress) steps_beaten_ = std::max(steps_beaten_, p.step);
   note_account(attempt);
-  proto::HeartbeatReply reply = check_round();
+  proto::HeartbeatReply reply = check_round(progress);
   if (reply.action != proto::HeartbeatAction::kContinue && !fault_) fault_ = SteadyClock::now();
   return reply;
 }
 
-proto::HeartbeatReply EtcdRendezvous::check_round() {
+proto::HeartbeatReply EtcdRendezvous::check_round(const std::vector<proto::RankProgress>& progress) {
   renew_lease(true);
   const std::string prefix = keys_.round(assigned_round_);
-  const etcd::TxnResult read =
-      client_.txn({}, {etcd::range_op(keys_.state()), etcd::range_op(prefix, etcd::prefix_end(prefix))});
+  // This node's progress, when a step moved: node rank 0 names the stragglers from every node's.
+  const bool moved = std::any_of(progress.begin(), progress.end(), [&](const proto::RankProgress& p) {
+    const auto it = steps_put_.find(p.rank);
+    return it == steps_put_.end() || it->second != p.step;
+  });
+  std::vector<etcd::Operation> ops;
+  if (moved) ops.push_back(etcd::put_op(keys_.progress(assigned_round_) + node_id_, json(progress).dump(), lease_));
+  ops.push_back(etcd::range_op(keys_.state()));
+  if (judge_) {  // the whole round, every node's progress with it, and the spares
+    ops.push_back(etcd::range_op(prefix, etcd::prefix_end(prefix)));
+    ops.push_back(etcd::range_op(keys_.spares(), etcd::prefix_end(keys_.spares())));
+  } else {  // what tells a lost node, and the judgement: not every node's progress (N x N bytes a second)
+    for (const std::string& part : {keys_.nodes(assigned_round_), keys_.done(assigned_round_)})
+      ops.push_back(etcd::range_op(part, etcd::prefix_end(part)));
+    ops.push_back(etcd::range_op(keys_.judged(assigned_round_)));
+  }
+  const etcd::TxnResult read = client_.txn({}, ops);
   proto::HeartbeatReply reply;
   reply.round = assigned_round_;
-  if (read.ranges.size() != 2) return reply;
+  if (read.ranges.size() != (judge_ ? 3U : 4U)) return reply;
+  if (moved) {
+    for (const auto& p : progress) steps_put_[p.rank] = p.step;
+  }
   const Snapshot s = snapshot_of(read.ranges[0]);
   if (!s.exists) return reply;  // the run finished and was cleaned up
   RunRecord next = s.run;
   if (s.run.round == assigned_round_) {
-    const RoundView view = view_of(prefix, read.ranges[1]);
+    etcd::RangeResult round = read.ranges[1];
+    for (size_t i = 2; !judge_ && i < read.ranges.size(); ++i)
+      round.kvs.insert(round.kvs.end(), read.ranges[i].kvs.begin(), read.ranges[i].kvs.end());
+    const RoundView view = view_of(prefix, round);
     const auto lost = etcd::lost_members(s.run, view.alive, view.done);
-    if (lost.empty()) return reply;
-    next = etcd::next_round(s.run, proto::RestartCause::kNodeLost,
-                            "node " + std::to_string(lost.front().group_rank) + " on " + lost.front().host +
-                                " stopped renewing its etcd lease (dead, stopped or cut off)",
-                            lost.front().node_id);
-    if (!replace_state(s, next)) next = read_state().run;
+    if (lost.empty()) {
+      if (!judge_) {
+        if (view.judged) {
+          reply.stragglers = view.judged->stragglers;
+          reply.slow_nodes = view.judged->note;
+        }
+        return reply;
+      }
+      if (!judge_round(s, view, read.ranges[2], reply)) return reply;
+      next = read_state().run;  // evicted a slow node: the next round
+    } else {
+      next = etcd::next_round(s.run, proto::RestartCause::kNodeLost,
+                              "node " + std::to_string(lost.front().group_rank) + " on " + lost.front().host +
+                                  " stopped renewing its etcd lease (dead, stopped or cut off)",
+                              lost.front().node_id);
+      if (!replace_state(s, next)) next = read_state().run;
+    }
   }
   reply.round = next.round;
   reply.action = next.phase == RoundPhase::kFailed ? proto::HeartbeatAction::kFail : proto::HeartbeatAction::kRestart;
   reply.cause = next.cause;
   reply.reason = next.reason;
   return reply;
+}
+
+bool EtcdRendezvous::judge_round(const Snapshot& s, const RoundView& view, const etcd::RangeResult& spares,
+                                 proto::HeartbeatReply& reply) {
+  const int64_t now_ms = unix_time_ms();
+  int ready = 0;  // spares that may take a seat: not cooling down
+  for (const auto& kv : spares.kvs) {
+    if (etcd::cooldown_left_s(s.run, kv.value, now_ms) <= 0) ++ready;
+  }
+  const bool full = static_cast<int>(s.run.members.size()) >= s.run.max_nodes;
+  const etcd::SlowNodeJudgement judged = judge_->judge(view.progress, full ? ready : 0, SteadyClock::now());
+  reply.stragglers = judged.stragglers;
+  reply.slow_nodes = judged.note;
+  if (std::string text = json(judged).dump(); text != judged_put_) {
+    try {
+      client_.put(keys_.judged(assigned_round_), text, lease_);
+      judged_put_ = std::move(text);
+    } catch (const Error& e) {
+      spdlog::warn("could not put the run's stragglers in etcd: {}", e.what());
+    }
+  }
+  const auto& order = judge_->eviction();
+  if (!order) return false;
+  const RunRecord next =
+      etcd::evicted_round(s.run, order->decision.line(), order->node_id, order->identity,
+                          now_ms + static_cast<int64_t>(options_.slow_nodes.cooldown_s * 1000), now_ms);
+  if (!replace_state(s, next)) return false;  // the round moved on meanwhile: the next heartbeat reads why
+  spdlog::info("round {}: {}", assigned_round_, order->decision.line());
+  return true;
+}
+
+bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
+  const double left = etcd::cooldown_left_s(s.run, hostname_ + "/" + std::to_string(::getpid()), unix_time_ms());
+  if (left <= 0) return false;
+  if (!wait.told_cooling) {
+    char text[200];
+    std::snprintf(text, sizeof(text),
+                  "evicted as a slow node: not taken back, not even as a spare, for %.0f s more "
+                  "(--slow-node-cooldown); waiting",
+                  left);
+    say(text);
+    wait.told_cooling = true;
+  }
+  // Cooling down is no join: its time is not counted against the join timeout.
+  wait.deadline = SteadyClock::now() + from_seconds(options_.rdzv_conf.join_timeout_s);
+  wait_for_change(s.revision, kWaitSlice);
+  return true;
+}
+
+std::string EtcdRendezvous::spare_key() const { return keys_.spares() + hostname_ + ":" + std::to_string(::getpid()); }
+
+void EtcdRendezvous::mark_spare() {
+  if (spare_marked_) return;
+  try {
+    client_.put(spare_key(), hostname_ + "/" + std::to_string(::getpid()), lease_);  // its survivor_key
+    spare_marked_ = true;
+    became_spare();  // its standby workers start while it waits
+  } catch (const Error& e) {
+    spdlog::warn("could not mark this node a hot spare in etcd: {}", e.what());
+  }
 }
 
 void EtcdRendezvous::report_failure(const std::string& reason, proto::RestartCause cause) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -26,6 +27,7 @@
 #include "common/signal_set.hpp"
 #include "launcher/etcd/etcd_client.hpp"
 #include "launcher/etcd/run_record.hpp"
+#include "launcher/etcd/slow_node_judge.hpp"
 #include "launcher/rdzv/rendezvous_backend.hpp"
 #include "launcher/rdzv/rendezvous_settings.hpp"
 #include "proto/rules/goodput_ledger.hpp"
@@ -78,6 +80,8 @@ class EtcdRendezvous final : public RendezvousBackend {
     std::set<std::string> done;           // node ids that left
     std::set<std::string> reported;       // node ids that reported a worker's failure or hang
     std::optional<Endpoint> store;
+    std::map<std::string, etcd::NodeProgress> progress;  // node id -> its ranks' progress
+    std::optional<etcd::SlowNodeJudgement> judged;       // node rank 0's judgement, once put
     int64_t revision = 0;
   };
 
@@ -89,12 +93,23 @@ class EtcdRendezvous final : public RendezvousBackend {
     std::chrono::steady_clock::time_point min_joined_at{};
     int64_t min_joined_round = -1;  // the round min_joined_at is for; -1: fewer than min_nodes joined
     bool saw_run = false;           // the run's state was there during this join (its end is then news)
+    bool told_cooling = false;      // an evicted slow node said it cools down
   };
 
   /// join() without the goodput ledger's bookkeeping: waits for this node's next assignment.
   std::optional<proto::Assignment> join_round();
-  /// heartbeat() without the ledger: renews the lease and reads whether the round still stands.
-  proto::HeartbeatReply check_round();
+  /// heartbeat() without the ledger: renews the lease, puts this node's progress when it moved, and reads whether
+  /// the round still stands and what node rank 0 judged of its stragglers.
+  proto::HeartbeatReply check_round(const std::vector<proto::RankProgress>& progress);
+  /// Node rank 0: names the stragglers from every node's progress, publishes them when they change, and evicts a
+  /// slow node when the rule says it pays (true: the round was ended for it).
+  bool judge_round(const Snapshot& s, const RoundView& view, const etcd::RangeResult& spares,
+                   proto::HeartbeatReply& reply);
+  /// A node evicted as slow waits out its cool-down without entering rounds (true: it waits).
+  bool wait_cooling(const Snapshot& s, JoinWait& wait);
+  /// A spare of a full round says so in etcd (a key on its lease), for node rank 0's slow-node rule.
+  void mark_spare();
+  std::string spare_key() const;
   /// Feeds this node's milestones to its goodput ledger and the run's high-water step.
   void note_account(const proto::AttemptMilestones& attempt);
   /// With no state in etcd: throws RunFinished when the run this node waited for ended well (etcd holds its
@@ -150,6 +165,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   proto::GoodputLedger goodput_;                                // the run's wall time as this node saw it
   int64_t steps_beaten_ = -1;                                   // the highest step this node's ranks beat
   std::optional<std::chrono::steady_clock::time_point> fault_;  // the attempt's first fault seen here
+  std::map<int, int64_t> steps_put_;                            // rank -> the step of its progress key last put
+  std::unique_ptr<etcd::SlowNodeJudge> judge_;                  // node rank 0 of the assigned round
+  std::string judged_put_;                                      // ... and what it put last (JSON)
+  bool spare_marked_ = false;                                   // this node's w/ key is put
 };
 
 }  // namespace meshrun::launcher

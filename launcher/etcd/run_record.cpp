@@ -54,7 +54,8 @@ void to_json(nlohmann::json& j, const RunRecord& run) {
                      {"min_nodes", run.min_nodes}, {"max_nodes", run.max_nodes},
                      {"cause", run.cause},         {"reason", run.reason},
                      {"survivors", run.survivors}, {"previous_ranks", run.previous_ranks},
-                     {"members", run.members},     {"secret", run.secret}};
+                     {"members", run.members},     {"secret", run.secret},
+                     {"cooling", run.cooling}};
 }
 
 void from_json(const nlohmann::json& j, RunRecord& run) {
@@ -68,13 +69,25 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
   run.previous_ranks = j.value("previous_ranks", std::map<std::string, int>{});
   run.members = j.value("members", std::vector<proto::NodeInfo>{});
   run.secret = j.value("secret", std::string());
+  run.cooling = j.value("cooling", std::map<std::string, int64_t>{});
 }
 
 std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
 
 // The round policy is shared with the daemon (proto/rules/round_policy.hpp); this feeds it the etcd backend's view.
-std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
-                                                      bool last_call_passed, const std::vector<std::string>& reported) {
+double cooldown_left_s(const RunRecord& run, const std::string& key, int64_t now_unix_ms) {
+  const auto it = run.cooling.find(key);
+  return it == run.cooling.end() ? 0 : std::max<double>(0, static_cast<double>(it->second - now_unix_ms) / 1000);
+}
+
+std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run,
+                                                      const std::vector<proto::NodeInfo>& all_joined,
+                                                      bool last_call_passed, const std::vector<std::string>& reported,
+                                                      int64_t now_unix_ms) {
+  std::vector<proto::NodeInfo> joined;  // a node cooling down entered anyway (an older agent): not seated
+  for (const auto& node : all_joined) {
+    if (cooldown_left_s(run, survivor_key(node), now_unix_ms) <= 0) joined.push_back(node);
+  }
   if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;
   std::set<std::string> back;
   for (const auto& node : joined) back.insert(survivor_key(node));
@@ -139,6 +152,7 @@ RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const s
   next.cause = cause;
   next.reason = reason;
   next.secret = closed.secret;
+  next.cooling = closed.cooling;
   for (const auto& node : closed.members) {
     if (node.node_id == lost_node) continue;
     next.survivors.push_back(survivor_key(node));
@@ -148,6 +162,16 @@ RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const s
     next.phase = RoundPhase::kFailed;
     next.reason = *too_few;
   }
+  return next;
+}
+
+RunRecord evicted_round(const RunRecord& closed, const std::string& reason, const std::string& node_id,
+                        const std::string& identity, int64_t until_unix_ms, int64_t now_unix_ms) {
+  RunRecord next = next_round(closed, proto::RestartCause::kSlowNode, reason, node_id);
+  next.phase = RoundPhase::kOpen;
+  next.reason = reason;
+  std::erase_if(next.cooling, [now_unix_ms](const auto& entry) { return entry.second <= now_unix_ms; });
+  next.cooling[identity] = until_unix_ms;
   return next;
 }
 

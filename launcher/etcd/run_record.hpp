@@ -9,6 +9,9 @@
 //   r/<round>/store          "addr:port" of the workers' store, served by the agent of node rank 0
 //   r/<round>/done/<node id> {"ok", "reason"}: the node left (not on the lease: it outlives the node)
 //   r/<round>/f/<node>/<rank> FailureReport: the root cause across nodes
+//   r/<round>/p/<node id>    its ranks' RankProgress (on the lease), put when a step moved: the stragglers' figures
+//   r/<round>/judged         SlowNodeJudgement (slow_node_judge.hpp), put by node rank 0's agent when it changes
+//   w/<host>:<pid>           a hot spare waiting for a seat (on its lease): the slow-node rule counts them
 // and outside it, since node rank 0 deletes the run's prefix when the job ends:
 // "/meshrun/goodput/<run id>/<host>/<pid>"  GoodputReport: the run as that node saw it, put when it left
 //                            (kept: a record of the job; delete the prefix when done with it)
@@ -44,6 +47,8 @@ struct RunRecord {
   std::map<std::string, int> previous_ranks;               // "host/pid" -> node rank in the last round (kept)
   std::vector<proto::NodeInfo> members;                    // kClosed: the round's nodes, group-rank order
   std::string secret;  // the run's secret: set when the run is created, kept every round (Assignment::run_secret)
+  // "host/pid" -> unix ms: a node evicted as slow (--replace-slow-nodes) is not seated, not even as a spare, until then
+  std::map<std::string, int64_t> cooling;
 };
 
 void to_json(nlohmann::json& j, const RunRecord& run);
@@ -65,6 +70,9 @@ struct RunKeys {
   std::string store(int64_t r) const { return round(r) + "store"; }
   std::string done(int64_t r) const { return round(r) + "done/"; }
   std::string failures(int64_t r) const { return round(r) + "f/"; }
+  std::string progress(int64_t r) const { return round(r) + "p/"; }
+  std::string judged(int64_t r) const { return round(r) + "judged"; }
+  std::string spares() const { return prefix + "w/"; }
   std::string goodput(const std::string& run_id, const std::string& host, int64_t pid) const {
     return "/meshrun/goodput/" + run_id + "/" + host + "/" + std::to_string(pid);
   }
@@ -78,9 +86,14 @@ std::string survivor_key(const proto::NodeInfo& node);
 /// still come back (live_survivors). `reported`: survivors (survivor_key) that reported their own workers'
 /// failure in the last round: known alive, they are due, and a spare does not take their seat. One that
 /// said nothing may be the node that was lost.
+/// A node cooling down at `now_unix_ms` is never seated.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
                                                       bool last_call_passed,
-                                                      const std::vector<std::string>& reported = {});
+                                                      const std::vector<std::string>& reported = {},
+                                                      int64_t now_unix_ms = 0);
+
+/// Seconds before the node `key` (survivor_key) may be seated again after its eviction as slow (0: it may).
+double cooldown_left_s(const RunRecord& run, const std::string& key, int64_t now_unix_ms);
 
 /// The survivors of the last round that may still come back: those that joined this round or still
 /// hold their key of the last round (`previous`: its live nodes). A dead one is not waited for.
@@ -88,9 +101,15 @@ std::vector<std::string> live_survivors(const RunRecord& run, const std::vector<
                                         const std::vector<proto::NodeInfo>& joined);
 
 /// The record of the round after `closed` for `cause`. `lost_node` (dead or gone; may be empty) is not
-/// counted among the survivors; fewer survivors than min_nodes fail the run.
+/// counted among the survivors; fewer survivors than min_nodes fail the run. The cool-downs carry over.
 RunRecord next_round(const RunRecord& closed, proto::RestartCause cause, const std::string& reason,
                      const std::string& lost_node);
+
+/// The round after `closed` when member `node_id` (`identity`: its survivor_key) is evicted as slow for a waiting hot
+/// spare (--replace-slow-nodes): it is no survivor, and it cools down until `until_unix_ms` (cool-downs over at
+/// `now_unix_ms` are dropped). The spare takes its seat: one survivor fewer than min_nodes does not fail the run.
+RunRecord evicted_round(const RunRecord& closed, const std::string& reason, const std::string& node_id,
+                        const std::string& identity, int64_t until_unix_ms, int64_t now_unix_ms);
 
 /// Members that neither hold their key (`alive`) nor left (`done`): lost.
 std::vector<proto::NodeInfo> lost_members(const RunRecord& run, const std::set<std::string>& alive,

@@ -7,6 +7,7 @@
 #include "launcher/cli/options.hpp"
 #include "launcher/etcd/etcd_client.hpp"
 #include "launcher/etcd/run_record.hpp"
+#include "launcher/etcd/slow_node_judge.hpp"
 
 using meshrun::launcher::etcd::RoundPhase;
 using meshrun::launcher::etcd::RunRecord;
@@ -254,4 +255,122 @@ TEST_CASE("etcd live survivors: a survivor whose last-round key is gone is not w
     return r;
   }();
   CHECK(etcd::close_now(judged, {node("a2", "a", 1), node("b2", "b", 2)}, false));
+}
+
+TEST_CASE("etcd cool-downs: carried from round to round, kept in JSON, and a node cooling down is not seated",
+          "[etcd][slow_node]") {
+  RunRecord closed = open_run(2, 2);
+  closed.round = 5;
+  closed.phase = RoundPhase::kClosed;
+  closed.members = {node("n1", "a", 1), node("n2", "b", 2)};
+  closed.cooling = {{"c/3", 10'000}, {"d/4", 3'000}};
+  const RunRecord next = etcd::evicted_round(closed, "node 1 (b) evicted", "n2", "b/2", 20'000, 4'000);
+  CHECK(next.phase == RoundPhase::kOpen);  // one survivor of min 2: the spare takes the seat
+  CHECK(next.cause == RestartCause::kSlowNode);
+  CHECK(next.survivors == std::vector<std::string>{"a/1"});
+  CHECK(next.cooling == std::map<std::string, int64_t>{{"b/2", 20'000}, {"c/3", 10'000}});  // d/4's is over
+  CHECK(nlohmann::json(next).get<RunRecord>().cooling == next.cooling);
+  CHECK(etcd::next_round(next, RestartCause::kHung, "hung", "").cooling == next.cooling);
+  CHECK(etcd::cooldown_left_s(next, "c/3", 4'000) == Approx(6));
+  CHECK(etcd::cooldown_left_s(next, "c/3", 12'000) == 0);
+  CHECK(etcd::cooldown_left_s(next, "a/1", 4'000) == 0);
+  // The evicted node "c/3" joined anyway: with the survivor and a spare the round closes without it.
+  const std::vector<NodeInfo> joined{node("n4", "a", 1), node("n5", "c", 3), node("n6", "s", 9)};
+  const auto seated = etcd::close_now(next, joined, true, {}, 4'000);
+  REQUIRE(seated);
+  REQUIRE(seated->size() == 2);
+  CHECK(((*seated)[0].host == "a" && (*seated)[1].host == "s"));
+  // Once its cool-down is over it may take a seat again.
+  const auto later = etcd::close_now(next, {node("n4", "a", 1), node("n5", "c", 3)}, true, {}, 12'000);
+  REQUIRE(later);
+  CHECK(later->size() == 2);
+}
+
+namespace {
+
+// Three members of one rank each; the run's node rank 1 ("b") computes twice as long per step.
+struct JudgedRun {
+  meshrun::TimePoint now{std::chrono::hours(1)};
+  RunRecord run = open_run(3, 3);
+  std::map<std::string, etcd::NodeProgress> keys;
+  int64_t step = 0;
+  int64_t revision = 0;
+
+  JudgedRun() {
+    run.phase = RoundPhase::kClosed;
+    run.members = {node("n1", "a", 1, -1, 1), node("n2", "b", 2, -1, 1), node("n3", "c", 3, -1, 1)};
+    for (int i = 0; i < 3; ++i) run.members[static_cast<size_t>(i)].group_rank = i;
+  }
+  /// One second: every node puts ten more steps (its key's revision moves).
+  void second() {
+    now += std::chrono::seconds(1);
+    step += 10;
+    for (int i = 0; i < 3; ++i) {
+      meshrun::proto::RankProgress p;
+      p.rank = i;
+      p.step = step;
+      p.phase = "train";
+      p.compute_s = i == 1 ? 0.2 : 0.1;
+      p.step_time_s = 0.25;
+      keys[run.members[static_cast<size_t>(i)].node_id] = etcd::NodeProgress{{p}, ++revision};
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("etcd slow-node judge: names the straggler from the progress keys, and evicts it only with a spare",
+          "[etcd][slow_node]") {
+  meshrun::proto::SlowNodePolicy policy;
+  policy.replace = true;
+  policy.after_s = 20;
+  SECTION("a spare: evicted once slow for the sustained time, with the rule's figures") {
+    JudgedRun r;
+    etcd::SlowNodeJudge judge(r.run, 1.3, policy, r.now);
+    int seconds_run = 0;
+    etcd::SlowNodeJudgement last;
+    while (!judge.eviction() && seconds_run < 60) {
+      r.second();
+      last = judge.judge(r.keys, 1, r.now);
+      ++seconds_run;
+    }
+    REQUIRE(judge.eviction());
+    CHECK(judge.eviction()->node_id == "n2");
+    CHECK(judge.eviction()->identity == "b/2");
+    CHECK(seconds_run >= 20);
+    CHECK(seconds_run < 30);
+    REQUIRE(last.stragglers.size() == 1);
+    CHECK(last.stragglers[0].rank == 1);
+    CHECK(last.stragglers[0].host == "b");
+    CHECK_THAT(judge.eviction()->decision.line(),
+               Catch::StartsWith("node 1 (b, pid 2) evicted for a spare: its ranks ran 2.0x slower"));
+    // What the other agents read back from r/<round>/judged.
+    const auto back = nlohmann::json(last).get<etcd::SlowNodeJudgement>();
+    REQUIRE(back.stragglers.size() == 1);
+    CHECK(back.stragglers[0].rank == 1);
+  }
+  SECTION("no spare: named, kept, and the note says why") {
+    JudgedRun r;
+    etcd::SlowNodeJudge judge(r.run, 1.3, policy, r.now);
+    etcd::SlowNodeJudgement last;
+    for (int i = 0; i < 60; ++i) {
+      r.second();
+      last = judge.judge(r.keys, 0, r.now);
+      CHECK_FALSE(judge.eviction());
+    }
+    REQUIRE(last.stragglers.size() == 1);
+    CHECK_THAT(last.note, Catch::Contains("no spare waits"));
+  }
+  SECTION("without --replace-slow-nodes: named, never evicted") {
+    JudgedRun r;
+    etcd::SlowNodeJudge judge(r.run, 1.3, meshrun::proto::SlowNodePolicy{}, r.now);
+    etcd::SlowNodeJudgement last;
+    for (int i = 0; i < 90; ++i) {
+      r.second();
+      last = judge.judge(r.keys, 1, r.now);
+      CHECK_FALSE(judge.eviction());
+    }
+    REQUIRE(last.stragglers.size() == 1);
+    CHECK(last.note.empty());
+  }
 }
