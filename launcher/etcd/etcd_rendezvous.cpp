@@ -550,12 +550,7 @@ bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
   const double left = etcd::cooldown_left_s(s.run, hostname_ + "/" + std::to_string(::getpid()), unix_time_ms());
   if (left <= 0) return false;
   if (!wait.told_cooling) {
-    char text[200];
-    std::snprintf(text, sizeof(text),
-                  "evicted as a slow node: not taken back, not even as a spare, for %.0f s more "
-                  "(--slow-node-cooldown); waiting",
-                  left);
-    say(text);
+    say(cooling_down_line(left));
     wait.told_cooling = true;
   }
   // Cooling down is no join: its time is not counted against the join timeout.

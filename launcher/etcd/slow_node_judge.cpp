@@ -18,8 +18,7 @@ SlowNodeJudge::SlowNodeJudge(RunRecord closed, double threshold, proto::SlowNode
   watch_.round_closed(now);
 }
 
-SlowNodeJudgement SlowNodeJudge::judge(const std::map<std::string, NodeProgress>& progress, int spares,
-                                       TimePoint now) {
+SlowNodeJudgement SlowNodeJudge::judge(const std::map<std::string, NodeProgress>& progress, int spares, TimePoint now) {
   eviction_.reset();
   std::vector<rendezvous::HostedRank> ranks;
   std::set<int> fresh;

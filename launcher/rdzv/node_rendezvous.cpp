@@ -27,14 +27,6 @@ constexpr auto kAwaitSlice = 1s;
 constexpr auto kProgressEvery = 5s;
 
 std::string describe_waiting(const proto::AwaitReply& r) {
-  if (r.cooldown_s > 0) {
-    char text[200];
-    std::snprintf(text, sizeof(text),
-                  "evicted as a slow node: not taken back, not even as a spare, for %.0f s more "
-                  "(--slow-node-cooldown); waiting",
-                  r.cooldown_s);
-    return text;
-  }
   if (r.spare) {
     return "hot spare: the round has its " + std::to_string(r.joined.size()) + " nodes (--nnodes " +
            std::to_string(r.min_nodes) + ":" + std::to_string(r.max_nodes) +
@@ -216,7 +208,7 @@ std::optional<proto::Assignment> NodeRendezvous::join() {
     told_spare = reply.spare;
     told_cooling = cooling;
     if (note) {
-      say(describe_waiting(reply));
+      say(cooling ? cooling_down_line(reply.cooldown_s) : describe_waiting(reply));
       next_note = std::chrono::steady_clock::now() + kProgressEvery;
     }
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/clock_offset.hpp"
 #include "common/endpoint.hpp"
 #include "common/error.hpp"
@@ -69,6 +71,13 @@ class RendezvousBackend {
   void on_spare(std::function<void()> hook) { spare_hook_ = std::move(hook); }
 
  protected:
+  /// What a node evicted as slow says while it waits out its cool-down (either backend).
+  static std::string cooling_down_line(double seconds_left) {
+    return fmt::format(
+        "evicted as a slow node: not taken back, not even as a spare, for {:.0f} s more (--slow-node-cooldown); "
+        "waiting",
+        seconds_left);
+  }
   void became_spare() const {
     if (spare_hook_) spare_hook_();
   }
