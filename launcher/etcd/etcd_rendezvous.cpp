@@ -552,6 +552,11 @@ bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
   if (!wait.told_cooling) {
     say(cooling_down_line(left));
     wait.told_cooling = true;
+    if (store_) {  // evicted as node rank 0: the next round's node rank 0 serves a store of its own
+      store_->stop();
+      store_.reset();
+    }
+    judge_.reset();
   }
   // Cooling down is no join: its time is not counted against the join timeout.
   wait.deadline = SteadyClock::now() + from_seconds(options_.rdzv_conf.join_timeout_s);
