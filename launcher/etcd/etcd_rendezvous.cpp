@@ -236,6 +236,15 @@ bool EtcdRendezvous::enter_round(const Snapshot& seen) {
   return false;  // the state moved on: look again
 }
 
+void EtcdRendezvous::wait_for_state(int64_t revision, std::chrono::milliseconds wait) {
+  try {
+    client_.watch(keys_.state(), "", revision + 1, wait);
+  } catch (const NetworkError& e) {
+    spdlog::warn("watching the etcd rendezvous failed: {}", e.what());
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(wait, 200ms));
+  }
+}
+
 void EtcdRendezvous::wait_for_change(int64_t revision, std::chrono::milliseconds wait) {
   try {
     client_.watch(keys_.prefix, etcd::prefix_end(keys_.prefix), revision + 1, wait);
@@ -270,7 +279,7 @@ std::optional<proto::Assignment> EtcdRendezvous::join_round() {
     const Snapshot s = ensure_state(wait);
     wait.saw_run = true;
     check_sizes(s.run);
-    if (wait_cooling(s, wait)) continue;
+    if (s.run.phase != RoundPhase::kFailed && wait_cooling(s, wait)) continue;
     switch (s.run.phase) {
       case RoundPhase::kFailed: on_failed_run(s); break;
       case RoundPhase::kClosed:
@@ -331,7 +340,7 @@ std::optional<proto::Assignment> EtcdRendezvous::on_closed_round(const Snapshot&
         " nodes): this node joins when the job next restarts");
     wait.next_note = now + kProgressEvery;
   }
-  wait_for_change(s.revision, kWaitSlice);
+  wait_for_state(s.revision, kWaitSlice);
   return std::nullopt;
 }
 
@@ -388,6 +397,7 @@ void EtcdRendezvous::close_round(const Snapshot& s, const RoundView& view, std::
   RunRecord closed = s.run;
   closed.phase = RoundPhase::kClosed;
   closed.members = std::move(members);
+  closed.evicted.clear();  // barred from that round only; its cool-down goes on
   const std::string nodes = keys_.nodes(s.run.round);
   // Closes only if no node joined since the round was read (its key would be newer than that).
   client_.txn({etcd::mod_revision_is(keys_.state(), s.mod_revision),
@@ -404,7 +414,7 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
     store_->stop();
     store_.reset();
   }
-  steps_put_.clear();
+  progress_put_.clear();
   judged_put_.clear();
   judge_.reset();
   if (me.group_rank == 0) {  // node rank 0 judges the round's stragglers (slow_node_judge.hpp)
@@ -460,13 +470,14 @@ proto::HeartbeatReply EtcdRendezvous::heartbeat(const std::vector<proto::RankPro
 proto::HeartbeatReply EtcdRendezvous::check_round(const std::vector<proto::RankProgress>& progress) {
   renew_lease(true);
   const std::string prefix = keys_.round(assigned_round_);
-  // This node's progress, when a step moved: node rank 0 names the stragglers from every node's.
-  const bool moved = std::any_of(progress.begin(), progress.end(), [&](const proto::RankProgress& p) {
-    const auto it = steps_put_.find(p.rank);
-    return it == steps_put_.end() || it->second != p.step;
-  });
+  // This node's progress, when it changed (a step, a phase such as a checkpoint, a hang): node rank 0 names the
+  // stragglers from every node's, and evicts none while a rank saves. The beats' ages alone are no change.
+  std::vector<proto::RankProgress> sent = progress;
+  for (auto& p : sent) p.since_beat_s = 0;
+  std::string text = sent.empty() ? std::string() : json(sent).dump();
+  const bool moved = text != progress_put_;
   std::vector<etcd::Operation> ops;
-  if (moved) ops.push_back(etcd::put_op(keys_.progress(assigned_round_) + node_id_, json(progress).dump(), lease_));
+  if (moved) ops.push_back(etcd::put_op(keys_.progress(assigned_round_) + node_id_, text, lease_));
   ops.push_back(etcd::range_op(keys_.state()));
   if (judge_) {  // the whole round, every node's progress with it, and the spares
     ops.push_back(etcd::range_op(prefix, etcd::prefix_end(prefix)));
@@ -480,9 +491,7 @@ proto::HeartbeatReply EtcdRendezvous::check_round(const std::vector<proto::RankP
   proto::HeartbeatReply reply;
   reply.round = assigned_round_;
   if (read.ranges.size() != (judge_ ? 3U : 4U)) return reply;
-  if (moved) {
-    for (const auto& p : progress) steps_put_[p.rank] = p.step;
-  }
+  if (moved) progress_put_ = std::move(text);
   const Snapshot s = snapshot_of(read.ranges[0]);
   if (!s.exists) return reply;  // the run finished and was cleaned up
   RunRecord next = s.run;
@@ -547,8 +556,9 @@ bool EtcdRendezvous::judge_round(const Snapshot& s, const RoundView& view, const
 }
 
 bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
-  const double left = etcd::cooldown_left_s(s.run, hostname_ + "/" + std::to_string(::getpid()), unix_time_ms());
-  if (left <= 0) return false;
+  const std::string me = hostname_ + "/" + std::to_string(::getpid());
+  const double left = etcd::cooldown_left_s(s.run, me, unix_time_ms());
+  if (left <= 0 && s.run.evicted != me) return false;  // the round after its eviction never takes it back
   if (!wait.told_cooling) {
     say(cooling_down_line(left));
     wait.told_cooling = true;
@@ -560,7 +570,7 @@ bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
   }
   // Cooling down is no join: its time is not counted against the join timeout.
   wait.deadline = SteadyClock::now() + from_seconds(options_.rdzv_conf.join_timeout_s);
-  wait_for_change(s.revision, kWaitSlice);
+  wait_for_state(s.revision, kWaitSlice);
   return true;
 }
 

@@ -143,6 +143,9 @@ class EtcdRendezvous final : public RendezvousBackend {
   proto::Assignment sealed_secret_opened(proto::Assignment a) const;
   /// Waits for any change under the run's prefix after `revision`, at most `wait`.
   void wait_for_change(int64_t revision, std::chrono::milliseconds wait);
+  /// Waits for a change of the run's state key only (a new round, the run's end), at most `wait`: a spare or a
+  /// node cooling down is not woken by every node's progress.
+  void wait_for_state(int64_t revision, std::chrono::milliseconds wait);
   /// Renews the lease when due (every keep-alive interval); a lease that expired is granted anew.
   void renew_lease(bool force);
   bool check_signals();
@@ -165,10 +168,10 @@ class EtcdRendezvous final : public RendezvousBackend {
   proto::GoodputLedger goodput_;                                // the run's wall time as this node saw it
   int64_t steps_beaten_ = -1;                                   // the highest step this node's ranks beat
   std::optional<std::chrono::steady_clock::time_point> fault_;  // the attempt's first fault seen here
-  std::map<int, int64_t> steps_put_;                            // rank -> the step of its progress key last put
-  std::unique_ptr<etcd::SlowNodeJudge> judge_;                  // node rank 0 of the assigned round
-  std::string judged_put_;                                      // ... and what it put last (JSON)
-  bool spare_marked_ = false;                                   // this node's w/ key is put
+  std::string progress_put_;                    // this node's progress key as last put (without the beats' ages)
+  std::unique_ptr<etcd::SlowNodeJudge> judge_;  // node rank 0 of the assigned round
+  std::string judged_put_;                      // ... and what it put last (JSON)
+  bool spare_marked_ = false;                   // this node's w/ key is put
 };
 
 }  // namespace meshrun::launcher

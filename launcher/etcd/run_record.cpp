@@ -55,7 +55,7 @@ void to_json(nlohmann::json& j, const RunRecord& run) {
                      {"cause", run.cause},         {"reason", run.reason},
                      {"survivors", run.survivors}, {"previous_ranks", run.previous_ranks},
                      {"members", run.members},     {"secret", run.secret},
-                     {"cooling", run.cooling}};
+                     {"cooling", run.cooling},     {"evicted", run.evicted}};
 }
 
 void from_json(const nlohmann::json& j, RunRecord& run) {
@@ -70,6 +70,7 @@ void from_json(const nlohmann::json& j, RunRecord& run) {
   run.members = j.value("members", std::vector<proto::NodeInfo>{});
   run.secret = j.value("secret", std::string());
   run.cooling = j.value("cooling", std::map<std::string, int64_t>{});
+  run.evicted = j.value("evicted", std::string());
 }
 
 std::string survivor_key(const proto::NodeInfo& node) { return fmt::format("{}/{}", node.host, node.pid); }
@@ -86,7 +87,8 @@ std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run,
                                                       int64_t now_unix_ms) {
   std::vector<proto::NodeInfo> joined;  // a node cooling down entered anyway (an older agent): not seated
   for (const auto& node : all_joined) {
-    if (cooldown_left_s(run, survivor_key(node), now_unix_ms) <= 0) joined.push_back(node);
+    const std::string key = survivor_key(node);
+    if (cooldown_left_s(run, key, now_unix_ms) <= 0 && key != run.evicted) joined.push_back(node);
   }
   if (run.phase != RoundPhase::kOpen || joined.empty()) return std::nullopt;
   std::set<std::string> back;
@@ -172,6 +174,7 @@ RunRecord evicted_round(const RunRecord& closed, const std::string& reason, cons
   next.reason = reason;
   std::erase_if(next.cooling, [now_unix_ms](const auto& entry) { return entry.second <= now_unix_ms; });
   next.cooling[identity] = until_unix_ms;
+  next.evicted = identity;  // even with --slow-node-cooldown 0: the spare, not it, takes this round's seat
   return next;
 }
 

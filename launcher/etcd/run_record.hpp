@@ -49,6 +49,7 @@ struct RunRecord {
   std::string secret;  // the run's secret: set when the run is created, kept every round (Assignment::run_secret)
   // "host/pid" -> unix ms: a node evicted as slow (--replace-slow-nodes) is not seated, not even as a spare, until then
   std::map<std::string, int64_t> cooling;
+  std::string evicted;  // "host/pid" evicted as slow for this round: not seated in it, whatever its cool-down
 };
 
 void to_json(nlohmann::json& j, const RunRecord& run);
@@ -86,7 +87,7 @@ std::string survivor_key(const proto::NodeInfo& node);
 /// still come back (live_survivors). `reported`: survivors (survivor_key) that reported their own workers'
 /// failure in the last round: known alive, they are due, and a spare does not take their seat. One that
 /// said nothing may be the node that was lost.
-/// A node cooling down at `now_unix_ms` is never seated.
+/// A node cooling down at `now_unix_ms`, or evicted for this round, is never seated.
 std::optional<std::vector<proto::NodeInfo>> close_now(const RunRecord& run, const std::vector<proto::NodeInfo>& joined,
                                                       bool last_call_passed,
                                                       const std::vector<std::string>& reported = {},

@@ -280,6 +280,11 @@ TEST_CASE("etcd cool-downs: carried from round to round, kept in JSON, and a nod
   REQUIRE(seated);
   REQUIRE(seated->size() == 2);
   CHECK(((*seated)[0].host == "a" && (*seated)[1].host == "s"));
+  // With --slow-node-cooldown 0 it is still not seated in the round its eviction opened.
+  const RunRecord no_cooldown = etcd::evicted_round(closed, "node 1 (b) evicted", "n2", "b/2", 4'000, 4'000);
+  CHECK(nlohmann::json(no_cooldown).get<RunRecord>().evicted == "b/2");
+  const auto spare_seated = etcd::close_now(no_cooldown, {node("n4", "a", 1), node("n5", "b", 2)}, true, {}, 4'000);
+  CHECK_FALSE(spare_seated);  // b alone with a: not seated, so the round waits for the spare
   // Once its cool-down is over it may take a seat again.
   const auto later = etcd::close_now(next, {node("n4", "a", 1), node("n5", "c", 3)}, true, {}, 12'000);
   REQUIRE(later);
