@@ -17,13 +17,6 @@ namespace {
 // A tree larger than this is cut short: a fork bomb must not make the agent read /proc for seconds.
 constexpr size_t kMaxTree = 4096;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 uint64_t to_u64(std::string_view text) {
   uint64_t v = 0;
   std::from_chars(text.data(), text.data() + text.size(), v);
@@ -55,7 +48,7 @@ std::vector<std::string> stat_fields(const std::string& stat) {
 }
 
 pid_t parent_of(const std::string& proc_root, pid_t pid) {
-  const auto f = stat_fields(slurp(proc_root + "/" + std::to_string(pid) + "/stat"));
+  const auto f = stat_fields(read_proc_file(proc_root + "/" + std::to_string(pid) + "/stat"));
   return f.size() > 1 ? static_cast<pid_t>(to_u64(f[1])) : 0;
 }
 
@@ -73,7 +66,7 @@ std::optional<std::vector<pid_t>> children_from_tasks(const std::string& proc_ro
   if (!std::filesystem::exists(tasks + "/" + std::to_string(pid) + "/children", ec)) return std::nullopt;
   std::vector<pid_t> out;
   for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
-    for (pid_t c : pids_in(slurp(task.path().string() + "/children"))) out.push_back(c);
+    for (pid_t c : pids_in(read_proc_file(task.path().string() + "/children"))) out.push_back(c);
   }
   return out;
 }
@@ -108,11 +101,11 @@ ThreadBytes transport_thread_bytes(const std::string& dir, pid_t pid) {
   try {  // the process may end while its threads are listed
     for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
       if (task.path().filename() == main_thread) continue;
-      std::string comm = slurp(task.path().string() + "/comm");
+      std::string comm = read_proc_file(task.path().string() + "/comm");
       while (!comm.empty() && comm.back() == '\n') comm.pop_back();
       if (std::find(std::begin(kTransportThreads), std::end(kTransportThreads), comm) == std::end(kTransportThreads))
         continue;
-      const std::string io = slurp(task.path().string() + "/io");
+      const std::string io = read_proc_file(task.path().string() + "/io");
       bytes.read += field_value(io, "rchar:").value_or(0);
       bytes.written += field_value(io, "wchar:").value_or(0);
     }
@@ -124,6 +117,13 @@ ThreadBytes transport_thread_bytes(const std::string& dir, pid_t pid) {
 
 }  // namespace
 
+std::string read_proc_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 long clock_ticks_per_second() {
   const long ticks = ::sysconf(_SC_CLK_TCK);
   return ticks > 0 ? ticks : 100;
@@ -131,20 +131,20 @@ long clock_ticks_per_second() {
 
 ProcessSample read_process(const std::string& proc_root, pid_t pid) {
   const std::string dir = proc_root + "/" + std::to_string(pid);
-  const auto f = stat_fields(slurp(dir + "/stat"));
+  const auto f = stat_fields(read_proc_file(dir + "/stat"));
   if (f.size() < 15 || f[0].empty()) return {};
   ProcessSample s;
   s.pid = pid;
   s.state = f[0][0];
   for (size_t i : {11, 12, 13, 14}) s.cpu_ticks += to_u64(f[i]);  // utime, stime, cutime, cstime
-  const std::string io = slurp(dir + "/io");
+  const std::string io = read_proc_file(dir + "/io");
   const auto rchar = field_value(io, "rchar:");
   const auto wchar = field_value(io, "wchar:");
   s.io_known = rchar && wchar;
   const ThreadBytes transport = transport_thread_bytes(dir, pid);
   s.read_bytes = rchar.value_or(0) - std::min(rchar.value_or(0), transport.read);
   s.write_bytes = wchar.value_or(0) - std::min(wchar.value_or(0), transport.written);
-  s.wakeups = field_value(slurp(dir + "/status"), "voluntary_ctxt_switches:").value_or(0);
+  s.wakeups = field_value(read_proc_file(dir + "/status"), "voluntary_ctxt_switches:").value_or(0);
   return s;
 }
 

@@ -42,6 +42,9 @@ TreeSample read_process_tree(const std::string& proc_root, pid_t leader, std::ch
 /// One process's sample, or a sample with pid 0 when it is gone (exposed for tests).
 ProcessSample read_process(const std::string& proc_root, pid_t pid);
 
+/// A small file's whole text (a /proc file), or "" when it cannot be read (the process ended meanwhile).
+std::string read_proc_file(const std::string& path);
+
 /// The kernel's clock ticks per second (sysconf(_SC_CLK_TCK)).
 long clock_ticks_per_second();
 

@@ -3,21 +3,16 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <sstream>
+
+#include "launcher/activity/proc_tree.hpp"
 
 namespace meshrun::launcher {
 namespace {
 
-std::string slurp_file(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // A task's se.exec_start, in ms (-1: not known).
 double exec_start_ms(const std::string& task_dir) {
-  const std::string sched = slurp_file(task_dir + "/sched");
+  const std::string sched = read_proc_file(task_dir + "/sched");
   const auto at = sched.find("se.exec_start");
   if (at == std::string::npos) return -1;
   const auto colon = sched.find(':', at);
@@ -30,7 +25,7 @@ double exec_start_ms(const std::string& task_dir) {
 
 // The CPU the task last ran on: its stat's 39th field (-1: not known).
 int last_cpu(const std::string& task_dir) {
-  const std::string stat = slurp_file(task_dir + "/stat");
+  const std::string stat = read_proc_file(task_dir + "/stat");
   const auto close = stat.rfind(')');
   if (close == std::string::npos) return -1;
   std::istringstream rest(stat.substr(close + 1));
@@ -75,7 +70,7 @@ double SchedulerClock::now_ms(int cpu) {
   if (const auto it = now_by_cpu_.find(cpu); it != now_by_cpu_.end()) return it->second;
   double now = -1;
   if (!live_) {
-    std::istringstream in(slurp_file(root_ + "/uptime"));
+    std::istringstream in(read_proc_file(root_ + "/uptime"));
     double up = -1;
     in >> up;
     if (in && up >= 0) now = up * 1000;

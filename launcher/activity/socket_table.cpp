@@ -15,16 +15,10 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
+#include "launcher/activity/proc_tree.hpp"
 
 namespace meshrun::launcher {
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool hex_u32(const std::string& text, size_t at, uint32_t& out) {
   if (at + 8 > text.size()) return false;
@@ -171,11 +165,11 @@ void SocketTable::add_unix_table(const std::string& text) {
 SocketTable SocketTable::read(const std::string& proc_root, pid_t pid, bool live) {
   SocketTable table;
   const std::string net = proc_root + "/" + std::to_string(pid) + "/net/";
-  table.add_inet_table(slurp(net + "tcp"), false);
-  table.add_inet_table(slurp(net + "tcp6"), false);
-  table.add_inet_table(slurp(net + "udp"), true);
-  table.add_inet_table(slurp(net + "udp6"), true);
-  table.add_unix_table(slurp(net + "unix"));
+  table.add_inet_table(read_proc_file(net + "tcp"), false);
+  table.add_inet_table(read_proc_file(net + "tcp6"), false);
+  table.add_inet_table(read_proc_file(net + "udp"), true);
+  table.add_inet_table(read_proc_file(net + "udp6"), true);
+  table.add_unix_table(read_proc_file(net + "unix"));
   if (live) table.unix_peers_ = unix_peers_from_kernel();
   return table;
 }

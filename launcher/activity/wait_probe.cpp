@@ -35,13 +35,6 @@ constexpr uint64_t kMaxSelectFds = 1024;
 constexpr size_t kMaxScannedProcesses = 8192;
 constexpr size_t kMaxListening = 16;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string link_text(const std::string& path) {
   std::error_code ec;
   const auto target = fs::read_symlink(path, ec);
@@ -74,7 +67,7 @@ struct StatLine {
   pid_t parent = 0;
 };
 StatLine read_stat(const std::string& path) {
-  const std::string text = slurp(path);
+  const std::string text = read_proc_file(path);
   StatLine s;
   const auto open = text.find('(');
   const auto close = text.rfind(')');
@@ -155,7 +148,7 @@ ThreadWait read_thread_once(const std::string& proc_root, pid_t pid, pid_t tid, 
   t.name = stat.comm;
   t.state = stat.state;
   t.idle_s = clock.idle_seconds(task);
-  const auto d = decode_syscall_line(slurp(task + "/syscall"));
+  const auto d = decode_syscall_line(read_proc_file(task + "/syscall"));
   if (!d) return t;  // kUnknown: unreadable
   decoded = *d;
   t.call = d->call;
@@ -255,7 +248,7 @@ class Reader {
       case FdKind::kOtherSocket: describe_socket(t); break;
       case FdKind::kPipe: pipe_inodes_.insert(t.inode); break;
       case FdKind::kEpoll:
-        t.targets = epoll_targets(slurp(dir_of(root_, pid) + "/fdinfo/" + std::to_string(fd)));
+        t.targets = epoll_targets(read_proc_file(dir_of(root_, pid) + "/fdinfo/" + std::to_string(fd)));
         break;
       case FdKind::kFile: {
         t.local = link;
@@ -321,7 +314,7 @@ class Reader {
           }
         }
         if (inode == 0 || (pipe_inodes_.count(inode) == 0 && peer_inodes_.count(inode) == 0)) continue;
-        const std::string info = slurp(dir_of(root_, pid) + "/fdinfo/" + e.path().filename().string());
+        const std::string info = read_proc_file(dir_of(root_, pid) + "/fdinfo/" + e.path().filename().string());
         auto& list = holders[inode];
         const bool writes = opened_for_writing(info);
         const auto same = std::find_if(list.begin(), list.end(), [pid](const FdHolder& h) { return h.pid == pid; });
@@ -428,7 +421,7 @@ FdKind kind_of_link(const std::string& link, uint64_t& inode) {
 std::string short_command(const std::string& proc_root, pid_t pid, size_t max) {
   // The program's and an absolute path's last component: "python outside_world.py service port 90", not the
   // folders of a venv.
-  const std::string raw = slurp(dir_of(proc_root, pid) + "/cmdline");
+  const std::string raw = read_proc_file(dir_of(proc_root, pid) + "/cmdline");
   std::string text;
   for (size_t at = 0; at < raw.size();) {
     const size_t end = std::min(raw.find('\0', at), raw.size());

@@ -237,17 +237,17 @@ bool EtcdRendezvous::enter_round(const Snapshot& seen) {
 }
 
 void EtcdRendezvous::wait_for_state(int64_t revision, std::chrono::milliseconds wait) {
-  try {
-    client_.watch(keys_.state(), "", revision + 1, wait);
-  } catch (const NetworkError& e) {
-    spdlog::warn("watching the etcd rendezvous failed: {}", e.what());
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(wait, 200ms));
-  }
+  watch(keys_.state(), "", revision, wait);
 }
 
 void EtcdRendezvous::wait_for_change(int64_t revision, std::chrono::milliseconds wait) {
+  watch(keys_.prefix, etcd::prefix_end(keys_.prefix), revision, wait);
+}
+
+void EtcdRendezvous::watch(const std::string& key, const std::string& range_end, int64_t revision,
+                           std::chrono::milliseconds wait) {
   try {
-    client_.watch(keys_.prefix, etcd::prefix_end(keys_.prefix), revision + 1, wait);
+    client_.watch(key, range_end, revision + 1, wait);
   } catch (const NetworkError& e) {
     spdlog::warn("watching the etcd rendezvous failed: {}", e.what());
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(wait, 200ms));
@@ -417,11 +417,9 @@ std::optional<proto::Assignment> EtcdRendezvous::assignment(const Snapshot& clos
   progress_put_.clear();
   judged_put_.clear();
   judge_.reset();
-  if (me.group_rank == 0) {  // node rank 0 judges the round's stragglers (slow_node_judge.hpp)
+  if (me.group_rank == 0) {  // node rank 0 judges the round's stragglers (slow_node_judge.hpp) and serves the store
     judge_ = std::make_unique<etcd::SlowNodeJudge>(run, options_.straggler_threshold, options_.slow_nodes,
                                                    SteadyClock::now());
-  }
-  if (me.group_rank == 0) {
     rendezvous::ServerOptions so;
     so.host = options_.hosted_bind.empty() ? wildcard_address_for(addr_) : options_.hosted_bind;
     so.allow = options_.hosted_allow;
@@ -556,7 +554,7 @@ bool EtcdRendezvous::judge_round(const Snapshot& s, const RoundView& view, const
 }
 
 bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
-  const std::string me = hostname_ + "/" + std::to_string(::getpid());
+  const std::string me = identity();
   const double left = etcd::cooldown_left_s(s.run, me, unix_time_ms());
   if (left <= 0 && s.run.evicted != me) return false;  // the round after its eviction never takes it back
   if (!wait.told_cooling) {
@@ -574,12 +572,14 @@ bool EtcdRendezvous::wait_cooling(const Snapshot& s, JoinWait& wait) {
   return true;
 }
 
+std::string EtcdRendezvous::identity() const { return hostname_ + "/" + std::to_string(::getpid()); }
+
 std::string EtcdRendezvous::spare_key() const { return keys_.spares() + hostname_ + ":" + std::to_string(::getpid()); }
 
 void EtcdRendezvous::mark_spare() {
   if (spare_marked_) return;
   try {
-    client_.put(spare_key(), hostname_ + "/" + std::to_string(::getpid()), lease_);  // its survivor_key
+    client_.put(spare_key(), identity(), lease_);
     spare_marked_ = true;
     became_spare();  // its standby workers start while it waits
   } catch (const Error& e) {
@@ -647,7 +647,7 @@ std::optional<proto::GoodputReport> EtcdRendezvous::leave(const std::string& rea
       replace_state(s, etcd::next_round(s.run, proto::RestartCause::kNodeLeft, who, node_id_));
       return goodput;
     }
-    const std::string me = hostname_ + "/" + std::to_string(::getpid());
+    const std::string me = identity();
     RunRecord next = s.run;
     const auto it = std::find(next.survivors.begin(), next.survivors.end(), me);
     if (s.run.phase != RoundPhase::kOpen || it == next.survivors.end()) return goodput;

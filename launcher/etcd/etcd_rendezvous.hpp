@@ -110,6 +110,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   /// A spare of a full round says so in etcd (a key on its lease), for node rank 0's slow-node rule.
   void mark_spare();
   std::string spare_key() const;
+  /// This agent as rounds know it across re-joins: its survivor_key, "host/pid".
+  std::string identity() const;
   /// Feeds this node's milestones to its goodput ledger and the run's high-water step.
   void note_account(const proto::AttemptMilestones& attempt);
   /// With no state in etcd: throws RunFinished when the run this node waited for ended well (etcd holds its
@@ -146,6 +148,8 @@ class EtcdRendezvous final : public RendezvousBackend {
   /// Waits for a change of the run's state key only (a new round, the run's end), at most `wait`: a spare or a
   /// node cooling down is not woken by every node's progress.
   void wait_for_state(int64_t revision, std::chrono::milliseconds wait);
+  /// One watch of `key` (to `range_end`) from after `revision`; a failed one is said, and waited a little.
+  void watch(const std::string& key, const std::string& range_end, int64_t revision, std::chrono::milliseconds wait);
   /// Renews the lease when due (every keep-alive interval); a lease that expired is granted anew.
   void renew_lease(bool force);
   bool check_signals();
