@@ -45,25 +45,42 @@ SCENARIOS = {
 RESTARTED = ("an exception after the last collective",)
 
 
-def leftovers(mark):
-    """Processes still carrying `mark` in their environment."""
+def marked(entry):
+    """Processes whose environment holds `entry`."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"EXIT_PARITY_MARK={mark}".encode() in f.read():
+                if entry.encode() in f.read().split(b"\0"):
                     found.append(int(pid))
         except OSError:
             pass
     return found
 
 
-def run(launcher, script, mark, extra):
+def leftovers(mark):
+    """Processes still carrying `mark` in their environment (a child a worker daemonized)."""
+    return marked(f"EXIT_PARITY_MARK={mark}")
+
+
+def job_processes(mark):
+    """The launcher's job: its workers inherit MARK."""
+    return marked(f"MARK={mark}")
+
+
+def run(launcher, script, mark, extra, timeout):
+    """(exit code, output), or ("hung", output) when the launcher did not end within `timeout` s (it and every
+    process of its job are then killed)."""
     env = {"PATH": VENV_BIN + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "MARK": mark}
-    p = subprocess.run(launcher + ["--standalone", "--nproc-per-node", "2", *extra, script], env=env,
-                       capture_output=True, text=True, timeout=240)
+    try:
+        p = subprocess.run(launcher + ["--standalone", "--nproc-per-node", "2", *extra, script], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        for pid in job_processes(mark):
+            os.kill(pid, 9)
+        return "hung", (e.output or b"").decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
     return p.returncode, p.stdout + p.stderr
 
 
@@ -91,7 +108,9 @@ def main():
             seen = {}
             for launcher, argv in launchers.items():
                 mark = f"{launcher}-{i}-{os.getpid()}"
-                code, out = run(argv, script, mark, extra)
+                # The reference is given less time: a torchrun that hangs (its restart under a loaded machine) is
+                # reported below and says nothing of meshrun, whose own hang fails the test.
+                code, out = run(argv, script, mark, extra, 120 if launcher == "torchrun" else 240)
                 seen[launcher] = outcome(code, out)
                 time.sleep(0.5)
                 left = leftovers(mark)
@@ -111,7 +130,9 @@ def main():
             if seen["meshrun"] not in meshrun_allowed:
                 problems.append(f"{name}: meshrun's outcome is {seen['meshrun']}, expected {expected}"
                                 + (" (torchrun did not abort here)" if seen["meshrun"] == "teardown abort" else ""))
-            torchrun_allowed = {expected, "teardown abort"}
+            if seen["torchrun"] == "hung":
+                print(f"  torchrun hung on '{name}' (killed after 120 s): the reference said nothing this time")
+            torchrun_allowed = {expected, "teardown abort", "hung"}
             if seen["torchrun"] not in torchrun_allowed and not (expected != "ok" and seen["torchrun"] == 1):
                 problems.append(f"{name}: torchrun's outcome is {seen['torchrun']}: the scenario is not what it says")
     for p in problems:
